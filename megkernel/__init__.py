@@ -1,0 +1,40 @@
+"""megkernel: kernel learning by Matrix Exponentiated Gradient updates.
+
+Implements the two algorithms of Tsuda, Raetsch & Warmuth, "Matrix
+Exponentiated Gradient Updates for On-line Learning and Bregman Projection"
+(NIPS 2004): on-line MEG and batch DefiniteBoost, as scikit-learn estimators
+and as plain solver functions.
+"""
+
+from ._bounds import (
+    definiteboost_rho,
+    definiteboost_step,
+    meg_learning_rate,
+    meg_loss_bound,
+    meg_optimal_c,
+    meg_regret_bound,
+)
+from ._meg import meg, meg_general
+from ._spectral import (
+    expm_symmetric,
+    logm_spd,
+    normalized_expm,
+    von_neumann_divergence,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "definiteboost_rho",
+    "definiteboost_step",
+    "expm_symmetric",
+    "logm_spd",
+    "meg",
+    "meg_general",
+    "meg_learning_rate",
+    "meg_loss_bound",
+    "meg_optimal_c",
+    "meg_regret_bound",
+    "normalized_expm",
+    "von_neumann_divergence",
+]
