@@ -15,6 +15,7 @@ from ._bounds import (
     meg_regret_bound,
 )
 from ._meg import meg, meg_general
+from .meg import MEGKernelRegressor
 from ._spectral import (
     expm_symmetric,
     logm_spd,
@@ -29,6 +30,7 @@ __all__ = [
     "definiteboost_step",
     "expm_symmetric",
     "logm_spd",
+    "MEGKernelRegressor",
     "meg",
     "meg_general",
     "meg_learning_rate",
