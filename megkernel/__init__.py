@@ -15,6 +15,8 @@ from ._bounds import (
     meg_regret_bound,
 )
 from ._meg import meg, meg_general
+from ._definiteboost import definiteboost, definiteboost_pairs
+from .definiteboost import DefiniteBoostKernel
 from .meg import MEGKernelRegressor
 from ._spectral import (
     expm_symmetric,
@@ -30,7 +32,10 @@ __all__ = [
     "definiteboost_step",
     "expm_symmetric",
     "logm_spd",
+    "DefiniteBoostKernel",
     "MEGKernelRegressor",
+    "definiteboost",
+    "definiteboost_pairs",
     "meg",
     "meg_general",
     "meg_learning_rate",

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-__all__ = ["validate_pairs", "check_pair_indices", "check_squared_distances"]
+__all__ = [
+    "validate_pairs",
+    "check_pair_indices",
+    "check_squared_distances",
+    "unchanged_on_error",
+]
+
+
+@contextmanager
+def unchanged_on_error(estimator):
+    """Restore the estimator's attributes if the block raises.
+
+    Fitting validates everything before it changes the model; this keeps
+    that promise also for attributes scikit-learn's ``validate_data`` sets.
+    """
+    saved = dict(estimator.__dict__)
+    try:
+        yield
+    except BaseException:
+        estimator.__dict__.clear()
+        estimator.__dict__.update(saved)
+        raise
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X"):
@@ -65,19 +88,11 @@ def validate_pairs(estimator, X, y=None, *, reset, n_objects=None):
     Accepts a 2-column pandas DataFrame (its column names are remembered as
     ``feature_names_in_``).
     """
-    saved = {key: estimator.__dict__[key]
-             for key in ("n_features_in_", "feature_names_in_")
-             if key in estimator.__dict__}
-    try:
-        kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
+    kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
+    with unchanged_on_error(estimator):
         if y is None:
             X = validate_data(estimator, X, **kwargs)
         else:
             X, y = validate_data(estimator, X, y, y_numeric=False, **kwargs)
         X = check_pair_indices(X, n_objects)
-    except Exception:
-        for key in ("n_features_in_", "feature_names_in_"):
-            estimator.__dict__.pop(key, None)
-        estimator.__dict__.update(saved)
-        raise
     return X, y

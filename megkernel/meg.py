@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._exponent import ExponentState
 from ._meg import run_pair_trials
-from ._validation import check_squared_distances, validate_pairs
+from ._validation import check_squared_distances, unchanged_on_error, validate_pairs
 
 __all__ = ["MEGKernelRegressor"]
 
@@ -144,8 +144,10 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        pairs, y = self._validate_trials(X, y, n_objects=self._declared_n_objects(), reset=True)
-        state = self._initial_state(pairs)
+        with unchanged_on_error(self):
+            pairs, y = self._validate_trials(X, y, n_objects=self._declared_n_objects(),
+                                             reset=True)
+            state = self._initial_state(pairs)
         rng = check_random_state(self.random_state)
         orders = [rng.permutation(len(y)) if self.shuffle else np.arange(len(y))
                   for _ in range(self.n_epochs)]
@@ -173,10 +175,11 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         self : object
         """
         first = not hasattr(self, "state_")
-        n_objects = self._declared_n_objects() if first else self.n_objects_
-        pairs, y = self._validate_trials(X, y, n_objects=n_objects, reset=first)
-        if first:
-            self._start(self._initial_state(pairs))
+        with unchanged_on_error(self):
+            n_objects = self._declared_n_objects() if first else self.n_objects_
+            pairs, y = self._validate_trials(X, y, n_objects=n_objects, reset=first)
+            if first:
+                self._start(self._initial_state(pairs))
         self._run(pairs, y, epoch=None)
         return self
 

@@ -1,0 +1,324 @@
+"""DefiniteBoost: Bregman projection onto inequality constraints (Section 4).
+
+Finds ``W* = argmin Delta(W, W_1)`` subject to ``tr W = 1`` and
+``tr(W C_j) <= 0`` by greedy approximate (eq. 13) or exact (eq. 11)
+projections onto the most violated constraint, keeping
+``W_t = exp(log W_1 - sum_s alpha_s C_{j_s}) / Z`` in the stable exponent form
+(eq. 12). The dual objective ``tr exp(log W_1 - sum alpha C)`` (eq. 9, with
+``tr W_1 = 1``) is recorded with Theorem 4.1's bound ``prod rho(r_t)``.
+
+Pure solver functions: arrays in, arrays and a log out.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import linalg, optimize
+from sklearn.exceptions import ConvergenceWarning
+
+from ._bounds import _log_rho, definiteboost_step
+from ._exponent import ExponentState
+from ._spectral import check_symmetric, normalized_exp_weights
+
+__all__ = ["definiteboost", "definiteboost_pairs", "PairConstraints", "MatrixConstraints"]
+
+
+class MatrixConstraints:
+    """General constraints ``tr(W C_j) <= 0`` for symmetric ``C_j`` (d x d)."""
+
+    def __init__(self, constraints):
+        self.matrices = np.stack([check_symmetric(C, name=f"constraints[{j}]")
+                                  for j, C in enumerate(constraints)])
+        eigenvalues = np.linalg.eigvalsh(self.matrices)
+        self.lam_min = eigenvalues[:, 0]
+        self.lam_max = eigenvalues[:, -1]
+        if np.any(self.lam_min >= 0) or np.any(self.lam_max <= 0):
+            bad = np.flatnonzero((self.lam_min >= 0) | (self.lam_max <= 0))[0]
+            raise ValueError(
+                f"constraints[{bad}] must have eigenvalues of both signs "
+                f"(got range [{self.lam_min[bad]:.3g}, {self.lam_max[bad]:.3g}])."
+            )
+
+    def __len__(self):
+        return len(self.matrices)
+
+    def values(self, state):
+        """``tr(W C_j)`` for every constraint."""
+        return np.tensordot(self.matrices, state.matrix(), axes=([1, 2], [0, 1]))
+
+    def eigen_range(self, j):
+        return self.lam_max[j], self.lam_min[j]
+
+    def project(self, state, j, alpha):
+        """``A <- A - alpha C_j``; returns the change of the log-dual offset."""
+        state.add_symmetric(self.matrices[j], -alpha)
+        return 0.0
+
+    def value_after(self, state, j, alpha):
+        """``tr(W(alpha) C_j)`` with ``W(alpha) ~ exp(A - alpha C_j)``."""
+        lam, vecs = linalg.eigh(state.exponent - alpha * self.matrices[j],
+                                check_finite=False)
+        W = (vecs * normalized_exp_weights(lam)) @ vecs.T
+        return float(np.sum(W * self.matrices[j]))
+
+
+class PairConstraints:
+    r"""Distance constraints on pairs, ``C_j = s_j (v_j v_j^T - \gamma_j I)``.
+
+    ``s_j = +1``: similar, ``||x_a - x_b||^2 <= gamma_j``;
+    ``s_j = -1``: dissimilar, ``||x_a - x_b||^2 >= gamma_j``
+    (thresholds in trace-one units). ``v_j = e_a - e_b`` or ``P[a] - P[b]``.
+    The ``gamma I`` part only rescales ``exp(A)``: it is kept as a scalar
+    offset of the log-dual, and ``A`` changes by a rank-one matrix.
+    """
+
+    def __init__(self, a, b, signs, thresholds, state):
+        self.a = np.asarray(a, dtype=np.intp)
+        self.b = np.asarray(b, dtype=np.intp)
+        self.signs = np.asarray(signs, dtype=float)
+        self.thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
+                                          self.a.shape).copy()
+        vectors = state.pair_vectors(self.a, self.b)
+        self.sq_norms = np.einsum("ij,ij->i", vectors, vectors)
+        similar = self.signs > 0
+        self.lam_max = np.where(similar, self.sq_norms - self.thresholds, self.thresholds)
+        self.lam_min = np.where(similar, -self.thresholds, self.thresholds - self.sq_norms)
+
+    def __len__(self):
+        return len(self.a)
+
+    def values(self, state):
+        """``tr(W C_j) = s_j (v_j^T W v_j - gamma_j)`` for every constraint."""
+        return self.signs * (state.pair_sq_distances(self.a, self.b) - self.thresholds)
+
+    def eigen_range(self, j):
+        return self.lam_max[j], self.lam_min[j]
+
+    def project(self, state, j, alpha, update=None):
+        """``A <- A - alpha s_j v v^T``; returns ``alpha s_j gamma_j``."""
+        scale = -alpha * self.signs[j]
+        if update is None:
+            state.add_pair_outer(self.a[j], self.b[j], scale)
+            state.refresh()
+        else:
+            update(state, self.a[j], self.b[j], scale)
+        return alpha * self.signs[j] * self.thresholds[j]
+
+    def value_after(self, state, j, alpha):
+        """``tr(W(alpha) C_j)`` after ``A <- A - alpha s_j v v^T``."""
+        z = state.pair_coordinates(self.a[j], self.b[j])[0]
+        lam = state.eigenvalues
+        small = np.diag(lam) - alpha * self.signs[j] * np.outer(z, z)
+        new_lam, rotation = linalg.eigh(small, check_finite=False)
+        coords = rotation.T @ z
+        sq_distance = np.dot(coords * coords, normalized_exp_weights(new_lam))
+        return float(self.signs[j] * (sq_distance - self.thresholds[j]))
+
+
+def _exact_step(constraints, state, j, r, alpha_guess):
+    """Eq. 11: the ``alpha >= 0`` where constraint ``j`` holds with equality."""
+    def residual(alpha):
+        return constraints.value_after(state, j, alpha)
+
+    high = max(alpha_guess, 1e-12)
+    for _ in range(200):
+        if residual(high) <= 0:
+            break
+        high *= 2.0
+    else:
+        return high
+    return optimize.brentq(residual, 0.0, high, xtol=1e-300,
+                           rtol=4 * np.finfo(float).eps, maxiter=500)
+
+
+def run_definiteboost(constraints, state, *, projection="approximate",
+                      max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
+                      update=None, callback=None, keep="best"):
+    """Greedy Bregman projections on ``state`` (in place); returns the log.
+
+    Parameters
+    ----------
+    constraints : PairConstraints or MatrixConstraints
+    state : ExponentState
+        Starts at ``log W_1`` with ``tr W_1 = 1``; holds the result.
+    projection : {"approximate", "exact"}
+        Step size of eq. 13 or the exact projection of eq. 11.
+    max_iter : int
+        Largest number of projections.
+    tol : float
+        Stop when the largest violation ``max_j tr(W C_j) <= tol``.
+    min_prior_eigenvalue : float, optional
+        Smallest eigenvalue of ``W_1``: a dual objective below it certifies
+        that the constraints are infeasible (weak duality), which stops the
+        run with a warning.
+    update : callable, optional
+        Engine for pair projections ``(state, a, b, scale)``.
+    callback : callable, optional
+        Called as ``callback(t, record)`` after each iteration.
+    keep : {"best", "last"}, default="best"
+        Leave in ``state`` the iterate with the smallest largest violation
+        (the answer when the run stops early) or the last one (the smallest
+        dual objective).
+
+    Returns
+    -------
+    log : dict of arrays
+        ``constraint`` (chosen ``j_t``), ``violation`` (``r_t``), ``alpha``,
+        ``dual_objective`` and ``dual_bound`` (index 0 is the start),
+        ``max_violation`` of the kept iterate, ``converged``,
+        ``infeasible``, ``n_iter``.
+    """
+    log_dual = state.log_partition()
+    log_bound = 0.0
+    offset = 0.0
+    chosen, violations, alphas = [], [], []
+    log_duals, log_bounds = [log_dual], [log_bound]
+    best = None
+    converged = infeasible = False
+    for t in range(max_iter + 1):
+        values = constraints.values(state)
+        j = int(np.argmax(values))
+        r = float(values[j])
+        if keep == "best" and (best is None or r < best[0]):
+            best = (r, state.copy())
+        if r <= tol:
+            converged = True
+            break
+        if t == max_iter or infeasible:
+            break
+        lam_max, lam_min = constraints.eigen_range(j)
+        alpha = float(definiteboost_step(r, lam_max, lam_min))
+        if projection == "exact":
+            alpha = _exact_step(constraints, state, j, r, alpha)
+        if isinstance(constraints, PairConstraints):
+            offset += constraints.project(state, j, alpha, update)
+        else:
+            offset += constraints.project(state, j, alpha)
+        log_dual = state.log_partition() + offset
+        log_bound += float(_log_rho(r, lam_max, lam_min))
+        chosen.append(j)
+        violations.append(r)
+        alphas.append(alpha)
+        log_duals.append(log_dual)
+        log_bounds.append(log_bound)
+        if min_prior_eigenvalue is not None and log_dual < np.log(min_prior_eigenvalue) - 1e-9:
+            infeasible = True
+        if callback is not None:
+            callback(t + 1, {"constraint": j, "violation": r, "alpha": alpha,
+                             "dual_objective": np.exp(log_dual),
+                             "dual_bound": np.exp(log_bound)})
+    best_violation, best_state = best if best is not None else (r, None)
+    if keep == "best":
+        state.__dict__.update(best_state.__dict__)
+    else:
+        best_violation = float(constraints.values(state).max())
+    return {
+        "constraint": np.asarray(chosen, dtype=np.intp),
+        "violation": np.asarray(violations),
+        "alpha": np.asarray(alphas),
+        "dual_objective": np.exp(log_duals),
+        "dual_bound": np.exp(log_bounds),
+        "max_violation": best_violation,
+        "converged": converged,
+        "infeasible": infeasible,
+        "n_iter": len(chosen),
+    }
+
+
+def _warn_outcome(log, max_iter):
+    if log["infeasible"]:
+        warnings.warn(
+            "The constraints are infeasible: the dual objective fell below the "
+            "prior's smallest eigenvalue (a certificate by weak duality). "
+            f"Returning the iterate with the smallest largest violation "
+            f"({log['max_violation']:.3g}).",
+            ConvergenceWarning, stacklevel=3,
+        )
+    elif not log["converged"]:
+        warnings.warn(
+            f"DefiniteBoost did not converge in {max_iter} iterations "
+            f"(largest violation {log['max_violation']:.3g}); returning the "
+            "iterate with the smallest largest violation. Increase max_iter "
+            "or tol.",
+            ConvergenceWarning, stacklevel=3,
+        )
+
+
+def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000,
+                  tol=1e-8, keep="best"):
+    """DefiniteBoost for general symmetric constraint matrices (eqs. 8-14).
+
+    Parameters
+    ----------
+    constraints : array-like of shape (n, d, d)
+        Symmetric ``C_j``, each with eigenvalues of both signs.
+    prior : array-like of shape (d, d)
+        Symmetric positive definite ``W_1`` (scaled to trace one).
+    projection : {"approximate", "exact"}, default="approximate"
+    max_iter : int, default=1000
+    tol : float, default=1e-8
+        Stop when ``max_j tr(W C_j) <= tol``.
+    keep : {"best", "last"}, default="best"
+        Which iterate to return when the run stops before convergence.
+
+    Returns
+    -------
+    W : ndarray of shape (d, d)
+        The trace-one result.
+    log : dict
+        See :func:`run_definiteboost`; also ``state``.
+    """
+    state = ExponentState.from_prior(prior, name="prior")
+    constraints = MatrixConstraints(constraints)
+    if constraints.matrices.shape[1:] != state.exponent.shape:
+        raise ValueError(
+            f"constraints have shape {constraints.matrices.shape[1:]}, the prior "
+            f"{state.exponent.shape}."
+        )
+    log = run_definiteboost(constraints, state, projection=projection,
+                            max_iter=max_iter, tol=tol, keep=keep,
+                            min_prior_eigenvalue=np.exp(state.eigenvalues[0]))
+    _warn_outcome(log, max_iter)
+    log["state"] = state
+    return state.matrix(), log
+
+
+def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
+                        projection="approximate", max_iter=1000, tol=1e-8,
+                        update=None, keep="best"):
+    """DefiniteBoost for similar / dissimilar pair constraints.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+    signs : ndarray of shape (n,)
+        ``+1`` similar (``||x_a - x_b||^2 <= threshold``), ``-1`` dissimilar
+        (``>= threshold``).
+    thresholds : float or ndarray of shape (n,)
+        In the units of a trace-one kernel.
+    n_objects : int, optional
+        ``d`` for the prior ``I / d`` when ``prior`` is not given.
+    prior : ndarray of shape (d, d), optional
+    projection, max_iter, tol, update, keep
+        See :func:`run_definiteboost`.
+
+    Returns
+    -------
+    W : ndarray of shape (d, d)
+    log : dict
+    """
+    from ._meg import _prior_state
+
+    state = _prior_state(n_objects, prior)
+    pairs = np.asarray(pairs)
+    constraints = PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds, state)
+    log = run_definiteboost(constraints, state, projection=projection,
+                            max_iter=max_iter, tol=tol,
+                            min_prior_eigenvalue=np.exp(state.eigenvalues[0]
+                                                        - state.log_partition()),
+                            update=update, keep=keep)
+    _warn_outcome(log, max_iter)
+    log["state"] = state
+    return state.matrix(), log
