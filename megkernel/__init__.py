@@ -18,6 +18,8 @@ from ._meg import meg, meg_general
 from ._definiteboost import definiteboost, definiteboost_pairs
 from .definiteboost import DefiniteBoostKernel
 from .meg import MEGKernelRegressor
+from .neighbors import KernelKNeighborsClassifier
+from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from ._spectral import (
     expm_symmetric,
     logm_spd,
@@ -34,6 +36,9 @@ __all__ = [
     "logm_spd",
     "DefiniteBoostKernel",
     "MEGKernelRegressor",
+    "KernelKNeighborsClassifier",
+    "make_knn_kernel_scorer",
+    "nearest_neighbor_error",
     "definiteboost",
     "definiteboost_pairs",
     "meg",

@@ -1,0 +1,219 @@
+"""k-nearest-neighbour classification on a precomputed kernel.
+
+A kernel ``K`` induces the feature-space distance
+``d(i, j) = sqrt(K_ii + K_jj - 2 K_ij)``. :class:`KernelKNeighborsClassifier`
+classifies with scikit-learn's ``KNeighborsClassifier(metric="precomputed")``
+on these distances, and takes the kernel itself as input, so that it can
+judge a learned kernel by neighbour accuracy as Section 5 of Tsuda, Raetsch &
+Warmuth (2004) does.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._spectral import check_symmetric
+
+__all__ = ["KernelKNeighborsClassifier", "kernel_distances"]
+
+
+def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
+    """Feature-space distances induced by a kernel.
+
+    ``d(i, j) = sqrt(max(K_ii + K_jj - 2 K_ij, 0))``; the clip at zero only
+    removes round-off of (nearly) coinciding points.
+
+    Parameters
+    ----------
+    kernel_rows : ndarray of shape (n_rows, n_columns)
+        Kernel values ``K_ij`` between row objects ``i`` and column objects
+        ``j``.
+    row_diagonal : ndarray of shape (n_rows,)
+        ``K_ii`` of the row objects.
+    column_diagonal : ndarray of shape (n_columns,)
+        ``K_jj`` of the column objects.
+
+    Returns
+    -------
+    distances : ndarray of shape (n_rows, n_columns)
+    """
+    squared = row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
+    return np.sqrt(np.maximum(squared, 0.0))
+
+
+class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
+    """k-nearest-neighbour classifier on a precomputed kernel.
+
+    ``fit`` takes the kernel between training objects, ``predict`` the
+    kernel between test and training objects. Neighbours are those closest in
+    the distance the kernel induces, ``d(i, j) = sqrt(K_ii + K_jj - 2 K_ij)``
+    (see :func:`kernel_distances`); the neighbour search and the vote are
+    scikit-learn's ``KNeighborsClassifier(metric="precomputed",
+    algorithm="brute")``.
+
+    The estimator is tagged ``pairwise``, so ``cross_val_score``,
+    ``GridSearchCV`` and ``Pipeline`` hand it ``K[train][:, train]`` to fit and
+    ``K[test][:, train]`` to predict.
+
+    **The test diagonal.** Under that slicing the test objects' own values
+    ``K_ii`` are not available. With ``weights="uniform"`` they are not
+    needed: for a test object ``i``, ``K_ii`` is the same for every candidate
+    neighbour ``j``, so ranking by ``K_jj - 2 K_ij`` (shifted per row to be
+    non-negative) ranks exactly as the distances do, and the prediction equals
+    scikit-learn's on the induced distance matrix. Ties are broken by
+    scikit-learn in both cases (equal distances stay equal); only distances
+    that differ by floating-point rounding alone may be ordered differently.
+    Distance weights (``weights="distance"`` or a callable) need the actual
+    distances, hence ``K_ii``: pass them as ``test_diagonal`` to ``predict``
+    / ``predict_proba``; without them these methods raise a ``ValueError``.
+    For cross-validation with distance weights, give scikit-learn's
+    ``KNeighborsClassifier(metric="precomputed")`` the distance matrix of all
+    objects instead (``kernel_distances(K, np.diag(K), np.diag(K))``).
+
+    Parameters
+    ----------
+    n_neighbors : int, default=1
+        Number of neighbours (the paper's protocol uses 1).
+    weights : {"uniform", "distance"} or callable, default="uniform"
+        Weight function of scikit-learn's ``KNeighborsClassifier``. Anything
+        but ``"uniform"`` needs ``test_diagonal`` at prediction time.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    n_features_in_ : int
+        Number of training objects (columns of the kernel).
+    train_diagonal_ : ndarray of shape (n_features_in_,)
+        ``K_jj`` of the training objects.
+    neighbors_ : sklearn.neighbors.KNeighborsClassifier
+        The fitted neighbour search on the training distances.
+
+    See Also
+    --------
+    megkernel.evaluation.nearest_neighbor_error : The paper's 1-NN protocol.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import KernelKNeighborsClassifier
+    >>> points = np.array([[0.0], [0.1], [1.0], [1.1]])
+    >>> K = points @ points.T
+    >>> clf = KernelKNeighborsClassifier().fit(K[:3][:, :3], [0, 0, 1])
+    >>> clf.predict(K[3:][:, :3])
+    array([1])
+    """
+
+    _parameter_constraints = {
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "weights": [StrOptions({"uniform", "distance"}), callable],
+    }
+
+    def __init__(self, *, n_neighbors=1, weights="uniform"):
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = True
+        return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit on the kernel between training objects.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_train, n_train)
+            Symmetric kernel matrix of the training objects.
+        y : array-like of shape (n_train,)
+            Class labels.
+
+        Returns
+        -------
+        self : KernelKNeighborsClassifier
+        """
+        X, y = validate_data(self, X, y)
+        X = check_symmetric(X, name="Training kernel X")
+        self.train_diagonal_ = np.diag(X).copy()
+        distances = kernel_distances(X, self.train_diagonal_, self.train_diagonal_)
+        self.neighbors_ = KNeighborsClassifier(
+            n_neighbors=self.n_neighbors,
+            weights=self.weights,
+            algorithm="brute",
+            metric="precomputed",
+        ).fit(distances, y)
+        self.classes_ = self.neighbors_.classes_
+        return self
+
+    def predict(self, X, *, test_diagonal=None):
+        """Predict class labels of test objects.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_test, n_train)
+            Kernel between test objects (rows) and training objects.
+        test_diagonal : array-like of shape (n_test,), default=None
+            ``K_ii`` of the test objects. Needed for distance weights; with
+            uniform weights it is optional and, if given, the exact
+            distances are used.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_test,)
+        """
+        distances = self._query_distances(X, test_diagonal)
+        return self.neighbors_.predict(distances)
+
+    def predict_proba(self, X, *, test_diagonal=None):
+        """Class probabilities of test objects (neighbour vote shares).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_test, n_train)
+            Kernel between test objects (rows) and training objects.
+        test_diagonal : array-like of shape (n_test,), default=None
+            ``K_ii`` of the test objects; see :meth:`predict`.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_test, n_classes)
+            Columns ordered as ``classes_``.
+        """
+        distances = self._query_distances(X, test_diagonal)
+        return self.neighbors_.predict_proba(distances)
+
+    def _query_distances(self, X, test_diagonal):
+        """What the neighbour search ranks: distances, or a row-wise
+        order-preserving substitute when ``K_ii`` is unknown."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        if test_diagonal is not None:
+            test_diagonal = self._check_test_diagonal(test_diagonal, len(X))
+            return kernel_distances(X, test_diagonal, self.train_diagonal_)
+        if self.weights != "uniform":
+            raise ValueError(
+                f"weights={self.weights!r} needs the distances themselves, which "
+                "depend on the test objects' diagonal K_ii: pass test_diagonal, "
+                "or use weights='uniform' (whose ranking does not need it)."
+            )
+        ranking = self.train_diagonal_[None, :] - 2.0 * X
+        return ranking - ranking.min(axis=1, keepdims=True)
+
+    @staticmethod
+    def _check_test_diagonal(test_diagonal, n_test):
+        test_diagonal = np.asarray(test_diagonal, dtype=float)
+        if test_diagonal.shape != (n_test,):
+            raise ValueError(
+                f"test_diagonal must have shape ({n_test},), one K_ii per test "
+                f"object, got shape {test_diagonal.shape}."
+            )
+        if not np.all(np.isfinite(test_diagonal)):
+            raise ValueError("test_diagonal contains NaN or infinite entries.")
+        return test_diagonal
