@@ -62,10 +62,11 @@ class DefiniteBoostKernel(ClassifierMixin, BaseEstimator):
     projection : {"approximate", "exact"}, default="approximate"
         Step of eq. 13 (Theorem 4.1's bound holds) or the exact projection
         of eq. 11 (the chosen constraint then holds with equality).
-    max_iter : int, default=1000
+    max_iter : int, default=2000
         Largest number of projections.
-    tol : float, default=1e-3
-        Stop when every constraint holds within ``tol * gamma``.
+    tol : float, default=1e-2
+        Stop when every constraint holds within ``tol * gamma`` (squared
+        distance units of the kernel).
     init : {"identity"} or array-like of shape (d, d), default="identity"
         Prior ``W_1``: ``I / d`` or a symmetric positive definite matrix
         (scaled to trace one).
@@ -130,7 +131,7 @@ class DefiniteBoostKernel(ClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, *, n_objects=None, gamma="auto", gamma_dissimilar="auto",
-                 projection="approximate", max_iter=1000, tol=1e-3, init="identity",
+                 projection="approximate", max_iter=2000, tol=1e-2, init="identity",
                  trace=1.0, method="auto", verbose=0):
         self.n_objects = n_objects
         self.gamma = gamma
