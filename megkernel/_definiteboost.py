@@ -117,16 +117,22 @@ class PairConstraints:
         return float(self.signs[j] * (sq_distance - self.thresholds[j]))
 
 
-def _exact_step(constraints, state, j, r, alpha_guess):
-    """Eq. 11: the ``alpha >= 0`` where constraint ``j`` holds with equality."""
-    def residual(alpha):
-        return constraints.value_after(state, j, alpha)
+def _exact_step(constraints, state, j, alpha_guess, direction=1.0, limit=np.inf):
+    """Eq. 11: the step where constraint ``j`` holds with equality.
 
-    high = max(alpha_guess, 1e-12)
+    Moves ``A <- A - direction * alpha * C_j`` with ``0 <= alpha <= limit``
+    (``direction = -1`` undoes part of an earlier step, see ``corrective``).
+    """
+    def residual(alpha):
+        return direction * constraints.value_after(state, j, direction * alpha)
+
+    high = min(max(alpha_guess, 1e-12), limit)
     for _ in range(200):
         if residual(high) <= 0:
             break
-        high *= 2.0
+        if high >= limit:
+            return limit
+        high = min(2.0 * high, limit)
     else:
         return high
     return optimize.brentq(residual, 0.0, high, xtol=1e-300,
@@ -135,7 +141,7 @@ def _exact_step(constraints, state, j, r, alpha_guess):
 
 def run_definiteboost(constraints, state, *, projection="approximate",
                       max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
-                      update=None, callback=None, keep="best"):
+                      update=None, callback=None, keep="best", corrective=False):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -161,11 +167,22 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         Leave in ``state`` the iterate with the smallest largest violation
         (the answer when the run stops early) or the last one (the smallest
         dual objective).
+    corrective : bool, default=False
+        The paper's algorithm only ever increases the multipliers
+        ``alpha_j``; it stops at a feasible kernel that need not be the
+        closest one. With ``corrective=True`` (Hildreth-style corrections,
+        beyond the paper) a constraint with ``alpha_j > 0`` that has become
+        slack may also be chosen and its multiplier reduced (never below
+        0), so the run converges to the exact Bregman projection: it stops
+        when feasibility and complementary slackness both hold within
+        ``tol``. The dual objective still never increases; Theorem 4.1's
+        factor is applied for every step not clipped at ``alpha_j = 0``.
 
     Returns
     -------
     log : dict of arrays
-        ``constraint`` (chosen ``j_t``), ``violation`` (``r_t``), ``alpha``,
+        ``constraint`` (chosen ``j_t``), ``violation`` (``r_t``), ``alpha``
+        (negative for a corrective step), ``multipliers`` (``alpha_j``),
         ``dual_objective`` and ``dual_bound`` (index 0 is the start),
         ``max_violation`` of the kept iterate, ``converged``,
         ``infeasible``, ``n_iter``.
@@ -173,43 +190,56 @@ def run_definiteboost(constraints, state, *, projection="approximate",
     log_dual = state.log_partition()
     log_bound = 0.0
     offset = 0.0
+    multipliers = np.zeros(len(constraints))
     chosen, violations, alphas = [], [], []
     log_duals, log_bounds = [log_dual], [log_bound]
     best = None
     converged = infeasible = False
     for t in range(max_iter + 1):
         values = constraints.values(state)
-        j = int(np.argmax(values))
-        r = float(values[j])
-        if keep == "best" and (best is None or r < best[0]):
-            best = (r, state.copy())
+        largest = float(values.max())
+        if keep == "best" and (best is None or largest < best[0]):
+            best = (largest, state.copy())
+        scores = values
+        if corrective:
+            scores = np.where((values < 0) & (multipliers > 0), -values, values)
+        j = int(np.argmax(scores))
+        r = float(scores[j])
         if r <= tol:
             converged = True
             break
         if t == max_iter or infeasible:
             break
+        direction = -1.0 if values[j] < 0 else 1.0
         lam_max, lam_min = constraints.eigen_range(j)
+        if direction < 0:
+            lam_max, lam_min = -lam_min, -lam_max
         alpha = float(definiteboost_step(r, lam_max, lam_min))
+        limit = multipliers[j] if direction < 0 else np.inf
         if projection == "exact":
-            alpha = _exact_step(constraints, state, j, r, alpha)
+            alpha = _exact_step(constraints, state, j, alpha, direction, limit)
+        clipped = alpha >= limit
+        alpha = min(alpha, limit)
         if isinstance(constraints, PairConstraints):
-            offset += constraints.project(state, j, alpha, update)
+            offset += constraints.project(state, j, direction * alpha, update)
         else:
-            offset += constraints.project(state, j, alpha)
+            offset += constraints.project(state, j, direction * alpha)
+        multipliers[j] += direction * alpha
         log_dual = state.log_partition() + offset
-        log_bound += float(_log_rho(r, lam_max, lam_min))
+        if not clipped:
+            log_bound += float(_log_rho(r, lam_max, lam_min))
         chosen.append(j)
         violations.append(r)
-        alphas.append(alpha)
+        alphas.append(direction * alpha)
         log_duals.append(log_dual)
         log_bounds.append(log_bound)
         if min_prior_eigenvalue is not None and log_dual < np.log(min_prior_eigenvalue) - 1e-9:
             infeasible = True
         if callback is not None:
-            callback(t + 1, {"constraint": j, "violation": r, "alpha": alpha,
+            callback(t + 1, {"constraint": j, "violation": r, "alpha": direction * alpha,
                              "dual_objective": np.exp(log_dual),
                              "dual_bound": np.exp(log_bound)})
-    best_violation, best_state = best if best is not None else (r, None)
+    best_violation, best_state = best if best is not None else (largest, None)
     if keep == "best":
         state.__dict__.update(best_state.__dict__)
     else:
@@ -218,6 +248,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         "constraint": np.asarray(chosen, dtype=np.intp),
         "violation": np.asarray(violations),
         "alpha": np.asarray(alphas),
+        "multipliers": multipliers,
         "dual_objective": np.exp(log_duals),
         "dual_bound": np.exp(log_bounds),
         "max_violation": best_violation,
@@ -247,7 +278,7 @@ def _warn_outcome(log, max_iter):
 
 
 def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000,
-                  tol=1e-8, keep="best"):
+                  tol=1e-8, keep="best", corrective=False):
     """DefiniteBoost for general symmetric constraint matrices (eqs. 8-14).
 
     Parameters
@@ -262,6 +293,9 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
         Stop when ``max_j tr(W C_j) <= tol``.
     keep : {"best", "last"}, default="best"
         Which iterate to return when the run stops before convergence.
+    corrective : bool, default=False
+        Allow reducing earlier multipliers: converge to the exact
+        projection (see :func:`run_definiteboost`).
 
     Returns
     -------
@@ -279,7 +313,7 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
         )
     log = run_definiteboost(constraints, state, projection=projection,
                             max_iter=max_iter, tol=tol, keep=keep,
-                            min_prior_eigenvalue=np.exp(state.eigenvalues[0]))
+                            corrective=corrective, min_prior_eigenvalue=np.exp(state.eigenvalues[0]))
     _warn_outcome(log, max_iter)
     log["state"] = state
     return state.matrix(), log
@@ -287,7 +321,7 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
 
 def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
                         projection="approximate", max_iter=1000, tol=1e-8,
-                        update=None, keep="best"):
+                        update=None, keep="best", corrective=False):
     """DefiniteBoost for similar / dissimilar pair constraints.
 
     Parameters
@@ -301,7 +335,7 @@ def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
     n_objects : int, optional
         ``d`` for the prior ``I / d`` when ``prior`` is not given.
     prior : ndarray of shape (d, d), optional
-    projection, max_iter, tol, update, keep
+    projection, max_iter, tol, update, keep, corrective
         See :func:`run_definiteboost`.
 
     Returns
@@ -318,7 +352,7 @@ def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
                             max_iter=max_iter, tol=tol,
                             min_prior_eigenvalue=np.exp(state.eigenvalues[0]
                                                         - state.log_partition()),
-                            update=update, keep=keep)
+                            update=update, keep=keep, corrective=corrective)
     _warn_outcome(log, max_iter)
     log["state"] = state
     return state.matrix(), log
