@@ -56,6 +56,31 @@ class ExponentState:
         return state
 
     @classmethod
+    def from_factor(cls, factor, *, name="init_factor"):
+        """Low-rank state for the prior ``W_1 = F F^T / ||F||_F^2``.
+
+        A thin SVD ``F = U diag(s) V^T`` gives the basis ``P = U`` and
+        ``S = diag(s^2) / sum(s^2)`` (``O(d r^2)`` time, ``O(d r)`` memory).
+        Directions with ``s <= max(d, r) * eps * s_max`` are dropped (the
+        numerical rank, as in ``numpy.linalg.matrix_rank``).
+        """
+        factor = np.asarray(factor, dtype=float)
+        if factor.ndim != 2 or factor.shape[0] < 2 or factor.shape[1] < 1:
+            raise ValueError(
+                f"{name} must be a 2-D array of shape (n_objects >= 2, rank >= 1), "
+                f"got shape {factor.shape}."
+            )
+        if not np.all(np.isfinite(factor)):
+            raise ValueError(f"{name} contains NaN or infinite entries.")
+        basis, singular, _ = np.linalg.svd(factor, full_matrices=False)
+        keep = singular > max(factor.shape) * np.finfo(float).eps * singular[0]
+        if not np.any(keep):
+            raise ValueError(f"{name} is zero: the prior has rank 0.")
+        log_lam = 2.0 * np.log(singular[keep])
+        log_lam -= log_trace_exp(log_lam)
+        return cls(np.diag(log_lam), basis=np.ascontiguousarray(basis[:, keep]))
+
+    @classmethod
     def identity(cls, n_objects):
         """State for the prior ``W_1 = I / d``."""
         return cls(-np.log(n_objects) * np.eye(n_objects))
@@ -83,6 +108,18 @@ class ExponentState:
         """``W`` itself (``r x r``; in low-rank mode the matrix ``M``)."""
         vecs = self.eigenvectors
         return (vecs * self.weights()) @ vecs.T
+
+    def factor(self):
+        """``B`` with ``W = B B^T``: shape (d, r), ``P V diag(sqrt(w))``."""
+        scaled = self.eigenvectors * np.sqrt(self.weights())
+        return scaled if self.basis is None else self.basis @ scaled
+
+    def entries(self, rows, cols):
+        """The block ``W[rows][:, cols]`` without forming ``W``."""
+        vecs = self.eigenvectors
+        left = vecs[rows] if self.basis is None else self.basis[rows] @ vecs
+        right = vecs[cols] if self.basis is None else self.basis[cols] @ vecs
+        return (left * self.weights()) @ right.T
 
     def pair_vectors(self, a, b):
         """``v = e_a - e_b`` (dense) or ``P[a] - P[b]`` as rows, shape (n, r)."""

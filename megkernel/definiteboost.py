@@ -85,8 +85,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     max_iter : int, default=2000
         Largest number of projections.
     tol : float, default=1e-2
-        Stop when every constraint holds within ``tol * gamma`` (squared
-        distance units of the kernel).
+        The fit aims at the constraints tightened by ``tol * gamma / 2``
+        (squared-distance units of the kernel) and stops when those hold
+        within ``tol * gamma / 2``: on convergence every constraint holds.
     init : {"identity"} or array-like of shape (d, d), default="identity"
         Prior ``W_1``: ``I / d`` or a symmetric positive definite matrix
         (scaled to trace one).
@@ -203,12 +204,15 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             pairs, signs = self._validate_constraints(X, y)
             state = initial_state(self, pairs)
             gamma, gamma_dissimilar = self._thresholds(state)
+            # aim at constraints tightened by half the tolerance, stop within the
+            # other half: on convergence every constraint holds exactly
+            margin = 0.5 * self.tol * gamma
             constraints, kept = self._feasible_constraints(
-                pairs, signs, gamma, gamma_dissimilar, state)
+                pairs, signs, gamma - margin, gamma_dissimilar + margin, state)
         log = run_definiteboost(
             constraints, state, projection=self.projection, corrective=self.corrective,
             max_iter=self.max_iter,
-            tol=self.tol * gamma / self.trace,
+            tol=margin / self.trace,
             min_prior_eigenvalue=np.exp(state.eigenvalues[0] - state.log_partition()),
             update=_pair_updater(self.method, state.size),
             callback=self._progress if self.verbose else None,
@@ -295,11 +299,11 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.n_iter_ = log["n_iter"]
         self.dual_objective_ = log["dual_objective"]
         self.dual_bound_ = log["dual_bound"]
-        self.violations_ = log["violation"] * self.trace
+        self.violations_ = log["violation"] * self.trace - 0.5 * self.tol * gamma
         self.chosen_constraints_ = kept[log["constraint"]]
         self.alphas_ = log["alpha"]
         self.multipliers_ = log["multipliers"]
-        self.max_violation_ = max(log["max_violation"], 0.0) * self.trace
+        self.max_violation_ = max(log["max_violation"] * self.trace - 0.5 * self.tol * gamma, 0.0)
         self.converged_ = log["converged"]
 
     def _progress(self, t, record):

@@ -11,7 +11,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._exponent import ExponentState
+from ._lowrank import (
+    KernelViewsMixin,
+    auto_learning_rate,
+    declared_n_objects,
+    initial_state,
+)
 from ._meg import run_pair_trials
 from ._validation import check_squared_distances, unchanged_on_error, validate_pairs
 
@@ -20,7 +25,7 @@ __all__ = ["MEGKernelRegressor"]
 _CHUNK = 10_000
 
 
-class MEGKernelRegressor(RegressorMixin, BaseEstimator):
+class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     r"""Learn a kernel on-line from squared distances with MEG updates.
 
     Each sample is a pair of objects ``(a, b)`` with target the squared
@@ -38,18 +43,36 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
     Lemma 3.2 is ``eta = 2 / r^2 = 1/2`` (the paper's ``eta = 2`` with
     half of this ``X_t``: the same kernels).
 
+    **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
+    ``W_1 = F F^T / ||F||_F^2`` and every iterate stays in its range,
+    ``W = P M P^T`` (``P``: orthonormal basis of ``range(F)``): a trial
+    costs ``O(r^2)``-``O(r^3)`` whatever ``d``, memory is ``O(d r)``, and
+    no ``d x d`` array is formed. The instance range shrinks from ``2`` to
+    ``||P[a] - P[b]||^2`` (about ``2 r / d``), which ``learning_rate="auto"``
+    accounts for. Read the kernel through :attr:`kernel_factor_`,
+    :meth:`kernel_entries` and :meth:`predict`.
+
     Parameters
     ----------
     n_objects : int, default=None
-        Number of objects ``d``. Taken from ``init`` when that is a matrix;
-        otherwise, if ``None``, from the largest index seen by the first fit.
-    learning_rate : float, default=0.5
-        ``eta`` in trace-one units; ``0.5`` is Lemma 3.2's rate when a
-        kernel of trace ``trace`` fits the distances exactly. It does not
+        Number of objects ``d``. Taken from ``init`` or ``init_factor`` when
+        given; otherwise, if ``None``, from the largest index seen by the
+        first fit.
+    learning_rate : float or "auto", default="auto"
+        ``eta`` in trace-one units. ``"auto"``: Lemma 3.2's realizable rate
+        ``2 / rho^2`` with ``rho`` a bound on the instance range
+        ``||v||^2``: ``rho = 2`` in dense mode (so ``eta = 0.5``), the
+        largest ``||P[a] - P[b]||^2`` over the pairs of the first
+        ``fit`` / ``partial_fit`` call in low-rank mode. It does not
         depend on the scale of ``y`` (set ``trace`` for that).
     init : {"identity"} or array-like of shape (d, d), default="identity"
         Prior ``W_1``: ``I / d`` or a symmetric positive definite matrix
         (scaled to trace one).
+    init_factor : array-like of shape (d, r), default=None
+        Low-rank prior ``W_1 = F F^T / ||F||_F^2`` (e.g. ``F`` = centred
+        features, a Nystroem or kernel-PCA map); selects low-rank mode.
+        Directions of numerically zero singular value are dropped. Give
+        ``init`` or ``init_factor``, not both.
     trace : float, default=1.0
         Trace of the learned kernel; squared distances are in its units.
         Fitting ``trace * y`` with ``trace=tau`` learns ``tau`` times the
@@ -71,9 +94,19 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
     Attributes
     ----------
     state_ : ExponentState
-        The exponent ``log W`` and its eigendecomposition (the model state).
+        The exponent ``log W`` (``log M`` in low-rank mode, with the basis
+        ``state_.basis``) and its eigendecomposition (the model state).
     n_objects_ : int
         Number of objects ``d``.
+    rank_ : int
+        Dimension ``r`` of the range of the kernel (``d`` in dense mode).
+    learning_rate_ : float
+        The learning rate used.
+    kernel_ : ndarray of shape (d, d)
+        The learned kernel ``trace * W``; in low-rank mode only for
+        ``d <= 5000`` (otherwise a ``ValueError`` points to the views below).
+    kernel_factor_ : ndarray of shape (d, r)
+        ``F`` with ``kernel_ = F F^T``.
     n_updates_ : int
         Number of on-line trials so far.
     losses_ : ndarray of shape (n_updates_,)
@@ -105,8 +138,9 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_objects": [Interval(Integral, 2, None, closed="left"), None],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "init": [StrOptions({"identity"}), "array-like"],
+        "init_factor": ["array-like", None],
         "trace": [Interval(Real, 0, None, closed="neither")],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "shuffle": ["boolean"],
@@ -115,12 +149,13 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, n_objects=None, learning_rate=0.5, init="identity",
-                 trace=1.0, n_epochs=1, shuffle=False, random_state=None,
-                 method="auto", verbose=0):
+    def __init__(self, *, n_objects=None, learning_rate="auto", init="identity",
+                 init_factor=None, trace=1.0, n_epochs=1, shuffle=False,
+                 random_state=None, method="auto", verbose=0):
         self.n_objects = n_objects
         self.learning_rate = learning_rate
         self.init = init
+        self.init_factor = init_factor
         self.trace = trace
         self.n_epochs = n_epochs
         self.shuffle = shuffle
@@ -145,13 +180,13 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         self : object
         """
         with unchanged_on_error(self):
-            pairs, y = self._validate_trials(X, y, n_objects=self._declared_n_objects(),
+            pairs, y = self._validate_trials(X, y, n_objects=declared_n_objects(self),
                                              reset=True)
-            state = self._initial_state(pairs)
+            state = initial_state(self, pairs)
         rng = check_random_state(self.random_state)
         orders = [rng.permutation(len(y)) if self.shuffle else np.arange(len(y))
                   for _ in range(self.n_epochs)]
-        self._start(state)
+        self._start(state, pairs)
         for epoch, order in enumerate(orders):
             self._run(pairs[order], y[order], epoch=epoch)
         return self
@@ -176,10 +211,10 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         """
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
-            n_objects = self._declared_n_objects() if first else self.n_objects_
+            n_objects = declared_n_objects(self) if first else self.n_objects_
             pairs, y = self._validate_trials(X, y, n_objects=n_objects, reset=first)
             if first:
-                self._start(self._initial_state(pairs))
+                self._start(initial_state(self, pairs), pairs)
         self._run(pairs, y, epoch=None)
         return self
 
@@ -188,26 +223,10 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
         y = check_squared_distances(y, len(pairs))
         return pairs, y
 
-    def _declared_n_objects(self):
-        if isinstance(self.init, str):
-            return self.n_objects
-        n_init = np.shape(self.init)[0]
-        if self.n_objects is not None and self.n_objects != n_init:
-            raise ValueError(
-                f"n_objects={self.n_objects} does not match init of shape "
-                f"{np.shape(self.init)}."
-            )
-        return n_init
-
-    def _initial_state(self, pairs):
-        if isinstance(self.init, str):
-            n_objects = self.n_objects
-            if n_objects is None:
-                n_objects = max(int(pairs.max()) + 1, 2)
-            return ExponentState.identity(n_objects)
-        return ExponentState.from_prior(self.init, name="init")
-
-    def _start(self, state):
+    def _start(self, state, pairs):
+        self.learning_rate_ = (auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
+                               if self.learning_rate == "auto"
+                               else float(self.learning_rate))
         self.state_ = state
         self.n_objects_ = state.n_objects
         self.n_updates_ = 0
@@ -230,7 +249,7 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
             stop = min(start + chunk, n)
             predictions = run_pair_trials(
                 self.state_, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                learning_rate=self.learning_rate, trace=self.trace, method=self.method,
+                learning_rate=self.learning_rate_, trace=self.trace, method=self.method,
             )
             self._record((predictions - y[start:stop]) ** 2)
             if self.verbose:
@@ -250,12 +269,6 @@ class MEGKernelRegressor(RegressorMixin, BaseEstimator):
     def cumulative_loss_(self):
         """``L_MEG(S)``: the sum of the on-line losses so far."""
         return float(self.losses_.sum())
-
-    @property
-    def kernel_(self):
-        """The learned kernel ``trace * W`` (symmetric PSD, d x d)."""
-        check_is_fitted(self, "state_")
-        return self.trace * self.state_.matrix()
 
     def predict(self, X):
         """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs."""
