@@ -14,10 +14,13 @@ from ._bounds import (
     meg_optimal_c,
     meg_regret_bound,
 )
-from ._meg import meg, meg_general
-from ._definiteboost import definiteboost, definiteboost_pairs
+# The estimator modules first: importing a submodule binds its name on the
+# package, and ``megkernel.meg`` / ``megkernel.definiteboost`` must be the
+# solver functions, not the modules ``meg.py`` / ``definiteboost.py``.
 from .definiteboost import DefiniteBoostKernel
 from .meg import MEGKernelRegressor
+from ._meg import meg, meg_general
+from ._definiteboost import definiteboost, definiteboost_pairs
 from .neighbors import KernelKNeighborsClassifier
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from ._spectral import (

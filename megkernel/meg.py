@@ -219,6 +219,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return self
 
     def _validate_trials(self, X, y, *, n_objects, reset):
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y "
+                "is None (give the squared distances of the pairs)."
+            )
         pairs, y = validate_pairs(self, X, y, reset=reset, n_objects=n_objects)
         y = check_squared_distances(y, len(pairs))
         return pairs, y
