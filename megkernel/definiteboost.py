@@ -322,7 +322,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """``threshold_ - squared distance``: positive for similar pairs."""
-        return self.threshold_ - self.pair_distances(X)
+        distances = self.pair_distances(X)  # checks fitted first: NotFittedError
+        return self.threshold_ - distances
 
     def predict(self, X):
         """``+1`` (similar) where the squared distance is ``<= threshold_``, else ``-1``."""

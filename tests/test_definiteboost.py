@@ -1,0 +1,617 @@
+"""DefiniteBoost (Section 4) against AdaBoost, a naive dense implementation,
+Theorem 4.1's bound, and the estimator's contracts."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy import linalg, optimize
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.metrics import accuracy_score
+from sklearn.model_selection import GridSearchCV
+from threadpoolctl import threadpool_limits
+
+from megkernel import (
+    DefiniteBoostKernel,
+    definiteboost,
+    definiteboost_pairs,
+    definiteboost_rho,
+    definiteboost_step,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_blas():
+    # tiny matrices: threaded BLAS only adds contention
+    with threadpool_limits(limits=1):
+        yield
+
+
+# -- helpers -------------------------------------------------------------------
+
+def _pair_matrix(d, a, b, sign, gamma):
+    """C = s (u u^T - gamma I), u = e_a - e_b (trace-one units)."""
+    u = np.zeros(d)
+    u[a] += 1.0
+    u[b] -= 1.0
+    return sign * (np.outer(u, u) - gamma * np.eye(d))
+
+
+def _density(d, seed, rank=None):
+    rng = np.random.default_rng(seed)
+    F = rng.normal(size=(d, d if rank is None else rank))
+    W = F @ F.T
+    if rank is None:
+        W += 0.2 * np.eye(d)
+    W = 0.5 * (W + W.T)
+    return W / np.trace(W)
+
+
+def _feasible_matrix_constraints(d, n, seed, margin=0.02):
+    """Random symmetric C_j with tr(W* C_j) = -margin for a density W*."""
+    rng = np.random.default_rng(seed)
+    target = _density(d, seed + 500)
+    Cs = []
+    for _ in range(n):
+        B = rng.normal(size=(d, d))
+        B = 0.5 * (B + B.T)
+        Cs.append(B - (np.sum(target * B) + margin) * np.eye(d))
+    return np.array(Cs), target
+
+
+def _sq_dist(K, pairs):
+    a, b = pairs[:, 0], pairs[:, 1]
+    return K[a, a] + K[b, b] - 2 * K[a, b]
+
+
+def _target_kernel(d, rank, seed):
+    """Random low-rank PSD kernel with positive entries, trace one."""
+    F = np.random.default_rng(seed).uniform(0, 1, size=(d, rank))
+    K = F @ F.T
+    return K / np.trace(K)
+
+
+def _close_pairs(K, gamma):
+    d = len(K)
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)
+    return pairs[_sq_dist(K, pairs) < gamma]
+
+
+def _naive_definiteboost(Cs, prior, n_iter, projection="approximate", tol=-np.inf):
+    """Eqs. 11-13 literally, with scipy expm/logm, one step at a time."""
+    W1 = prior / np.trace(prior)
+    L1 = np.real(linalg.logm(W1))
+    W = W1
+    total = np.zeros_like(W1)
+    chosen, alphas, violations, duals = [], [], [], [1.0]
+    for _ in range(n_iter):
+        values = np.array([np.sum(W * C) for C in Cs])
+        j = int(np.argmax(values))
+        r = values[j]
+        if r <= tol:
+            break
+        lam = np.linalg.eigvalsh(Cs[j])
+        lam_max, lam_min = lam[-1], lam[0]
+        alpha = np.log((1 - r / lam_min) / (1 - r / lam_max)) / (lam_max - lam_min)
+        LW = np.real(linalg.logm(W))
+        if projection == "exact":
+            def residual(a):
+                E = linalg.expm(LW - a * Cs[j])
+                return np.sum(E * Cs[j]) / np.trace(E)
+            high = alpha
+            while residual(high) > 0:
+                high *= 2
+            alpha = optimize.brentq(residual, 0.0, high, xtol=1e-15, rtol=1e-15)
+        E = linalg.expm(LW - alpha * Cs[j])
+        E = 0.5 * (E + E.T)
+        W = E / np.trace(E)
+        total += alpha * Cs[j]
+        duals.append(np.trace(linalg.expm(L1 - total)))
+        chosen.append(j)
+        alphas.append(alpha)
+        violations.append(r)
+    return W, dict(constraint=np.array(chosen), alpha=np.array(alphas),
+                   violation=np.array(violations), dual_objective=np.array(duals))
+
+
+def _quiet(func, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return func(*args, **kwargs)
+
+
+# -- the step and rho --------------------------------------------------------
+
+def test_step_and_rho_reduce_to_adaboost():
+    r = np.linspace(0.0, 0.9, 10)
+    assert_allclose(definiteboost_step(r, 1.0, -1.0), 0.5 * np.log((1 + r) / (1 - r)),
+                    rtol=1e-14, atol=1e-16)
+    assert_allclose(definiteboost_rho(r, 1.0, -1.0), np.sqrt(1 - r**2), rtol=1e-14)
+    # general range: eq. 13 and Theorem 4.1's factor
+    lam_max, lam_min = 1.7, -0.3
+    r = np.array([0.05, 0.4, 1.2])
+    expected_alpha = np.log((1 - r / lam_min) / (1 - r / lam_max)) / (lam_max - lam_min)
+    assert_allclose(definiteboost_step(r, lam_max, lam_min), expected_alpha, rtol=1e-13)
+    span = lam_max - lam_min
+    expected_rho = ((1 - r / lam_max) ** (lam_max / span)
+                    * (1 - r / lam_min) ** (-lam_min / span))
+    assert_allclose(definiteboost_rho(r, lam_max, lam_min), expected_rho, rtol=1e-13)
+    assert definiteboost_rho(0.0, lam_max, lam_min) == 1.0
+    assert np.all(definiteboost_rho(r, lam_max, lam_min) < 1.0)
+
+
+def test_step_minimises_the_convexity_bound_of_the_dual_ratio():
+    """eq. 13's alpha minimises the upper bound whose minimum is rho(r)."""
+    lam_max, lam_min, r = 1.3, -0.6, 0.35
+
+    def bound(alpha):
+        # exp(-alpha c) <= convex combination of the endpoint values, c in [lmin, lmax]
+        return ((r - lam_min) * np.exp(-alpha * lam_max)
+                + (lam_max - r) * np.exp(-alpha * lam_min)) / (lam_max - lam_min)
+
+    result = optimize.minimize_scalar(bound, bounds=(0, 20), method="bounded",
+                                      options=dict(xatol=1e-12))
+    assert definiteboost_step(r, lam_max, lam_min) == pytest.approx(result.x, rel=1e-6)
+    assert definiteboost_rho(r, lam_max, lam_min) == pytest.approx(result.fun, rel=1e-10)
+
+
+# -- the diagonal case is AdaBoost --------------------------------------------
+
+def _adaboost(margins, n_rounds):
+    """Independent AdaBoost: margins[j, i] = y_i h_j(x_i) in {-1, +1}."""
+    n_hyp, m = margins.shape
+    w = np.full(m, 1.0 / m)
+    chosen, alphas, normalisers, gaps = [], [], [], []
+    for _ in range(n_rounds):
+        edges = margins @ w
+        order = np.argsort(edges)
+        gaps.append(edges[order[-1]] - edges[order[-2]])
+        j = order[-1]
+        r = edges[j]
+        alpha = 0.5 * np.log((1 + r) / (1 - r))
+        w = w * np.exp(-alpha * margins[j])
+        normalisers.append(w.sum())
+        w = w / w.sum()
+        chosen.append(j)
+        alphas.append(alpha)
+    return w, np.array(chosen), np.array(alphas), np.cumprod(normalisers), min(gaps)
+
+
+def test_diagonal_case_is_adaboost():
+    m, n_hyp, n_rounds = 60, 25, 25
+    rng = np.random.default_rng(3)
+    labels = rng.choice([-1, 1], m)
+    predictions = rng.choice([-1, 1], (n_hyp, m))
+    margins = predictions * labels
+    w, chosen, alphas, exp_loss, gap = _adaboost(margins, n_rounds)
+    assert gap > 1e-5                # no near-ties: the greedy choice is unambiguous
+
+    C = np.array([np.diag(row) for row in margins])
+    with pytest.warns(ConvergenceWarning):
+        W, log = definiteboost(C, np.eye(m) / m, tol=-1, max_iter=n_rounds, keep="last")
+    assert log["n_iter"] == n_rounds
+    assert_array_equal(log["constraint"], chosen)
+    assert_allclose(log["alpha"], alphas, rtol=1e-12, atol=1e-12)
+    assert_allclose(np.diag(W), w, rtol=1e-12, atol=1e-12)
+    assert_allclose(W - np.diag(np.diag(W)), 0.0, atol=1e-15)
+    assert_allclose(log["dual_objective"][1:], exp_loss, rtol=1e-12)
+    # the exponential loss written out: mean_i exp(-y_i F(x_i))
+    F = alphas @ predictions[chosen]
+    assert log["dual_objective"][-1] == pytest.approx(np.mean(np.exp(-labels * F)), rel=1e-12)
+    # r_t is AdaBoost's edge and the bound is prod sqrt(1 - r^2)
+    edges = log["violation"]
+    assert_allclose(log["dual_bound"][1:], np.cumprod(np.sqrt(1 - edges**2)), rtol=1e-12)
+
+
+# -- agreement with a naive dense implementation --------------------------------
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_matrix_constraints_match_naive_dense(projection):
+    d, n, n_iter = 5, 8, 12
+    Cs, _ = _feasible_matrix_constraints(d, n, seed=10)
+    prior = _density(d, 11)
+    expected_W, expected = _naive_definiteboost(Cs, prior, n_iter, projection, tol=1e-10)
+    W, log = _quiet(definiteboost, Cs, prior, projection=projection, tol=1e-10,
+                    max_iter=n_iter, keep="last")
+    assert log["n_iter"] == len(expected["alpha"]) >= 3
+    assert_array_equal(log["constraint"], expected["constraint"])
+    assert_allclose(log["alpha"], expected["alpha"], rtol=1e-9, atol=1e-12)
+    assert_allclose(log["violation"], expected["violation"], rtol=1e-9, atol=1e-12)
+    assert_allclose(log["dual_objective"], expected["dual_objective"], rtol=1e-10)
+    assert_allclose(W, expected_W, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_pair_constraints_match_naive_dense(projection):
+    d, n_iter = 6, 15
+    pairs = np.array([[0, 1], [1, 2], [3, 4], [0, 5], [2, 4], [1, 3]])
+    signs = np.array([1, 1, 1, -1, -1, 1])
+    thresholds = np.where(signs > 0, 0.05, 0.5)
+    prior = _density(d, 12)
+    Cs = np.array([_pair_matrix(d, a, b, s, g)
+                   for (a, b), s, g in zip(pairs, signs, thresholds)])
+    expected_W, expected = _naive_definiteboost(Cs, prior, n_iter, projection, tol=1e-10)
+    W, log = _quiet(definiteboost_pairs, pairs, signs, thresholds, prior=prior,
+                    projection=projection, tol=1e-10, max_iter=n_iter, keep="last")
+    assert log["n_iter"] == len(expected["alpha"]) > 3
+    assert_array_equal(log["constraint"], expected["constraint"])
+    assert_allclose(log["alpha"], expected["alpha"], rtol=1e-9, atol=1e-12)
+    assert_allclose(log["dual_objective"], expected["dual_objective"], rtol=1e-10)
+    assert_allclose(W, expected_W, rtol=1e-9, atol=1e-12)
+    # the pair solver and the general solver agree
+    W_general, log_general = _quiet(definiteboost, Cs, prior, projection=projection,
+                                    tol=1e-10, max_iter=n_iter, keep="last")
+    assert_allclose(W_general, W, rtol=1e-10, atol=1e-13)
+    assert_allclose(log_general["dual_objective"], log["dual_objective"], rtol=1e-10)
+
+
+def test_estimator_matches_the_pair_solver():
+    d = 8
+    pairs = np.array([[0, 1], [1, 2], [3, 4], [5, 6], [6, 7]])
+    trace, gamma = 3.0, 0.06
+    prior = _density(d, 13)
+    model = DefiniteBoostKernel(init=prior, gamma=gamma, trace=trace, tol=1e-6,
+                                max_iter=5000).fit(pairs)
+    assert model.converged_
+    # the estimator aims at gamma tightened by tol * gamma / 2 (kernel units)
+    target = (gamma - 0.5 * model.tol * gamma) / trace
+    W, log = definiteboost_pairs(pairs, np.ones(len(pairs)), target, prior=prior,
+                                 tol=0.5 * model.tol * gamma / trace, max_iter=5000)
+    assert_allclose(model.kernel_, trace * W, rtol=1e-9, atol=1e-12)
+    assert_allclose(model.dual_objective_, log["dual_objective"], rtol=1e-10)
+    assert np.trace(model.kernel_) == pytest.approx(trace, rel=1e-12)
+
+
+# -- dual objective and Theorem 4.1 ---------------------------------------------
+
+def _check_dual(log):
+    dual, bound = log["dual_objective"], log["dual_bound"]
+    assert dual[0] == pytest.approx(1.0, abs=1e-12) and bound[0] == 1.0
+    assert np.all(np.diff(dual) <= 1e-12 * dual[:-1])       # never increases
+    assert np.all(dual <= bound * (1 + 1e-12))              # Theorem 4.1
+    assert np.all(np.isfinite(dual)) and np.all(dual > 0)
+    assert dual[-1] < 1.0 and bound[-1] < 1.0
+
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_dual_monotone_and_under_bound_matrix_constraints(projection):
+    Cs, _ = _feasible_matrix_constraints(6, 20, seed=20)
+    W, log = _quiet(definiteboost, Cs, _density(6, 21), projection=projection,
+                    max_iter=200, tol=1e-9)
+    assert log["n_iter"] > 10
+    _check_dual(log)
+
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_dual_monotone_and_under_bound_pairs(projection):
+    K = _target_kernel(20, 3, 22)
+    gamma = 0.4 / 20
+    pairs = _close_pairs(K, gamma)
+    assert len(pairs) > 20
+    W, log = _quiet(definiteboost_pairs, pairs, np.ones(len(pairs)), gamma,
+                    n_objects=20, projection=projection, max_iter=400, tol=1e-9)
+    assert log["n_iter"] > 20
+    _check_dual(log)
+
+
+@pytest.mark.parametrize("kind", ["matrix", "pairs"])
+def test_exact_projection_satisfies_its_constraint_with_equality(kind):
+    d = 6
+    if kind == "matrix":
+        Cs, _ = _feasible_matrix_constraints(d, 10, seed=30)
+        prior = _density(d, 31)
+        run = lambda k: definiteboost(Cs, prior, projection="exact", max_iter=k,
+                                      tol=-np.inf, keep="last")
+    else:
+        pairs = np.array([[0, 1], [1, 2], [3, 4], [0, 5], [2, 5]])
+        signs = np.array([1, 1, 1, -1, 1])
+        thresholds = np.where(signs > 0, 0.03, 0.6)
+        Cs = np.array([_pair_matrix(d, a, b, s, g)
+                       for (a, b), s, g in zip(pairs, signs, thresholds)])
+        prior = _density(d, 32)
+        run = lambda k: definiteboost_pairs(pairs, signs, thresholds, prior=prior,
+                                            projection="exact", max_iter=k,
+                                            tol=-np.inf, keep="last")
+    for k in range(1, 9):
+        W, log = _quiet(run, k)
+        j = log["constraint"][-1]
+        assert log["alpha"][-1] > 0
+        assert abs(np.sum(W * Cs[j])) < 1e-12
+    # the approximate step under-shoots: the constraint stays violated
+    W, log = _quiet(definiteboost, Cs, prior, max_iter=1, tol=-np.inf, keep="last")
+    assert np.sum(W * Cs[log["constraint"][0]]) > 1e-6
+
+
+# -- stopping -------------------------------------------------------------------
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_on_convergence_every_constraint_holds_within_tol(projection):
+    Cs, target = _feasible_matrix_constraints(5, 15, seed=40, margin=0.05)
+    tol = 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        W, log = definiteboost(Cs, np.eye(5) / 5, projection=projection, tol=tol,
+                               max_iter=20000)
+    assert log["converged"]
+    values = np.einsum("jab,ab->j", Cs, W)
+    assert values.max() <= tol
+    assert log["max_violation"] == pytest.approx(values.max(), abs=1e-14)
+    # the result is a density matrix
+    assert np.trace(W) == pytest.approx(1.0, abs=1e-12)
+    assert np.linalg.eigvalsh(W).min() > 0
+
+
+def test_on_convergence_every_pair_constraint_holds():
+    d = 20
+    K = _target_kernel(d, 3, 41)
+    gamma = 0.4 / d
+    pairs = _close_pairs(K, gamma)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = DefiniteBoostKernel(n_objects=d, gamma=gamma).fit(pairs)
+    assert model.converged_
+    distances = _sq_dist(model.kernel_, pairs)
+    assert distances.max() <= gamma * (1 + 1e-12)
+    assert model.max_violation_ <= model.tol * gamma
+    assert_allclose(model.pair_distances(pairs), distances, rtol=1e-12, atol=1e-15)
+
+
+def test_non_convergence_warns_and_returns_the_best_iterate():
+    d = 6
+    pairs = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
+    signs = np.array([1, 1, 1, 1, 1, 1, -1])
+    gamma = np.where(signs > 0, 0.02, 0.5)
+    n_iter = 12
+    # every iterate, by re-running with keep="last"
+    largest = []
+    iterates = []
+    for k in range(n_iter + 1):
+        W, _ = _quiet(definiteboost_pairs, pairs, signs, gamma, n_objects=d,
+                      max_iter=k, keep="last")
+        iterates.append(W)
+        largest.append(np.max(signs * (_sq_dist(W, pairs) - gamma)))
+    best = int(np.argmin(largest))
+    assert best != n_iter          # the greedy steps do not decrease the violation monotonically
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        W, log = definiteboost_pairs(pairs, signs, gamma, n_objects=d, max_iter=n_iter)
+    assert not log["converged"]
+    assert log["n_iter"] == n_iter
+    assert log["max_violation"] == pytest.approx(largest[best], rel=1e-10)
+    assert_allclose(W, iterates[best], rtol=1e-10, atol=1e-14)
+    # the estimator too
+    with pytest.warns(ConvergenceWarning):
+        model = DefiniteBoostKernel(n_objects=d, gamma=0.05, max_iter=3).fit(pairs)
+    assert not model.converged_ and model.n_iter_ == 3
+
+
+def test_infeasible_constraints_end_with_a_warning_and_finite_numbers():
+    # the same pair similar (small gamma) and dissimilar (large gamma_dissimilar)
+    model = DefiniteBoostKernel(n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
+                                max_iter=100_000)
+    with pytest.warns(ConvergenceWarning):
+        model.fit(np.array([[0, 1], [0, 1]]), np.array([1, -1]))
+    assert not model.converged_
+    assert model.n_iter_ <= 100_000
+    for value in (model.kernel_, model.dual_objective_, model.dual_bound_,
+                  model.alphas_, model.violations_, model.max_violation_):
+        assert np.all(np.isfinite(value))
+    assert np.trace(model.kernel_) == pytest.approx(1.0, abs=1e-12)
+    assert np.all(np.diff(model.dual_objective_) <= 1e-12)
+    assert np.all(np.isfinite(model.decision_function(np.array([[0, 1], [2, 3]]))))
+
+
+def test_infeasible_matrix_constraints_end_with_a_warning():
+    # w_1 <= w_2 and w_2 <= w_1 - 0.5
+    Cs = np.array([np.diag([1.0, -1.0]), np.diag([-1.0, 1.0]) + 0.5 * np.eye(2)])
+    with pytest.warns(ConvergenceWarning):
+        W, log = definiteboost(Cs, np.eye(2) / 2, max_iter=1_000_000)
+    assert not log["converged"]
+    assert np.all(np.isfinite(W)) and np.all(np.isfinite(log["dual_objective"]))
+    assert log["n_iter"] < 1_000_000       # stopped by the weak-duality certificate
+    assert log["infeasible"]
+
+
+# -- the paper's Section-5 setting ------------------------------------------------
+
+@pytest.mark.parametrize("projection", ["approximate", "exact"])
+def test_section_5_setting(projection):
+    d = 40
+    K = _target_kernel(d, 4, 50)
+    gamma = 0.2 / d
+    pairs = _close_pairs(K, gamma)
+    assert len(pairs) > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = DefiniteBoostKernel(n_objects=d, projection=projection).fit(pairs)
+    assert model.gamma_ == pytest.approx(gamma, rel=1e-12)     # the "auto" default
+    assert model.converged_ and 10 < model.n_iter_ < model.max_iter
+    dual, bound = model.dual_objective_, model.dual_bound_
+    assert len(dual) == model.n_iter_ + 1
+    assert np.all(np.diff(dual) <= 1e-12)
+    assert np.all(dual <= bound * (1 + 1e-12))
+    assert dual[-1] < 0.5
+    assert _sq_dist(model.kernel_, pairs).max() <= gamma * (1 + 1e-12)
+    assert np.all(model.predict(pairs) == 1)
+    # the prior's squared distances (2/d) violate every constraint
+    assert np.all(model.violations_ > 0)
+
+
+# -- the estimator ---------------------------------------------------------------
+
+def _labelled_pairs(d=30, seed=60):
+    K = _target_kernel(d, 3, seed)
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)
+    dist = _sq_dist(K, pairs)
+    low, high = np.quantile(dist, [0.25, 0.75])
+    similar, dissimilar = dist < low, dist > high
+    keep = similar | dissimilar
+    y = np.where(similar, 1, -1)[keep]
+    pairs = pairs[keep]
+    order = np.random.default_rng(seed).permutation(len(y))
+    return pairs[order], y[order], low, high
+
+
+def test_predict_decision_function_score():
+    d = 30
+    pairs, y, low, high = _labelled_pairs(d)
+    model = _quiet(DefiniteBoostKernel(n_objects=d, gamma=low, gamma_dissimilar=high,
+                                       max_iter=300).fit, pairs, y)
+    assert_array_equal(model.classes_, [-1, 1])
+    assert model.threshold_ == pytest.approx(0.5 * (low + high))
+    distances = _sq_dist(model.kernel_, pairs)
+    scores = model.decision_function(pairs)
+    assert_allclose(scores, model.threshold_ - distances, rtol=1e-10, atol=1e-15)
+    predictions = model.predict(pairs)
+    assert_array_equal(predictions, np.where(scores >= 0, 1, -1))
+    assert model.score(pairs, y) == pytest.approx(accuracy_score(y, predictions))
+    assert model.score(pairs, y) > 0.9
+    # similar pairs only: the threshold is gamma
+    sim_only = DefiniteBoostKernel(n_objects=d, gamma=low).fit(pairs[y == 1])
+    assert sim_only.threshold_ == low
+    assert np.all(sim_only.predict(pairs[y == 1]) == 1)
+
+
+def test_gridsearch_over_gamma_on_labelled_pairs():
+    d = 30
+    pairs, y, low, high = _labelled_pairs(d, seed=61)
+    grid = {"gamma": [0.5 * low, low, 3 * low]}
+    search = GridSearchCV(DefiniteBoostKernel(n_objects=d, gamma_dissimilar=high,
+                                              max_iter=300), grid, cv=3)
+    _quiet(search.fit, pairs, y)
+    assert search.best_params_["gamma"] in grid["gamma"]
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    # held-out pairs are classified far better than by the prior (all at 2/d: 50%)
+    assert search.best_score_ > 0.7
+    assert search.best_estimator_.gamma_ == search.best_params_["gamma"]
+
+
+def test_dataframe_and_trace():
+    d = 12
+    K = _target_kernel(d, 2, 62)
+    pairs = _close_pairs(K, 0.5 / d)
+    frame = pd.DataFrame(pairs, columns=["i", "j"])
+    m_df = DefiniteBoostKernel(n_objects=d).fit(frame)
+    m_np = DefiniteBoostKernel(n_objects=d).fit(pairs)
+    assert_array_equal(m_df.kernel_, m_np.kernel_)
+    assert list(m_df.feature_names_in_) == ["i", "j"]
+    assert_array_equal(m_df.predict(frame), m_np.predict(pairs))
+    # scale: trace tau with gamma scaled by tau gives tau times the kernel
+    tau = 52.0
+    m_tau = DefiniteBoostKernel(n_objects=d, trace=tau).fit(pairs)
+    assert m_tau.gamma_ == pytest.approx(tau * m_np.gamma_)
+    assert_allclose(m_tau.kernel_, tau * m_np.kernel_, rtol=1e-10, atol=1e-12)
+
+
+def test_pickle_and_refit():
+    d = 12
+    K = _target_kernel(d, 2, 63)
+    pairs = _close_pairs(K, 0.5 / d)
+    model = DefiniteBoostKernel(n_objects=d).fit(pairs)
+    restored = pickle.loads(pickle.dumps(model))
+    assert_array_equal(restored.kernel_, model.kernel_)
+    assert_array_equal(restored.decision_function(pairs), model.decision_function(pairs))
+    again = DefiniteBoostKernel(n_objects=d).fit(pairs)
+    assert_array_equal(again.kernel_, model.kernel_)
+
+
+def test_verbose_prints_prefixed_progress(capsys):
+    d = 12
+    pairs = _close_pairs(_target_kernel(d, 2, 64), 0.5 / d)
+    DefiniteBoostKernel(n_objects=d).fit(pairs)
+    assert capsys.readouterr().out == ""
+    DefiniteBoostKernel(n_objects=d, verbose=1).fit(pairs)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines and all(line.startswith("[DefiniteBoostKernel]") for line in lines)
+
+
+def test_unfitted_model_raises_not_fitted():
+    model = DefiniteBoostKernel(n_objects=4)
+    for method in ("predict", "decision_function", "pair_distances"):
+        with pytest.raises(NotFittedError):
+            getattr(model, method)(np.array([[0, 1]]))
+
+
+# -- bad input ---------------------------------------------------------------------
+
+_PAIRS = np.array([[0, 1], [1, 2], [3, 4]])
+
+_BAD_FITS = {
+    "labels 0/1": (_PAIRS, np.array([1, 0, 1]), "y must hold \\+1"),
+    "labels 1/2": (_PAIRS, np.array([1, 2, 1]), "y must hold \\+1"),
+    "continuous labels": (_PAIRS, np.array([0.5, 1.0, -1.0]), "y must hold \\+1|continuous|Unknown label"),
+    "string labels": (_PAIRS, np.array(["a", "b", "a"]), "y must hold \\+1"),
+    "nan labels": (_PAIRS, np.array([1.0, np.nan, -1.0]), "NaN"),
+    "y too short": (_PAIRS, np.array([1, -1]), "inconsistent|shape"),
+    "dissimilar self-pair": (np.array([[0, 1], [2, 2]]), np.array([1, -1]), "itself cannot be dissimilar"),
+    "non-integer index": (np.array([[0, 1.5], [1, 2]]), None, "integer"),
+    "negative index": (np.array([[0, -1], [1, 2]]), None, "negative object index"),
+    "index out of range": (np.array([[0, 5], [1, 2]]), None, "out of range"),
+    "nan index": (np.array([[0, np.nan], [1, 2]]), None, "NaN|infinite"),
+    "three columns": (np.array([[0, 1, 2], [1, 2, 3]]), None, r"shape \(n_pairs, 2\)"),
+    "1-D pairs": (np.array([0, 1, 2]), None, "2D array|2-D|shape"),
+    "empty": (np.empty((0, 2), dtype=int), None, "0 sample|empty|minimum"),
+}
+
+
+def _fitted_model(**params):
+    return DefiniteBoostKernel(n_objects=5, **params).fit(np.array([[0, 1], [2, 3]]))
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_FITS))
+def test_bad_input_raises_and_leaves_model_unchanged(case):
+    X, y, message = _BAD_FITS[case]
+    model = _fitted_model()
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=message):
+        model.fit(X, y)
+    assert pickle.dumps(model) == before
+    fresh = DefiniteBoostKernel(n_objects=5)
+    with pytest.raises(ValueError, match=message):
+        fresh.fit(X, y)
+    assert not hasattr(fresh, "state_") and not hasattr(fresh, "n_features_in_")
+
+
+_BAD_PARAMS = {
+    "gamma_dissimilar too large": (dict(gamma_dissimilar=2.0), "can never hold"),
+    "non-PD init": (dict(init=np.diag([1.0, 1, 1, 1, -1])), "not positive definite"),
+    "non-symmetric init": (dict(init=np.eye(5) + np.triu(np.ones((5, 5)), 1)), "not symmetric"),
+    "init shape mismatch": (dict(init=np.eye(4)), "does not match"),
+    "negative gamma": (dict(gamma=-0.1), "gamma"),
+    "bad projection": (dict(projection="fast"), "projection"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_PARAMS))
+def test_bad_parameters_raise_and_leave_model_unchanged(case):
+    params, message = _BAD_PARAMS[case]
+    model = _fitted_model()
+    model.set_params(**params)
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=message):
+        model.fit(np.array([[0, 1], [2, 3]]), np.array([1, -1]))
+    assert pickle.dumps(model) == before
+
+
+def test_predict_refuses_unknown_objects_and_changes_nothing():
+    model = _fitted_model()
+    before = pickle.dumps(model)
+    for X in (np.array([[0, 5]]), np.array([[0, 1, 2]]), np.array([[0.5, 1]])):
+        with pytest.raises(ValueError):
+            model.predict(X)
+    assert pickle.dumps(model) == before
+
+
+def test_solver_validation():
+    with pytest.raises(ValueError, match="both signs"):
+        definiteboost(np.array([np.eye(3)]), np.eye(3) / 3)
+    with pytest.raises(ValueError, match="not symmetric"):
+        definiteboost(np.array([[[1.0, 2.0], [0.0, -1.0]]]), np.eye(2) / 2)
+    with pytest.raises(ValueError, match="shape"):
+        definiteboost(np.array([np.diag([1.0, -1.0])]), np.eye(3) / 3)
+    with pytest.raises(ValueError, match="not positive definite"):
+        definiteboost(np.array([np.diag([1.0, -1.0])]), np.diag([1.0, 0.0]))
