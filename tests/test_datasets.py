@@ -15,6 +15,7 @@ from megkernel.datasets import (
     load_wine_kernel,
     read_fasta,
     similar_pairs,
+    similarity_threshold,
     spectrum_kernel,
 )
 
@@ -227,3 +228,25 @@ def test_pair_thresholds_must_be_positive(gamma):
         similar_pairs(np.eye(3), gamma)
     with pytest.raises(ValueError, match="gamma_dissimilar"):
         dissimilar_pairs(np.eye(3), gamma)
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1, 0.5, 1.0])
+def test_similarity_threshold_admits_the_fraction(fraction):
+    K = load_wine_kernel(30).kernel
+    n_pairs = 30 * 29 // 2
+    gamma = similarity_threshold(K, fraction)
+    assert len(similar_pairs(K, gamma)) == int(np.ceil(fraction * n_pairs))
+    assert len(similar_pairs(K, np.nextafter(gamma, 0) * (1 - 1e-12))) < len(
+        similar_pairs(K, gamma))
+
+
+@needs_gyrb
+def test_similarity_threshold_matches_paper_gamma_on_gyrb():
+    gyrb = load_fasta_kernel(GYRB_SET_A, n_objects=52, random_state=0)
+    assert similarity_threshold(gyrb.kernel, 0.1) * 52 == pytest.approx(0.2, rel=0.1)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5])
+def test_similarity_threshold_rejects_bad_fraction(fraction):
+    with pytest.raises(ValueError, match="fraction"):
+        similarity_threshold(np.eye(3), fraction)
