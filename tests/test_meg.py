@@ -1,7 +1,6 @@
 """MEG on-line kernel learning (Section 3) against naive dense computations,
 the vector EG update, Lemma 3.2's bound, and the estimator's contracts."""
 
-import io
 import math
 import pickle
 
