@@ -1,0 +1,102 @@
+"""Hyper-parameter search of the kernel learners: own scores, the k-NN
+scorer, n_jobs=2, and joblib's Dask backend on a local cluster."""
+
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.model_selection import GridSearchCV, KFold
+
+from megkernel import DefiniteBoostKernel, MEGKernelRegressor, make_knn_kernel_scorer
+from megkernel.datasets import (
+    distance_triples,
+    labelled_pairs,
+    load_wine_kernel,
+    similarity_threshold,
+)
+
+D = 30
+LEARNING_RATES = [0.005, 0.5, 50.0]
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return load_wine_kernel(D, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def triples(wine):
+    return distance_triples(wine.kernel, 2400, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def constraints(wine):
+    gamma = similarity_threshold(wine.kernel, 0.15)
+    gamma_dissimilar = similarity_threshold(wine.kernel, 0.6)
+    pairs, y = labelled_pairs(wine.kernel, gamma, gamma_dissimilar)
+    return pairs, y, gamma, gamma_dissimilar
+
+
+@pytest.fixture(scope="module")
+def sequential_meg_search(wine, triples):
+    return _meg_search(wine.labels, n_jobs=1).fit(*triples)
+
+
+def _meg_search(labels, n_jobs):
+    return GridSearchCV(
+        MEGKernelRegressor(n_objects=D), {"learning_rate": LEARNING_RATES},
+        scoring={"r2": "r2", "knn": make_knn_kernel_scorer(labels)}, refit="knn",
+        cv=KFold(3), n_jobs=n_jobs,
+    )
+
+
+def _definiteboost_search(gamma, gamma_dissimilar, scoring, n_jobs):
+    return GridSearchCV(
+        DefiniteBoostKernel(n_objects=D, gamma_dissimilar=gamma_dissimilar),
+        {"gamma": [gamma / 4, gamma / 2, gamma]}, scoring=scoring, cv=3, n_jobs=n_jobs,
+    )
+
+
+def test_meg_learning_rate_search_prefers_the_bound_optimal_rate(
+        wine, triples, sequential_meg_search):
+    search = _meg_search(wine.labels, n_jobs=2).fit(*triples)
+    results = search.cv_results_
+    # held-out R^2 of predicted distances, and downstream 1-NN accuracy: both
+    # prefer Lemma 3.2's rate 1/2 to a rate 100x smaller or larger
+    for key in ("mean_test_r2", "mean_test_knn"):
+        assert np.argmax(results[key]) == 1, (key, results[key])
+    assert search.best_params_ == {"learning_rate": 0.5}
+    assert search.best_estimator_.kernel_.shape == (D, D)
+    sequential = sequential_meg_search.cv_results_
+    np.testing.assert_allclose(results["mean_test_r2"], sequential["mean_test_r2"],
+                               rtol=1e-9)
+    np.testing.assert_array_equal(results["mean_test_knn"], sequential["mean_test_knn"])
+
+
+@pytest.mark.parametrize("by_knn", [False, True])
+def test_definiteboost_gamma_search(wine, constraints, by_knn):
+    pairs, y, gamma, gamma_dissimilar = constraints
+    scoring = make_knn_kernel_scorer(wine.labels) if by_knn else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some folds stop at max_iter
+        search = _definiteboost_search(gamma, gamma_dissimilar, scoring, 2).fit(pairs, y)
+    scores = search.cv_results_["mean_test_score"]
+    assert np.all((scores >= 0) & (scores <= 1))
+    assert search.best_params_["gamma"] in (gamma / 4, gamma / 2, gamma)
+    assert search.best_score_ > 0.6
+    assert set(np.unique(search.predict(pairs))) <= {-1, 1}
+
+
+def test_search_on_a_local_dask_cluster(wine, triples, sequential_meg_search):
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster), joblib.parallel_backend("dask"):
+        on_dask = _meg_search(wine.labels, n_jobs=-1).fit(*triples)
+    local = sequential_meg_search
+    np.testing.assert_allclose(on_dask.cv_results_["mean_test_r2"],
+                               local.cv_results_["mean_test_r2"], rtol=1e-9)
+    np.testing.assert_array_equal(on_dask.cv_results_["mean_test_knn"],
+                                  local.cv_results_["mean_test_knn"])
+    assert on_dask.best_params_ == local.best_params_
