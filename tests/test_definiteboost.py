@@ -215,7 +215,7 @@ def test_matrix_constraints_match_naive_dense(projection):
     Cs, _ = _feasible_matrix_constraints(d, n, seed=10)
     prior = _density(d, 11)
     expected_W, expected = _naive_definiteboost(Cs, prior, n_iter, projection, tol=1e-10)
-    W, log = _quiet(definiteboost, Cs, prior, projection=projection, tol=1e-10,
+    W, log = _quiet(definiteboost, Cs, 5.0 * prior, projection=projection, tol=1e-10,
                     max_iter=n_iter, keep="last")
     assert log["n_iter"] == len(expected["alpha"]) >= 3
     assert_array_equal(log["constraint"], expected["constraint"])

@@ -264,15 +264,17 @@ def test_lemma_3_2_noisy(c):
 
 # -- numerical robustness ----------------------------------------------------
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("learning_rate", [0.5, 100.0])
-def test_trace_one_and_psd_after_many_trials(learning_rate):
+def test_trace_one_and_psd_after_many_trials(learning_rate, method):
     d, n = 5, 100_000
     U = _target(d, 2, 30)
     pairs = _pairs(d, n, 31)
     rng = np.random.default_rng(32)
     y = _sq_dist(U, pairs) * rng.uniform(0.8, 1.2, size=n)    # noisy, not realizable
     with np.errstate(over="raise", invalid="raise"):
-        model = MEGKernelRegressor(n_objects=d, learning_rate=learning_rate).fit(pairs, y)
+        model = MEGKernelRegressor(n_objects=d, learning_rate=learning_rate,
+                                   method=method).fit(pairs, y)
     K = model.kernel_
     assert np.all(np.isfinite(K))
     assert np.all(np.isfinite(model.losses_))
