@@ -180,3 +180,6 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
     log = {"predictions": predictions, "losses": losses,
            "cumulative_loss": float(losses.sum()), "state": state}
     return trace * state.matrix(), log
+
+
+from . import _rank_one  # noqa: E402,F401  (registers the "rank-one" engine)

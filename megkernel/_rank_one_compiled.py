@@ -1,0 +1,333 @@
+"""Compiled (numba) kernels of the rank-one eigen-update.
+
+Imported by :mod:`megkernel._rank_one` only when numba is importable. The
+eigendecomposition of ``diag(lam) + s z z^T`` follows LAPACK's divide and
+conquer merge step: deflation of tiny ``z`` components and of near-equal
+eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4`` (called
+from compiled code through ``scipy.linalg.cython_lapack``), and Gu &
+Eisenstat's recomputed ``z`` for numerically orthogonal eigenvectors
+(``dlaed3``/``dlaed9``). Eigenvectors are stored as the *rows* of ``Vt``
+(``Vt = V^T``, C-contiguous), so that the rows touched by one update are
+contiguous and the eigenvector product is one GEMM over the rows that did
+not deflate.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm_binding
+import numpy as np
+from numba import njit, types
+from numba.extending import get_cython_function_address
+
+_DLAED4_SYMBOL = "megkernel_scipy_dlaed4"
+llvm_binding.add_symbol(
+    _DLAED4_SYMBOL,
+    get_cython_function_address("scipy.linalg.cython_lapack", "dlaed4"),
+)
+# Bound by symbol name, not by address, so that ``cache=True`` works: the
+# address is re-registered above in every process.
+_dlaed4 = types.ExternalFunction(_DLAED4_SYMBOL, types.void(*[types.voidptr] * 8))
+
+#: LAPACK's relative machine precision ``dlamch('Epsilon')``.
+_EPS = np.finfo(np.float64).eps / 2
+
+
+@njit(cache=True)
+def make_workspace(n, m):
+    """Buffers for updates of ``n`` eigenpairs with eigenvectors of length ``m``.
+
+    Returns a tuple ``(ints, lapack_ints, reals, square, rows)``: index
+    scratch ``(4, n)``, LAPACK's integer arguments, real scratch ``(6, n)``,
+    two ``n*n`` blocks for the secular deltas and the small eigenvector
+    matrix, and two ``n*m`` blocks for the gathered and the updated
+    eigenvector rows.
+    """
+    ints = np.empty((4, n), dtype=np.intp)
+    lapack_ints = np.empty(3, dtype=np.int32)
+    reals = np.empty((6, max(n, 2)))
+    square = np.empty((2, n * n))
+    rows = np.empty((2, n * m))
+    return ints, lapack_ints, reals, square, rows
+
+
+@njit(cache=True)
+def _deflate(dw, zw, rho, tol, Vt, pos, kept):
+    """Deflate ``diag(dw) + rho zw zw^T`` in place (``dlaed2``'s tests).
+
+    ``dw`` ascending, ``zw`` of unit norm, ``rho > 0``. Tiny components of
+    ``zw`` are dropped; a near-equal pair is rotated (the rotation is applied
+    to the eigenvector rows ``Vt[pos[.]]``) so that one member carries the
+    whole ``z`` weight and the other deflates. Writes the working indices of
+    the kept (non-deflated) entries into ``kept`` and returns their count.
+    """
+    n = dw.size
+    k = 0
+    prev = -1
+    for j in range(n):
+        if rho * abs(zw[j]) <= tol:
+            zw[j] = 0.0
+            continue
+        if prev >= 0:
+            tau = np.hypot(zw[j], zw[prev])
+            c = zw[j] / tau
+            s = -zw[prev] / tau
+            if abs((dw[j] - dw[prev]) * c * s) <= tol:
+                zw[j] = tau
+                zw[prev] = 0.0
+                _rotate_rows(Vt[pos[prev]], Vt[pos[j]], c, s)
+                d_prev = dw[prev] * c * c + dw[j] * s * s
+                dw[j] = dw[prev] * s * s + dw[j] * c * c
+                dw[prev] = d_prev
+                prev = j
+                continue
+            kept[k] = prev
+            k += 1
+        prev = j
+    if prev >= 0:
+        kept[k] = prev
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def _rotate_rows(x, y, c, s):
+    """``x, y <- c x + s y, c y - s x`` (LAPACK ``drot``)."""
+    for i in range(x.size):
+        xi = x[i]
+        yi = y[i]
+        x[i] = c * xi + s * yi
+        y[i] = c * yi - s * xi
+
+
+@njit(cache=True)
+def _secular_roots(dk, zk, rho, roots, delta, ibuf, rbuf):
+    """Roots of ``1 + rho sum zk_i^2 / (dk_i - x)`` by LAPACK ``dlaed4``.
+
+    ``delta[j, i] = dk_i - roots_j`` (for ``k = 2``, the eigenvectors
+    themselves, as ``dlaed5`` returns them). ``ibuf`` (int32, 3) and
+    ``rbuf`` (2) hold LAPACK's scalar arguments. Returns LAPACK's ``info``.
+    """
+    k = dk.size
+    ibuf[0] = k
+    rbuf[0] = rho
+    for j in range(k):
+        ibuf[1] = j + 1
+        row = delta[j]
+        _dlaed4(ibuf[0:].ctypes, ibuf[1:].ctypes, dk.ctypes, zk.ctypes,
+                row.ctypes, rbuf[0:].ctypes, rbuf[1:].ctypes, ibuf[2:].ctypes)
+        if ibuf[2] != 0:
+            return ibuf[2]
+        roots[j] = rbuf[1]
+    return 0
+
+
+@njit(cache=True)
+def _secular_vectors(dk, zk, delta, out):
+    """Eigenvectors from the secular deltas with Gu-Eisenstat's ``z``.
+
+    Writes ``out[j, i]``: component ``i`` of eigenvector ``j`` (``dlaed3``).
+    """
+    k = dk.size
+    if k <= 2:
+        for j in range(k):
+            for i in range(k):
+                out[j, i] = delta[j, i] if k == 2 else 1.0
+        return
+    zhat = np.empty(k)
+    for i in range(k):
+        zhat[i] = delta[i, i]
+    for j in range(k):
+        for i in range(k):
+            if i != j:
+                zhat[i] *= delta[j, i] / (dk[i] - dk[j])
+    for i in range(k):
+        zhat[i] = np.sqrt(-zhat[i]) if zk[i] >= 0 else -np.sqrt(-zhat[i])
+    for j in range(k):
+        norm = 0.0
+        for i in range(k):
+            value = zhat[i] / delta[j, i]
+            out[j, i] = value
+            norm += value * value
+        norm = np.sqrt(norm)
+        for i in range(k):
+            out[j, i] /= norm
+
+
+@njit(cache=True)
+def _sort_in_place(lam, Vt, order, done, tmp):
+    """Sort ``lam`` ascending, carrying the rows of ``Vt`` (cycle moves)."""
+    n = lam.size
+    order[:] = np.argsort(lam, kind="mergesort")
+    done[:] = 0
+    for start in range(n):
+        if done[start] or order[start] == start:
+            continue
+        tmp[:] = Vt[start]
+        tmp_lam = lam[start]
+        q = start
+        while order[q] != start:
+            src = order[q]
+            Vt[q] = Vt[src]
+            lam[q] = lam[src]
+            done[q] = 1
+            q = src
+        Vt[q] = tmp
+        lam[q] = tmp_lam
+        done[q] = 1
+
+
+@njit(cache=True)
+def rank_one_update(lam, Vt, spare, z, s, work):
+    """Eigenpairs of ``Vt^T diag(lam) Vt + s (Vt^T z)(Vt^T z)^T``, in place.
+
+    Parameters
+    ----------
+    lam : ndarray (n,)
+        Ascending eigenvalues; overwritten with the new ones (ascending).
+    Vt : ndarray (n, m), C-contiguous
+        Eigenvectors as rows.
+    spare : ndarray (n, m), C-contiguous
+        Buffer that may receive the new rows (see Returns).
+    z : ndarray (n,)
+        Coordinates of the update vector in the eigenbasis (not modified).
+    s : float
+        Signed weight of the update.
+    work : tuple
+        From :func:`make_workspace`.
+
+    Returns
+    -------
+    swapped : bool
+        True if ``spare`` now holds the new eigenvectors.
+    info : int
+        Nonzero if LAPACK's root finder failed; ``lam`` and ``Vt`` are then
+        inconsistent and must be recomputed from the exact matrix.
+    """
+    n = lam.size
+    m = Vt.shape[1]
+    ints, lapack_ints, reals, square, rows_buf = work
+    pos, kept, order, done = ints[0], ints[1], ints[2], ints[3]
+    dw, zw, dk, zk, roots = (reals[0, :n], reals[1, :n], reals[2, :n],
+                             reals[3, :n], reals[4, :n])
+    rbuf = reals[5]
+    if s == 0.0:
+        return False, 0
+    sign = 1.0 if s > 0 else -1.0
+    znorm2 = 0.0
+    dmax = 0.0
+    for w in range(n):
+        pos[w] = w if sign > 0 else n - 1 - w
+        dw[w] = sign * lam[pos[w]]
+        zw[w] = z[pos[w]]
+        znorm2 += zw[w] * zw[w]
+        dmax = max(dmax, abs(dw[w]))
+    if znorm2 == 0.0:
+        return False, 0
+    znorm = np.sqrt(znorm2)
+    for w in range(n):
+        zw[w] /= znorm
+    rho = abs(s) * znorm2
+    tol = 8.0 * _EPS * max(dmax, rho)
+    k = _deflate(dw, zw, rho, tol, Vt, pos, kept)
+    for w in range(n):
+        lam[pos[w]] = sign * dw[w]
+    if k == 0:
+        _sort_in_place(lam, Vt, order, done, rows_buf[0, :m])
+        return False, 0
+    knorm2 = 0.0
+    for i in range(k):
+        dk[i] = dw[kept[i]]
+        zk[i] = zw[kept[i]]
+        knorm2 += zk[i] * zk[i]
+    knorm = np.sqrt(knorm2)
+    for i in range(k):
+        zk[i] /= knorm
+    rho_k = rho * knorm2
+    delta = square[0, :k * k].reshape((k, k))
+    small = square[1, :k * k].reshape((k, k))
+    info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, lapack_ints,
+                          rbuf)
+    if info != 0:
+        return False, info
+    _secular_vectors(dk[:k], zk[:k], delta, small)
+    for j in range(k):
+        lam[pos[kept[j]]] = sign * roots[j]
+    swapped = k == n
+    if swapped:
+        target = spare
+        full = square[0, :n * n].reshape((n, n))
+        for j in range(n):
+            for i in range(n):
+                full[pos[j], pos[i]] = small[j, i]
+        np.dot(full, Vt, target)
+    else:
+        target = Vt
+        gathered = rows_buf[0, :k * m].reshape((k, m))
+        updated = rows_buf[1, :k * m].reshape((k, m))
+        for i in range(k):
+            gathered[i] = Vt[pos[kept[i]]]
+        np.dot(small, gathered, updated)
+        for j in range(k):
+            Vt[pos[kept[j]]] = updated[j]
+    _sort_in_place(lam, target, order, done, rows_buf[0, :m])
+    return swapped, 0
+
+
+@njit(cache=True)
+def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, learning_rate,
+                trace, predictions, start, budget, work):
+    """MEG trials from ``start`` until the end or ``budget`` updates.
+
+    ``basis`` of shape ``(0, 0)`` means dense mode (``v = e_a - e_b``).
+    Returns ``(next_trial, updates, Vt, spare, info)``; ``Vt`` and
+    ``spare`` may come back swapped.
+    """
+    n = lam.size
+    dense = basis.shape[0] == 0
+    z = np.empty(n)
+    v = np.empty(n)
+    updates = 0
+    t = start
+    while t < y.size and updates < budget:
+        at = a[t]
+        bt = b[t]
+        if dense:
+            for j in range(n):
+                z[j] = Vt[j, at] - Vt[j, bt]
+        else:
+            for i in range(n):
+                v[i] = basis[at, i] - basis[bt, i]
+            for j in range(n):
+                acc = 0.0
+                for i in range(n):
+                    acc += Vt[j, i] * v[i]
+                z[j] = acc
+        top = lam[n - 1]
+        num = 0.0
+        den = 0.0
+        for j in range(n):
+            weight = np.exp(lam[j] - top)
+            num += z[j] * z[j] * weight
+            den += weight
+        y_hat = trace * num / den
+        predictions[t] = y_hat
+        scale = -2.0 * learning_rate * (y_hat - y[t]) / trace
+        t += 1
+        if scale == 0.0:
+            continue
+        if dense:
+            exponent[at, at] += scale
+            exponent[bt, bt] += scale
+            exponent[at, bt] -= scale
+            exponent[bt, at] -= scale
+        else:
+            for i in range(n):
+                for j in range(n):
+                    exponent[i, j] += scale * (v[i] * v[j])
+        swapped, info = rank_one_update(lam, Vt, spare, z, scale, work)
+        if info != 0:
+            return t, updates, Vt, spare, info
+        if swapped:
+            Vt, spare = spare, Vt
+        updates += 1
+    return t, updates, Vt, spare, 0

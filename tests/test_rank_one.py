@@ -1,0 +1,193 @@
+"""The rank-one eigen-update engine against eigh (numerics and MEG runs)."""
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from megkernel import _rank_one
+from megkernel._exponent import ExponentState
+from megkernel._meg import PAIR_ENGINES, run_pair_trials, select_engine
+from megkernel._rank_one import (
+    pair_sq_distance_after,
+    rank_one_eig,
+    rank_one_update_state,
+)
+
+PATHS = [
+    pytest.param(True, id="compiled", marks=pytest.mark.skipif(
+        _rank_one._compiled is None, reason="numba not installed")),
+    pytest.param(False, id="numpy"),
+]
+
+
+@pytest.fixture(params=PATHS)
+def compiled(request, monkeypatch):
+    monkeypatch.setattr(_rank_one, "USE_COMPILED", request.param)
+    return request.param
+
+
+def _problem(name, rng):
+    """``(lam, z, s)`` for the named eigenproblem."""
+    n = 30
+    lam = np.sort(rng.standard_normal(n))
+    z = rng.standard_normal(n)
+    if name == "identity-prior":
+        lam = np.full(n, -np.log(n))
+        z = np.zeros(n)
+        z[[3, 17]] = 1.0, -1.0
+    elif name == "clustered":
+        lam = np.sort(np.repeat(rng.standard_normal(6), 5))
+        lam[::7] += 1e-15
+        z[::4] = 0.0
+        z[1] = 1e-18
+    elif name == "tiny-gaps":
+        lam = np.cumsum(np.full(n, 1e-13))
+    elif name == "one":
+        lam, z = lam[:1], z[:1]
+    elif name == "two":
+        lam, z = lam[:2], z[:2]
+    elif name == "zero-z":
+        z = np.zeros(n)
+    return lam, z
+
+
+@pytest.mark.parametrize("name", ["random", "identity-prior", "clustered",
+                                  "tiny-gaps", "one", "two", "zero-z"])
+@pytest.mark.parametrize("s", [0.3, -0.3, 1e8, -1e8, 1e-13])
+def test_rank_one_eig_matches_eigh(compiled, name, s):
+    lam, z = _problem(name, np.random.default_rng(0))
+    matrix = np.diag(lam) + s * np.outer(z, z)
+    new_lam, Q = rank_one_eig(lam, z, s)
+    scale = max(np.abs(lam).max(), abs(s) * (z @ z))
+    assert np.all(np.diff(new_lam) >= 0)
+    np.testing.assert_allclose(new_lam, np.linalg.eigvalsh(matrix),
+                               rtol=0, atol=1e-14 * scale)
+    # LAPACK's eigh (the numpy path) is orthogonal to O(n eps) only
+    atol = 4e-15 if compiled else 1e-13
+    np.testing.assert_allclose(Q.T @ Q, np.eye(lam.size), rtol=0, atol=atol)
+    np.testing.assert_allclose(matrix @ Q, Q * new_lam, rtol=0,
+                               atol=atol * scale)
+
+
+def _distance_trials(d, n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((d, 4))
+    K = X @ X.T / np.trace(X @ X.T)
+    a = rng.integers(0, d, n)
+    b = (a + rng.integers(1, d, n)) % d
+    return a, b, K[a, a] + K[b, b] - 2 * K[a, b]
+
+
+def _run(state, trials, method):
+    return run_pair_trials(state, *trials, learning_rate=0.5, method=method)
+
+
+def _relative(x, ref):
+    return np.linalg.norm(x - ref) / np.linalg.norm(ref)
+
+
+def test_engine_registered_and_auto():
+    assert PAIR_ENGINES["rank-one"] is _rank_one._pair_trials_rank_one
+    assert select_engine("auto", 52) is _rank_one._pair_trials_rank_one
+
+
+def test_engine_matches_eigh_after_5000_trials():
+    trials = _distance_trials(20, 5000)
+    fast, slow = ExponentState.identity(20), ExponentState.identity(20)
+    predictions = _run(fast, trials, "rank-one")
+    reference = _run(slow, trials, "eigh")
+    assert np.abs(predictions - reference).max() <= 1e-10 * trials[2].max()
+    assert _relative(fast.matrix(), slow.matrix()) <= 1e-10
+    assert _relative(fast.exponent, slow.exponent) <= 1e-10
+
+
+def test_numpy_fallback_matches_compiled(monkeypatch):
+    if _rank_one._compiled is None:
+        pytest.skip("numba not installed")
+    trials = _distance_trials(12, 400, seed=1)
+    fast, slow = ExponentState.identity(12), ExponentState.identity(12)
+    predictions = _run(fast, trials, "rank-one")
+    monkeypatch.setattr(_rank_one, "USE_COMPILED", False)
+    reference = _run(slow, trials, "rank-one")
+    np.testing.assert_allclose(predictions, reference, rtol=1e-12, atol=1e-16)
+    assert _relative(fast.matrix(), slow.matrix()) <= 1e-12
+
+
+def test_low_rank_basis_matches_eigh(compiled):
+    rng = np.random.default_rng(3)
+    d, r = 15, 6
+    basis = np.linalg.qr(rng.standard_normal((d, r)))[0]
+    states = [ExponentState(-np.log(r) * np.eye(r), basis=basis) for _ in "ab"]
+    trials = _distance_trials(d, 500, seed=2)
+    predictions = _run(states[0], trials, "rank-one")
+    reference = _run(states[1], trials, "eigh")
+    np.testing.assert_allclose(predictions, reference, rtol=0, atol=1e-13)
+    assert _relative(states[0].matrix(), states[1].matrix()) <= 1e-12
+
+
+def test_refresh_policy_and_resume_bit_identical(compiled, monkeypatch):
+    monkeypatch.setattr(_rank_one, "REFRESH_EVERY", 97)
+    trials = _distance_trials(10, 700, seed=4)
+    whole = ExponentState.identity(10)
+    predictions = _run(whole, trials, "rank-one")
+    assert whole.updates_since_refresh == (700 - 1) % 97 + 1
+    part = ExponentState.identity(10)
+    first = _run(part, [x[:333] for x in trials], "rank-one")
+    part = pickle.loads(pickle.dumps(part))
+    second = _run(part, [x[333:] for x in trials], "rank-one")
+    np.testing.assert_array_equal(np.concatenate([first, second]), predictions)
+    for name in ("exponent", "eigenvalues", "eigenvectors"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(whole, name))
+    assert part.updates_since_refresh == whole.updates_since_refresh
+
+
+def test_eigenpairs_stay_exact_between_refreshes(compiled):
+    trials = _distance_trials(16, 900, seed=5)
+    state = ExponentState.identity(16)
+    _run(state, trials, "rank-one")
+    assert state.updates_since_refresh == 900
+    V, lam = state.eigenvectors, state.eigenvalues
+    atol = 1e-13 if compiled else 1e-12
+    np.testing.assert_allclose(V.T @ V, np.eye(16), rtol=0, atol=atol)
+    np.testing.assert_allclose((V * lam) @ V.T, state.exponent, rtol=0,
+                               atol=atol * np.abs(lam).max())
+
+
+def test_rank_one_update_state_and_line_search(compiled, monkeypatch):
+    monkeypatch.setattr(_rank_one, "REFRESH_EVERY", 5)
+    rng = np.random.default_rng(6)
+    state = ExponentState.identity(9)
+    reference = state.copy()
+    for step in range(7):
+        a, b = rng.choice(9, 2, replace=False)
+        scale = rng.normal()
+        z = state.pair_coordinates(a, b)[0]
+        after = pair_sq_distance_after(state, z, scale)
+        rank_one_update_state(state, a, b, scale)
+        reference.add_pair_outer(a, b, scale)
+        reference.refresh()
+        assert after == pytest.approx(state.pair_sq_distances(a, b)[0], rel=1e-12)
+    assert state.updates_since_refresh == 2
+    np.testing.assert_array_equal(state.exponent, reference.exponent)
+    np.testing.assert_allclose(state.matrix(), reference.matrix(), rtol=0,
+                               atol=1e-14)
+
+
+def test_import_without_numba_falls_back():
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import numpy as np, megkernel\n"
+        "from megkernel import _rank_one\n"
+        "from megkernel._meg import PAIR_ENGINES\n"
+        "assert not _rank_one.USE_COMPILED and 'rank-one' in PAIR_ENGINES\n"
+        "K, log = megkernel.meg([[0, 1], [1, 2]], [0.5, 0.2], n_objects=3,"
+        " method='rank-one')\n"
+        "print(np.trace(K))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) == pytest.approx(1.0)
