@@ -19,6 +19,7 @@ from ._bounds import (
 # solver functions, not the modules ``meg.py`` / ``definiteboost.py``.
 from .definiteboost import DefiniteBoostKernel
 from .meg import MEGKernelRegressor
+from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
 from ._meg import meg, meg_general
 from ._definiteboost import definiteboost, definiteboost_pairs
 from .neighbors import KernelKNeighborsClassifier
@@ -38,6 +39,9 @@ __all__ = [
     "expm_symmetric",
     "logm_spd",
     "DefiniteBoostKernel",
+    "DefiniteBoostMetric",
+    "MEGMetric",
+    "draw_pairs",
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",
     "make_knn_kernel_scorer",

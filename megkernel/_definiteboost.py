@@ -141,7 +141,8 @@ def _exact_step(constraints, state, j, alpha_guess, direction=1.0, limit=np.inf)
 
 def run_definiteboost(constraints, state, *, projection="approximate",
                       max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
-                      update=None, callback=None, keep="best", corrective=False):
+                      update=None, callback=None, keep="best", corrective=False,
+                      max_multiplier=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -177,6 +178,15 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         when feasibility and complementary slackness both hold within
         ``tol``. The dual objective still never increases; Theorem 4.1's
         factor is applied for every step not clipped at ``alpha_j = 0``.
+    max_multiplier : float or ndarray of shape (n_constraints,), optional
+        Upper bound ``C_j`` on each multiplier (beyond the paper): the box
+        ``0 <= alpha_j <= C_j`` is the dual of the soft-margin problem
+        ``min Delta(W, W_1) + sum_j C_j max(0, tr(W C_j))``, which is always
+        feasible. A violated constraint whose multiplier reached its bound
+        is then optimal (it keeps its slack) and is no longer chosen; steps
+        are clipped at the bound. Pass ``min_prior_eigenvalue=None`` and
+        ``keep="last"`` with it (the certificate and "best" refer to the
+        hard constraints).
 
     Returns
     -------
@@ -191,6 +201,8 @@ def run_definiteboost(constraints, state, *, projection="approximate",
     log_bound = 0.0
     offset = 0.0
     multipliers = np.zeros(len(constraints))
+    cap = np.broadcast_to(np.inf if max_multiplier is None else max_multiplier,
+                          multipliers.shape)
     chosen, violations, alphas = [], [], []
     log_duals, log_bounds = [log_dual], [log_bound]
     best = None
@@ -203,6 +215,8 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         scores = values
         if corrective:
             scores = np.where((values < 0) & (multipliers > 0), -values, values)
+        if max_multiplier is not None:
+            scores = np.where((values > 0) & (multipliers >= cap), 0.0, scores)
         j = int(np.argmax(scores))
         r = float(scores[j])
         if r <= tol:
@@ -215,7 +229,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         if direction < 0:
             lam_max, lam_min = -lam_min, -lam_max
         alpha = float(definiteboost_step(r, lam_max, lam_min))
-        limit = multipliers[j] if direction < 0 else np.inf
+        limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
         if projection == "exact":
             alpha = _exact_step(constraints, state, j, alpha, direction, limit)
         clipped = alpha >= limit

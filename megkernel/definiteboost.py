@@ -82,6 +82,16 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         earlier steps, so the fit converges to the exact Bregman projection,
         the kernel closest to the prior (the final ``-log
         dual_objective_`` then equals its divergence from the prior).
+    slack : float or None, default=None
+        ``None``: hard constraints (the paper). A float ``c > 0`` (beyond
+        the paper) allows violations at a price: each multiplier is capped,
+        ``alpha_j ||v_j||^2 <= c`` (so one constraint moves the log-kernel
+        along its own direction by at most ``c`` nats), the box dual of the
+        always-feasible soft-margin problem ``min Delta(W, W_1) + c sum_j
+        max(0, tr(W C_j)) / ||v_j||^2``. A violated constraint at its cap
+        keeps its violation; the fit converges when all others hold. The
+        infeasibility certificate does not apply and the last iterate is
+        returned.
     max_iter : int, default=2000
         Largest number of projections.
     tol : float, default=1e-2
@@ -160,6 +170,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         "gamma_dissimilar": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "projection": [StrOptions({"approximate", "exact"})],
         "corrective": ["boolean"],
+        "slack": [Interval(Real, 0, None, closed="neither"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "init": [StrOptions({"identity"}), "array-like"],
@@ -170,13 +181,15 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, *, n_objects=None, gamma="auto", gamma_dissimilar="auto",
-                 projection="approximate", corrective=False, max_iter=2000, tol=1e-2, init="identity",
-                 init_factor=None, trace=1.0, method="auto", verbose=0):
+                 projection="approximate", corrective=False, slack=None, max_iter=2000,
+                 tol=1e-2, init="identity", init_factor=None, trace=1.0, method="auto",
+                 verbose=0):
         self.n_objects = n_objects
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.projection = projection
         self.corrective = corrective
+        self.slack = slack
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -209,11 +222,16 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             margin = 0.5 * self.tol * gamma
             constraints, kept = self._feasible_constraints(
                 pairs, signs, gamma - margin, gamma_dissimilar + margin, state)
+        hard = self.slack is None
         log = run_definiteboost(
             constraints, state, projection=self.projection, corrective=self.corrective,
             max_iter=self.max_iter,
             tol=margin / self.trace,
-            min_prior_eigenvalue=np.exp(state.eigenvalues[0] - state.log_partition()),
+            min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
+                                  if hard else None),
+            max_multiplier=None if hard else self.slack / np.maximum(
+                constraints.sq_norms, np.finfo(float).tiny),
+            keep="best" if hard else "last",
             update=_pair_updater(self.method, state.size),
             callback=self._progress if self.verbose else None,
         )

@@ -1,0 +1,196 @@
+"""MEGMetric and DefiniteBoostMetric: learned metrics on features."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.kernel_approximation import Nystroem
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+
+from megkernel import (
+    DefiniteBoostKernel,
+    DefiniteBoostMetric,
+    MEGKernelRegressor,
+    MEGMetric,
+    draw_pairs,
+)
+
+METRICS = [MEGMetric, DefiniteBoostMetric]
+
+
+def _data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, size=n)
+    X = rng.normal(size=(n, 5)) + 1.5 * labels[:, None] * np.eye(5)[0]
+    return X, labels
+
+
+def _sq_distances(Z, pairs):
+    return np.sum((Z[pairs[:, 0]] - Z[pairs[:, 1]]) ** 2, axis=1)
+
+
+def test_draw_pairs_follows_labels():
+    _, labels = _data()
+    pairs, pair_labels = draw_pairs(labels, 50, random_state=0)
+    assert pairs.shape == (100, 2) and np.sum(pair_labels > 0) == 50
+    same = labels[pairs[:, 0]] == labels[pairs[:, 1]]
+    np.testing.assert_array_equal(same, pair_labels > 0)
+    assert np.all(pairs[:, 0] != pairs[:, 1])
+    assert len({tuple(sorted(p)) for p in pairs}) == 100
+    with pytest.warns(UserWarning, match="distinct") as caught:
+        draw_pairs(np.array([0, 0, 1, 1]), 5, random_state=0)
+    assert {str(w.message).split()[3] for w in caught} == {"similar", "dissimilar"}
+
+
+def test_meg_metric_is_the_low_rank_meg_kernel():
+    X, labels = _data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    metric = MEGMetric(random_state=0, gamma=1.0, gamma_dissimilar=20.0).fit_pairs(
+        X, pairs, pair_labels)
+    centred = X - X.mean(axis=0)
+    trace = np.sum(centred**2)
+    kernel = MEGKernelRegressor(init_factor=centred, trace=trace, shuffle=True,
+                                random_state=np.random.RandomState(0))
+    kernel.fit(pairs, np.where(pair_labels > 0, 1.0, 20.0))
+    all_pairs = np.argwhere(np.ones((len(X), len(X))))
+    np.testing.assert_allclose(_sq_distances(metric.transform(X), all_pairs),
+                               kernel.predict(all_pairs), rtol=1e-10, atol=1e-10)
+    # P M P^T = X A X^T with A the Mahalanobis matrix
+    np.testing.assert_allclose(centred @ metric.get_mahalanobis_matrix() @ centred.T,
+                               kernel.kernel_, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_transform_distances_are_the_learned_kernel_distances(Metric):
+    X, labels = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metric = Metric(random_state=0).fit(X, labels)
+    Z = metric.transform(X)
+    pairs = metric.pairs_
+    kernel = metric.kernel_estimator_
+    learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+    np.testing.assert_allclose(_sq_distances(Z, pairs), learned, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(metric.pair_distances(X, pairs), learned, rtol=1e-10)
+    assert Z.shape == (len(X), metric.n_components_)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_prior_is_the_euclidean_metric(Metric):
+    """Before any update the learned distances are the Euclidean ones."""
+    X, labels = _data()
+    kwargs = {"learning_rate": 1e-300} if Metric is MEGMetric else {"max_iter": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metric = Metric(random_state=0, **kwargs).fit(X, labels)
+    new = np.random.default_rng(3).normal(size=(7, 5))
+    pairs = np.argwhere(np.ones((7, 7)))
+    expected = _sq_distances(new, pairs)
+    if Metric is DefiniteBoostMetric:  # one projection: close, not equal
+        np.testing.assert_allclose(metric.pair_distances(new, pairs), expected, rtol=0.5)
+    else:
+        np.testing.assert_allclose(metric.pair_distances(new, pairs), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_rotating_the_features_rotates_the_embedding_only(Metric):
+    X, labels = _data()
+    Q, _ = np.linalg.qr(np.random.default_rng(4).normal(size=(5, 5)))
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    a = Metric(random_state=0).fit_pairs(X, pairs, pair_labels)
+    b = Metric(random_state=0).fit_pairs(X @ Q, pairs, pair_labels)
+    all_pairs = np.argwhere(np.ones((len(X), len(X))))
+    np.testing.assert_allclose(a.pair_distances(X, all_pairs),
+                               b.pair_distances(X @ Q, all_pairs), rtol=1e-9, atol=1e-9)
+
+
+def test_definiteboost_metric_slack_versus_hard_constraints():
+    X, labels = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    pairs, pair_labels = draw_pairs(labels, 200, random_state=0)
+    soft = DefiniteBoostMetric().fit_pairs(X, pairs, pair_labels)
+    assert soft.constraint_loss_ < soft.prior_constraint_loss_
+    assert soft.kernel_estimator_.converged_
+    # the hard problem is infeasible: certified and warned, never silent
+    with pytest.warns(Warning, match="infeasible"):
+        DefiniteBoostMetric(slack=None).fit_pairs(X, pairs, pair_labels)
+
+
+def test_definiteboost_metric_reports_dropped_dissimilar_pairs():
+    X, labels = _data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    with pytest.warns(UserWarning, match="Dropped"):
+        metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0).fit_pairs(
+            X, pairs, pair_labels)
+    dropped = metric.kernel_estimator_.dropped_constraints_
+    assert dropped.size > 0 and np.all(pair_labels[dropped] < 0)
+
+
+def test_worse_than_prior_is_warned():
+    X, labels = _data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    with pytest.warns(UserWarning, match="worse than the Euclidean"):
+        MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6,
+                  random_state=0).fit_pairs(X, pairs, -pair_labels)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_pickle_and_unfitted(Metric):
+    X, labels = _data()
+    with pytest.raises(Exception, match="not fitted"):
+        Metric().transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metric = Metric(random_state=0).fit(X, labels)
+    clone = pickle.loads(pickle.dumps(metric))
+    np.testing.assert_array_equal(clone.transform(X), metric.transform(X))
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_bad_inputs(Metric):
+    X, labels = _data()
+    pairs, pair_labels = draw_pairs(labels, 10, random_state=0)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        Metric().fit(X, np.zeros(len(X)))
+    with pytest.raises(ValueError, match="out of range"):
+        Metric().fit_pairs(X[:5], pairs, pair_labels)
+    with pytest.raises(ValueError, match=r"\+1"):
+        Metric().fit_pairs(X, pairs, pair_labels * 2)
+    with pytest.raises(ValueError, match="shape"):
+        Metric().fit_pairs(X, pairs, pair_labels[:-1])
+    with pytest.raises(ValueError, match="no variance"):
+        Metric().fit_pairs(np.ones_like(X), pairs, pair_labels)
+    with pytest.raises(ValueError):
+        Metric(gamma=-1.0).fit(X, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        metric = Metric(random_state=0).fit(X, labels)
+    with pytest.raises(ValueError, match="features"):
+        metric.transform(X[:, :3])
+
+
+def test_nystroem_metric_knn_pipeline_grid_search():
+    X, labels = load_iris(return_X_y=True)
+    pipe = Pipeline([
+        ("scale", StandardScaler()),
+        ("nystroem", Nystroem(n_components=30, random_state=0)),
+        ("metric", MEGMetric(n_constraints=100, random_state=0)),
+        ("knn", KNeighborsClassifier(n_neighbors=1)),
+    ])
+    grid = {
+        "nystroem__gamma": [0.1, 0.5],
+        "metric__learning_rate": ["auto", 1e4],
+        "metric__gamma": ["auto", 0.05],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search = GridSearchCV(pipe, grid, cv=StratifiedKFold(3, shuffle=True, random_state=0))
+        search.fit(X, labels)
+    assert len(search.cv_results_["params"]) == 8
+    assert search.best_score_ > 0.85
+    assert search.predict(X[:5]).shape == (5,)
