@@ -37,14 +37,14 @@ def make_workspace(n, m):
     """Buffers for updates of ``n`` eigenpairs with eigenvectors of length ``m``.
 
     Returns a tuple ``(ints, lapack_ints, reals, square, rows)``: index
-    scratch ``(4, n)``, LAPACK's integer arguments, real scratch ``(6, n)``,
+    scratch ``(6, n)``, LAPACK's integer arguments, real scratch ``(12, n)``,
     two ``n*n`` blocks for the secular deltas and the small eigenvector
     matrix, and two ``n*m`` blocks for the gathered and the updated
     eigenvector rows.
     """
-    ints = np.empty((4, n), dtype=np.intp)
+    ints = np.empty((6, n), dtype=np.intp)
     lapack_ints = np.empty(3, dtype=np.int32)
-    reals = np.empty((6, max(n, 2)))
+    reals = np.empty((12, max(n, 2)))
     square = np.empty((2, n * n))
     rows = np.empty((2, n * m))
     return ints, lapack_ints, reals, square, rows
@@ -100,9 +100,10 @@ def _rotate_rows(x, y, c, s):
 
 
 @njit(cache=True)
-def _secular_roots(dk, zk, rho, roots, delta, ibuf, rbuf):
+def _secular_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
     """Roots of ``1 + rho sum zk_i^2 / (dk_i - x)`` by LAPACK ``dlaed4``.
 
+    Solves for the roots ``j`` with ``converged[j] == 0``.
     ``delta[j, i] = dk_i - roots_j`` (for ``k = 2``, the eigenvectors
     themselves, as ``dlaed5`` returns them). ``ibuf`` (int32, 3) and
     ``rbuf`` (2) hold LAPACK's scalar arguments. Returns LAPACK's ``info``.
@@ -111,6 +112,8 @@ def _secular_roots(dk, zk, rho, roots, delta, ibuf, rbuf):
     ibuf[0] = k
     rbuf[0] = rho
     for j in range(k):
+        if converged[j]:
+            continue
         ibuf[1] = j + 1
         row = delta[j]
         _dlaed4(ibuf[0:].ctypes, ibuf[1:].ctypes, dk.ctypes, zk.ctypes,
@@ -121,11 +124,169 @@ def _secular_roots(dk, zk, rho, roots, delta, ibuf, rbuf):
     return 0
 
 
-@njit(cache=True)
-def _secular_vectors(dk, zk, delta, out):
+#: Sweeps of the vectorised secular solver before ``dlaed4`` takes over.
+_MAX_SWEEPS = 12
+
+_strict = njit(cache=True, error_model="numpy")
+# Reassociation only where it is harmless (sums of precomputed terms): it
+# lets LLVM vectorise the reductions. Divisions never raise (numpy model).
+_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+
+
+@_strict
+def _delta_row(dk, base, tau, row):
+    """``row_i = (dk_i - base) - tau``: distances to the poles, accurately."""
+    for i in range(dk.size):
+        row[i] = (dk[i] - base) - tau
+
+
+@_reduction
+def _row_sums(zk, row, split):
+    """``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``, split after ``split``."""
+    psi = 0.0
+    dpsi = 0.0
+    phi = 0.0
+    dphi = 0.0
+    for i in range(zk.size):
+        t = zk[i] / row[i]
+        if i <= split:
+            psi += zk[i] * t
+            dpsi += t * t
+        else:
+            phi += zk[i] * t
+            dphi += t * t
+    return psi, dpsi, phi, dphi
+
+
+@_reduction
+def _sum_squares(x):
+    total = 0.0
+    for i in range(x.size):
+        total += x[i] * x[i]
+    return total
+
+
+@_strict
+def _secular_step(dk, zk, rho, j, row, origin, tau, bounds, state):
+    """One safeguarded rational step for root ``j`` (``dlaed4``'s rules).
+
+    ``row`` holds ``dk - root`` at the current ``tau[j]``; ``bounds[:, j]``
+    brackets ``tau[j]``; ``state[:, j]`` is the previous ``w`` and the
+    fixed-weight / middle-way switch. Returns True if the root converged.
+    """
+    k = dk.size
+    p = min(j, k - 2)
+    psi, dpsi, phi, dphi = _row_sums(zk, row, p)
+    w = 1.0 / rho + psi + phi
+    dw = dpsi + dphi
+    erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
+              + abs(tau[j]) * dw)
+    if abs(w) <= _EPS * erretm:
+        return True
+    if w < 0:
+        bounds[0, j] = max(bounds[0, j], tau[j])
+    else:
+        bounds[1, j] = min(bounds[1, j], tau[j])
+    if state[0, j] == 0.0 and w < 0 and j < k - 1:
+        # first step, root in the upper half: measure from the upper pole
+        gap = dk[j + 1] - dk[j]
+        origin[j] = j + 1
+        tau[j] -= gap
+        bounds[0, j] -= gap
+        bounds[1, j] -= gap
+    left = row[p]
+    right = row[p + 1]
+    a = (left + right) * w - left * right * dw
+    b = left * right * w
+    if j == k - 1 or state[1, j] != 0.0:
+        c = w - left * dpsi - right * dphi
+    elif origin[j] == p:
+        c = w - right * dw - (left - right) * (zk[p] / left) ** 2
+    else:
+        c = w - left * dw - (right - left) * (zk[p + 1] / right) ** 2
+    disc = np.sqrt(abs(a * a - 4.0 * b * c))
+    if j == k - 1:
+        c = abs(c)
+        if c == 0.0:
+            eta = bounds[1, j] - tau[j]
+        elif a >= 0:
+            eta = (a + disc) / (2.0 * c)
+        else:
+            eta = 2.0 * b / (a - disc)
+    elif c == 0.0:
+        eta = b / a if a != 0.0 else 0.0
+    elif a <= 0:
+        eta = (a - disc) / (2.0 * c)
+    else:
+        eta = 2.0 * b / (a + disc)
+    if w * eta >= 0:
+        eta = -w / dw
+    if not bounds[0, j] < tau[j] + eta < bounds[1, j]:
+        eta = (bounds[1 if w < 0 else 0, j] - tau[j]) / 2
+    tau[j] += eta
+    if abs(eta) <= 2.0 * _EPS * abs(tau[j]):
+        return True  # a rational step at round-off size: converged
+    if state[0, j] * w > 0 and abs(w) > abs(state[0, j]) / 10:
+        state[1, j] = 1.0 - state[1, j]
+    state[0, j] = w
+    return False
+
+
+@_strict
+def _secular_start(dk, rho, j, origin, tau, bounds, state):
+    """Root ``j`` starts mid-interval, bracketed by its two poles."""
+    k = dk.size
+    gap = dk[j + 1] - dk[j] if j < k - 1 else rho
+    origin[j] = j
+    tau[j] = gap / 2
+    bounds[0, j] = 0.0
+    bounds[1, j] = gap
+    state[0, j] = 0.0
+    state[1, j] = 0.0
+
+
+@_strict
+def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, origin,
+                              reals):
+    """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
+
+    ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
+    middle-way rational steps, bisection safeguard, a rounding-error
+    stopping test), with the pole distances of each root kept in its row of
+    ``delta`` (``delta[j, i] = dk_i - roots_j``) and the secular sums
+    vectorised over the poles. Roots not converged after
+    :data:`_MAX_SWEEPS` steps keep ``converged[j] == 0`` for ``dlaed4``.
+    """
+    k = dk.size
+    tau = reals[0, :k]
+    bounds = reals[1:3, :k]
+    state = reals[3:5, :k]
+    for j in range(k):
+        row = delta[j]
+        _secular_start(dk, rho, j, origin, tau, bounds, state)
+        converged[j] = 0
+        for _ in range(_MAX_SWEEPS):
+            _delta_row(dk, dk[origin[j]], tau[j], row)
+            if _secular_step(dk, zk, rho, j, row, origin, tau, bounds, state):
+                _delta_row(dk, dk[origin[j]], tau[j], row)
+                converged[j] = 1
+                roots[j] = dk[origin[j]] + tau[j]
+                break
+
+
+@_strict
+def _scale_by_ratios(zhat, row, dk, pole, stop):
+    """``zhat_i *= row_i / (dk_i - pole)`` for ``i < stop``."""
+    for i in range(stop):
+        zhat[i] *= row[i] / (dk[i] - pole)
+
+
+@_strict
+def _secular_vectors(dk, zk, delta, zhat, out):
     """Eigenvectors from the secular deltas with Gu-Eisenstat's ``z``.
 
-    Writes ``out[j, i]``: component ``i`` of eigenvector ``j`` (``dlaed3``).
+    Writes ``out[j, i]``: component ``i`` of eigenvector ``j`` (``dlaed3``);
+    ``zhat`` is scratch of length ``k``.
     """
     k = dk.size
     if k <= 2:
@@ -133,24 +294,22 @@ def _secular_vectors(dk, zk, delta, out):
             for i in range(k):
                 out[j, i] = delta[j, i] if k == 2 else 1.0
         return
-    zhat = np.empty(k)
     for i in range(k):
         zhat[i] = delta[i, i]
     for j in range(k):
-        for i in range(k):
-            if i != j:
-                zhat[i] *= delta[j, i] / (dk[i] - dk[j])
+        _scale_by_ratios(zhat, delta[j], dk, dk[j], j)
+        _scale_by_ratios(zhat[j + 1:], delta[j, j + 1:], dk[j + 1:], dk[j],
+                         k - j - 1)
     for i in range(k):
         zhat[i] = np.sqrt(-zhat[i]) if zk[i] >= 0 else -np.sqrt(-zhat[i])
     for j in range(k):
-        norm = 0.0
+        vec = out[j]
+        row = delta[j]
         for i in range(k):
-            value = zhat[i] / delta[j, i]
-            out[j, i] = value
-            norm += value * value
-        norm = np.sqrt(norm)
+            vec[i] = zhat[i] / row[i]
+        norm = np.sqrt(_sum_squares(vec))
         for i in range(k):
-            out[j, i] /= norm
+            vec[i] /= norm
 
 
 @njit(cache=True)
@@ -245,11 +404,16 @@ def rank_one_update(lam, Vt, spare, z, s, work):
     rho_k = rho * knorm2
     delta = square[0, :k * k].reshape((k, k))
     small = square[1, :k * k].reshape((k, k))
-    info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, lapack_ints,
-                          rbuf)
+    converged = ints[5, :k]
+    converged[:] = 0
+    if k >= 3:
+        _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta,
+                                  converged, ints[4, :k], reals[6:11])
+    info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
+                          lapack_ints, rbuf)
     if info != 0:
         return False, info
-    _secular_vectors(dk[:k], zk[:k], delta, small)
+    _secular_vectors(dk[:k], zk[:k], delta, reals[11, :k], small)
     for j in range(k):
         lam[pos[kept[j]]] = sign * roots[j]
     swapped = k == n
