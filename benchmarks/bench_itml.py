@@ -1,0 +1,227 @@
+"""Inductive metric learning: MEGMetric and DefiniteBoostMetric against ITML.
+
+For each data set (scikit-learn's iris, wine, breast_cancer, digits; with
+``--held-out`` also three synthetic sets the defaults were never tried on):
+5 stratified 50/50 splits; features standardised on the training half;
+500 similar and 500 dissimilar pairs of training points drawn once per split
+(as metric-learn's ``*_Supervised`` learners draw them) and saved to an
+``.npz`` file that every learner reads. Each learner is fitted once with its
+default configuration; the score is the 1-NN and 3-NN accuracy on the held-out
+half (new points, embedded by ``transform``), against the Euclidean metric.
+
+metric-learn 0.7.0 does not run with scikit-learn >= 1.8, so ITML runs in a
+virtual environment of its own (scikit-learn 1.5.2, metric-learn 0.7.0,
+numpy < 2) that this script creates under ``--cache-dir`` on first use
+(``pip`` needs the package index), via ``_itml_worker.py`` in a subprocess.
+metric-learn is not a dependency of megkernel.
+
+All fits run on one thread (BLAS included). The numba-compiled rank-one
+engine is compiled (or loaded from numba's cache) before timing.
+
+Usage::
+
+    python benchmarks/bench_itml.py [--held-out] [--splits 5] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import numpy as np
+from sklearn import datasets
+from sklearn.model_selection import StratifiedShuffleSplit
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from megkernel import DefiniteBoostMetric, MEGMetric, draw_pairs
+
+ITML_REQUIREMENTS = ["scikit-learn==1.5.2", "metric-learn==0.7.0", "numpy<2"]
+ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                     "MKL_NUM_THREADS")}
+#: The ITML environment must not see this one's packages.
+ISOLATED = {key: value for key, value in os.environ.items()
+            if key not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+LEARNERS = {"MEGMetric": MEGMetric, "DefiniteBoostMetric": DefiniteBoostMetric}
+NEIGHBORS = (1, 3)
+
+
+def _noisy_blobs():
+    X, y = datasets.make_blobs(n_samples=500, centers=5, n_features=5, random_state=13)
+    noise = np.random.default_rng(13).normal(scale=3.0, size=(len(X), 15))
+    return np.hstack([X, noise]), y
+
+
+DATASETS = {
+    "iris": lambda: datasets.load_iris(return_X_y=True),
+    "wine": lambda: datasets.load_wine(return_X_y=True),
+    "breast_cancer": lambda: datasets.load_breast_cancer(return_X_y=True),
+    "digits": lambda: datasets.load_digits(return_X_y=True),
+}
+HELD_OUT = {
+    "classification_4c": lambda: datasets.make_classification(
+        n_samples=600, n_features=20, n_informative=5, n_redundant=5, n_classes=4,
+        random_state=11),
+    "classification_flip": lambda: datasets.make_classification(
+        n_samples=400, n_features=10, n_informative=2, n_redundant=0, n_classes=3,
+        n_clusters_per_class=1, flip_y=0.05, random_state=12),
+    "blobs_noise": _noisy_blobs,
+}
+
+
+def itml_python(cache_dir):
+    """Python of the ITML environment, created on first use."""
+    env_dir = cache_dir / "itml-venv"
+    python = env_dir / "bin" / "python"
+    if not (env_dir / ".complete").exists():
+        print(f"Creating the ITML environment in {env_dir} ...", flush=True)
+        venv.create(env_dir, with_pip=True, clear=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *ITML_REQUIREMENTS],
+                       check=True, env=ISOLATED)
+        (env_dir / ".complete").touch()
+    return python
+
+
+def save_splits(name, loader, n_splits, n_constraints, out_dir):
+    """Standardised 50/50 splits and their constraints, one .npz per split."""
+    X, y = loader()
+    splitter = StratifiedShuffleSplit(n_splits=n_splits, test_size=0.5, random_state=0)
+    paths = []
+    for split, (train, test) in enumerate(splitter.split(X, y)):
+        scaler = StandardScaler().fit(X[train])
+        pairs, pair_labels = draw_pairs(y[train], n_constraints, random_state=split)
+        path = out_dir / f"{name}_{split}.npz"
+        np.savez(path, X_train=scaler.transform(X[train]), X_test=scaler.transform(X[test]),
+                 y_train=y[train], y_test=y[test], pairs=pairs, pair_labels=pair_labels)
+        paths.append(path)
+    return paths
+
+
+def knn_accuracy(Z_train, y_train, Z_test, y_test):
+    return {str(k): KNeighborsClassifier(n_neighbors=k).fit(Z_train, y_train)
+            .score(Z_test, y_test) for k in NEIGHBORS}
+
+
+def run_ours(path):
+    """Euclidean baseline and our learners on one saved split."""
+    data = np.load(path)
+    X_train, X_test = data["X_train"], data["X_test"]
+    results = {"Euclidean": {"accuracy": knn_accuracy(X_train, data["y_train"], X_test,
+                                                      data["y_test"]), "fit_seconds": 0.0}}
+    for name, Learner in LEARNERS.items():
+        learner = Learner()
+        with threadpool_limits(1):
+            start = time.perf_counter()
+            learner.fit_pairs(X_train, data["pairs"], data["pair_labels"])
+            seconds = time.perf_counter() - start
+        results[name] = {
+            "accuracy": knn_accuracy(learner.transform(X_train), data["y_train"],
+                                     learner.transform(X_test), data["y_test"]),
+            "fit_seconds": seconds,
+        }
+    return results
+
+
+def run_itml(python, paths, out):
+    worker = Path(__file__).with_name("_itml_worker.py")
+    subprocess.run([str(python), str(worker), str(out), *map(str, paths)], check=True,
+                   env={**ISOLATED, **ONE_THREAD})
+    with open(out) as handle:
+        return {Path(key).name: {"accuracy": value["accuracy"],
+                                 "fit_seconds": value["fit_seconds"]}
+                for key, value in json.load(handle).items()}
+
+
+def warm_up():
+    """Compile (or load from cache) the numba engine outside the timings."""
+    X, y = datasets.load_iris(return_X_y=True)
+    for Learner in LEARNERS.values():
+        Learner(n_constraints=20, random_state=0).fit(X, y)
+
+
+def summarise(per_split):
+    """Mean accuracy and fit time of each method over the splits."""
+    methods = per_split[0].keys()
+    return {method: {"1": np.mean([r[method]["accuracy"]["1"] for r in per_split]),
+                     "3": np.mean([r[method]["accuracy"]["3"] for r in per_split]),
+                     "seconds": np.mean([r[method]["fit_seconds"] for r in per_split])}
+            for method in methods}
+
+
+def markdown_table(summaries, with_itml):
+    methods = ["Euclidean"] + (["ITML"] if with_itml else []) + list(LEARNERS)
+    head = "| data set | " + " | ".join(
+        f"{m} 1-NN | {m} 3-NN" + ("" if m == "Euclidean" else f" | {m} fit s")
+        for m in methods) + " |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, summary in summaries.items():
+        cells = []
+        for m in methods:
+            s = summary[m]
+            cells += [f"{s['1']:.3f}", f"{s['3']:.3f}"]
+            if m != "Euclidean":
+                cells.append(f"{s['seconds']:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def check_targets(summaries):
+    """The issue's targets, per learner, against ITML and Euclidean."""
+    lines = []
+    for learner in LEARNERS:
+        wins = sum(s[learner]["1"] >= s["ITML"]["1"] for s in summaries.values())
+        worst = min(s[learner]["1"] - s["ITML"]["1"] for s in summaries.values())
+        below_euclid = [n for n, s in summaries.items()
+                        if s[learner]["1"] < s["Euclidean"]["1"]]
+        speedup = min(s["ITML"]["seconds"] / s[learner]["seconds"]
+                      for s in summaries.values())
+        lines.append(
+            f"- {learner}: 1-NN >= ITML on {wins}/{len(summaries)}; worst 1-NN - ITML "
+            f"{worst:+.4f}; below Euclidean on {below_euclid or 'none'}; "
+            f"smallest ITML/own fit-time ratio {speedup:.1f}x")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits", type=int, default=5)
+    parser.add_argument("--n-constraints", type=int, default=500)
+    parser.add_argument("--held-out", action="store_true",
+                        help="also run the held-out synthetic data sets")
+    parser.add_argument("--no-itml", action="store_true", help="skip ITML")
+    parser.add_argument("--cache-dir", type=Path,
+                        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                        / "megkernel-bench")
+    args = parser.parse_args(argv)
+    out_dir = args.cache_dir / "constraints"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    python = None if args.no_itml else itml_python(args.cache_dir)
+    warm_up()
+    groups = {"bundled": DATASETS, **({"held-out": HELD_OUT} if args.held_out else {})}
+    for group, sets in groups.items():
+        summaries = {}
+        for name, loader in sets.items():
+            paths = save_splits(name, loader, args.splits, args.n_constraints, out_dir)
+            per_split = [run_ours(path) for path in paths]
+            if python is not None:
+                itml = run_itml(python, paths, args.cache_dir / f"itml_{name}.json")
+                for path, result in zip(paths, per_split):
+                    result["ITML"] = itml[path.name]
+            summaries[name] = summarise(per_split)
+            print(f"{name}: done", file=sys.stderr, flush=True)
+        print(f"\n### {group} data sets ({args.splits} splits, {args.n_constraints} "
+              "similar + dissimilar pairs, held-out accuracy)\n")
+        print(markdown_table(summaries, python is not None))
+        if python is not None:
+            print("\n" + check_targets(summaries))
+
+
+if __name__ == "__main__":
+    main()
