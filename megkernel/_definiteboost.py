@@ -139,6 +139,21 @@ def _exact_step(constraints, state, j, alpha_guess, direction=1.0, limit=np.inf)
                            rtol=4 * np.finfo(float).eps, maxiter=500)
 
 
+#: Scores within this relative distance of the largest count as tied.
+_TIE_RTOL = 1e-9
+
+
+def _most_violated(scores):
+    """Index of the largest score; ties (up to round-off) go to the first.
+
+    Under the identity prior every similar pair is violated by the same
+    amount; breaking such ties by index rather than by round-off keeps the
+    greedy path the same for every engine.
+    """
+    top = scores.max()
+    return int(np.argmax(scores >= top - _TIE_RTOL * abs(top)))
+
+
 def run_definiteboost(constraints, state, *, projection="approximate",
                       max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
                       update=None, callback=None, keep="best", corrective=False,
@@ -217,7 +232,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
             scores = np.where((values < 0) & (multipliers > 0), -values, values)
         if max_multiplier is not None:
             scores = np.where((values > 0) & (multipliers >= cap), 0.0, scores)
-        j = int(np.argmax(scores))
+        j = _most_violated(scores)
         r = float(scores[j])
         if r <= tol:
             converged = True
