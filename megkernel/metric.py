@@ -385,6 +385,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     gamma_, gamma_dissimilar_ : float
     kernel_estimator_ : DefiniteBoostKernel
         The fitted projection (iterations, dual objective, dropped pairs).
+    n_iter_ : int
+        Projections made.
     pairs_, pair_labels_ : ndarray
     constraint_loss_, prior_constraint_loss_ : float
         Share of the pairs violating their threshold under the learned and
@@ -431,6 +433,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         ).fit(pairs, pair_labels)
         self.gamma_ = estimator.gamma_
         self.gamma_dissimilar_ = estimator.gamma_dissimilar_
+        self.n_iter_ = estimator.n_iter_
         return estimator
 
     def _constraint_loss(self, sq_distances):

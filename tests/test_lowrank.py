@@ -194,3 +194,22 @@ def test_no_quadratic_allocation_at_one_hundred_thousand_objects():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 10 * d * r * 8  # O(d r); d^2 floats would be 80 GB
+
+
+def test_slack_caps_the_multipliers_and_converges():
+    pairs, labels = _constraints(d=15, n=120, seed=3)
+    features = np.random.default_rng(10).normal(size=(15, 3))
+    features -= features.mean(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hard = DefiniteBoostKernel(init_factor=features).fit(pairs, labels)
+        soft = DefiniteBoostKernel(init_factor=features, slack=0.5).fit(pairs, labels)
+    assert not hard.converged_  # infeasible as hard constraints
+    assert soft.converged_
+    basis = soft.state_.basis
+    kept = np.setdiff1d(np.arange(len(pairs)), soft.dropped_constraints_)
+    sq_norms = np.sum((basis[pairs[kept, 0]] - basis[pairs[kept, 1]]) ** 2, axis=1)
+    totals = np.zeros(len(pairs))
+    np.add.at(totals, soft.chosen_constraints_, soft.alphas_)
+    assert np.all(totals[kept] * sq_norms <= 0.5 * (1 + 1e-12))
+    assert np.any(np.isclose(totals[kept] * sq_norms, 0.5))  # some keep their slack

@@ -11,6 +11,7 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from megkernel import (
     DefiniteBoostKernel,
@@ -32,6 +33,13 @@ def _data(n=60, seed=0):
 
 def _sq_distances(Z, pairs):
     return np.sum((Z[pairs[:, 0]] - Z[pairs[:, 1]]) ** 2, axis=1)
+
+
+@parametrize_with_checks([MEGMetric(random_state=0), DefiniteBoostMetric(random_state=0)])
+def test_scikit_learn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        check(estimator)
 
 
 def test_draw_pairs_follows_labels():
