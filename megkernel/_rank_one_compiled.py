@@ -68,10 +68,13 @@ def _deflate(dw, zw, rho, tol, Vt, pos, kept):
             zw[j] = 0.0
             continue
         if prev >= 0:
-            tau = np.hypot(zw[j], zw[prev])
-            c = zw[j] / tau
-            s = -zw[prev] / tau
-            if abs((dw[j] - dw[prev]) * c * s) <= tol:
+            # |(d_j - d_prev) c s| <= tol with c s = -z_j z_prev / tau^2,
+            # tested before any square root
+            coupling = abs((dw[j] - dw[prev]) * zw[j] * zw[prev])
+            if coupling <= tol * (zw[j] * zw[j] + zw[prev] * zw[prev]):
+                tau = np.hypot(zw[j], zw[prev])
+                c = zw[j] / tau
+                s = -zw[prev] / tau
                 zw[j] = tau
                 zw[prev] = 0.0
                 _rotate_rows(Vt[pos[prev]], Vt[pos[j]], c, s)
@@ -316,6 +319,11 @@ def _secular_vectors(dk, zk, delta, zhat, out):
 def _sort_in_place(lam, Vt, order, done, tmp):
     """Sort ``lam`` ascending, carrying the rows of ``Vt`` (cycle moves)."""
     n = lam.size
+    for i in range(n - 1):
+        if lam[i] > lam[i + 1]:
+            break
+    else:
+        return
     order[:] = np.argsort(lam, kind="mergesort")
     done[:] = 0
     for start in range(n):
@@ -419,11 +427,13 @@ def rank_one_update(lam, Vt, spare, z, s, work):
     swapped = k == n
     if swapped:
         target = spare
-        full = square[0, :n * n].reshape((n, n))
-        for j in range(n):
-            for i in range(n):
-                full[pos[j], pos[i]] = small[j, i]
-        np.dot(full, Vt, target)
+        if sign < 0:  # working order is reversed: reverse both axes
+            full = square[0, :n * n].reshape((n, n))
+            for j in range(n):
+                for i in range(n):
+                    full[pos[j], pos[i]] = small[j, i]
+            small = full
+        np.dot(small, Vt, target)
     else:
         target = Vt
         gathered = rows_buf[0, :k * m].reshape((k, m))

@@ -191,3 +191,33 @@ def test_import_without_numba_falls_back():
                             text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout) == pytest.approx(1.0)
+
+
+@pytest.mark.skipif(_rank_one._compiled is None, reason="numba not installed")
+@pytest.mark.parametrize("seed", range(4))
+def test_vectorised_secular_solver_matches_lapack(seed):
+    compiled = _rank_one._compiled
+    rng = np.random.default_rng(seed)
+    k = 40
+    d = np.sort(np.concatenate([rng.standard_normal(k // 2),
+                                1e-9 * rng.standard_normal(k - k // 2)]))
+    z = rng.standard_normal(k) * 10.0 ** rng.uniform(-6, 0, k)
+    z /= np.linalg.norm(z)
+    for rho in (1e-6, 0.3, 1e6):
+        roots, delta = np.empty(k), np.empty((k, k))
+        converged = np.zeros(k, dtype=np.intp)
+        reals = np.empty((5, k))
+        compiled._secular_roots_vectorised(d, z, rho, roots, delta, converged,
+                                           np.empty(k, dtype=np.intp), reals)
+        ref_roots, ref_delta = np.empty(k), np.empty((k, k))
+        info = compiled._secular_roots(d, z, rho, ref_roots, ref_delta,
+                                       np.zeros(k, dtype=np.intp),
+                                       np.empty(3, dtype=np.int32), np.empty(2))
+        assert info == 0
+        done = converged.astype(bool)
+        assert done.mean() >= 0.9
+        scale = np.abs(d).max() + rho
+        np.testing.assert_allclose(roots[done], ref_roots[done], rtol=0,
+                                   atol=1e-14 * scale)
+        np.testing.assert_allclose(delta[done], ref_delta[done], rtol=0,
+                                   atol=1e-14 * scale)
