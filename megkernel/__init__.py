@@ -14,22 +14,19 @@ from ._bounds import (
     meg_optimal_c,
     meg_regret_bound,
 )
-# The estimator modules first: importing a submodule binds its name on the
-# package, and ``megkernel.meg`` / ``megkernel.definiteboost`` must be the
-# solver functions, not the modules ``meg.py`` / ``definiteboost.py``.
-from .definiteboost import DefiniteBoostKernel
-from .meg import MEGKernelRegressor
-from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
-from ._meg import meg, meg_general
 from ._definiteboost import definiteboost, definiteboost_pairs
-from .neighbors import KernelKNeighborsClassifier
-from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
+from ._meg import meg, meg_general
 from ._spectral import (
     expm_symmetric,
     logm_spd,
     normalized_expm,
     von_neumann_divergence,
 )
+from .definiteboost_kernel import DefiniteBoostKernel
+from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
+from .meg_regressor import MEGKernelRegressor
+from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
+from .neighbors import KernelKNeighborsClassifier
 
 __version__ = "0.1.0"
 

@@ -29,9 +29,9 @@ from sklearn.utils._param_validation import Interval, validate_params
 from . import _bounds
 from ._spectral import check_symmetric, normalized_expm, von_neumann_divergence
 from .datasets import distance_triples, similar_pairs
-from .definiteboost import DefiniteBoostKernel
+from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import nearest_neighbor_error
-from .meg import MEGKernelRegressor
+from .meg_regressor import MEGKernelRegressor
 
 __all__ = [
     "OnlineExperiment",

@@ -43,8 +43,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._validation import check_pair_indices
-from .definiteboost import DefiniteBoostKernel
-from .meg import MEGKernelRegressor
+from .definiteboost_kernel import DefiniteBoostKernel
+from .meg_regressor import MEGKernelRegressor
 
 __all__ = ["MEGMetric", "DefiniteBoostMetric", "draw_pairs"]
 

@@ -570,7 +570,7 @@ def test_bad_parameters(params):
 
 
 def test_package_exports_the_solver_functions():
-    # ``megkernel.meg`` must be the function, not the module meg.py
+    # ``megkernel.meg`` is the solver function (the estimator lives in meg_regressor.py)
     assert megkernel.meg is meg and callable(megkernel.meg)
     assert callable(megkernel.definiteboost)
     assert megkernel.definiteboost.__module__ == "megkernel._definiteboost"
