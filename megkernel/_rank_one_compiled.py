@@ -3,10 +3,11 @@
 Imported by :mod:`megkernel._rank_one` only when numba is importable. The
 eigendecomposition of ``diag(lam) + s z z^T`` follows LAPACK's divide and
 conquer merge step: deflation of tiny ``z`` components and of near-equal
-eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4`` (called
-from compiled code through ``scipy.linalg.cython_lapack``), and Gu &
-Eisenstat's recomputed ``z`` for numerically orthogonal eigenvectors
-(``dlaed3``/``dlaed9``). Eigenvectors are stored as the *rows* of ``Vt``
+eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4``'s
+iteration with the sums over the poles vectorised (LAPACK's own ``dlaed4``,
+called from compiled code through ``scipy.linalg.cython_lapack``, takes over
+any root that does not converge), and Gu & Eisenstat's recomputed ``z`` for
+numerically orthogonal eigenvectors (``dlaed3``/``dlaed9``). Eigenvectors are stored as the *rows* of ``Vt``
 (``Vt = V^T``, C-contiguous), so that the rows touched by one update are
 contiguous and the eigenvector product is one GEMM over the rows that did
 not deflate.
@@ -127,8 +128,8 @@ def _secular_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
     return 0
 
 
-#: Sweeps of the vectorised secular solver before ``dlaed4`` takes over.
-_MAX_SWEEPS = 12
+#: Steps per root of the vectorised secular solver before ``dlaed4`` takes over.
+_MAX_STEPS = 12
 
 _strict = njit(cache=True, error_model="numpy")
 # Reassociation only where it is harmless (sums of precomputed terms): it
@@ -170,12 +171,14 @@ def _sum_squares(x):
 
 
 @_strict
-def _secular_step(dk, zk, rho, j, row, origin, tau, bounds, state):
+def _secular_step(dk, zk, rho, j, first, row, origin, tau, bounds, state):
     """One safeguarded rational step for root ``j`` (``dlaed4``'s rules).
 
     ``row`` holds ``dk - root`` at the current ``tau[j]``; ``bounds[:, j]``
     brackets ``tau[j]``; ``state[:, j]`` is the previous ``w`` and the
-    fixed-weight / middle-way switch. Returns True if the root converged.
+    fixed-weight / middle-way switch. The ``first`` step, taken from
+    mid-interval, also picks the nearer pole as origin. Returns True if the
+    root converged.
     """
     k = dk.size
     p = min(j, k - 2)
@@ -190,7 +193,7 @@ def _secular_step(dk, zk, rho, j, row, origin, tau, bounds, state):
         bounds[0, j] = max(bounds[0, j], tau[j])
     else:
         bounds[1, j] = min(bounds[1, j], tau[j])
-    if state[0, j] == 0.0 and w < 0 and j < k - 1:
+    if first and w < 0 and j < k - 1:
         # first step, root in the upper half: measure from the upper pole
         gap = dk[j + 1] - dk[j]
         origin[j] = j + 1
@@ -258,7 +261,7 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, origin,
     stopping test), with the pole distances of each root kept in its row of
     ``delta`` (``delta[j, i] = dk_i - roots_j``) and the secular sums
     vectorised over the poles. Roots not converged after
-    :data:`_MAX_SWEEPS` steps keep ``converged[j] == 0`` for ``dlaed4``.
+    :data:`_MAX_STEPS` steps keep ``converged[j] == 0`` for ``dlaed4``.
     """
     k = dk.size
     tau = reals[0, :k]
@@ -268,9 +271,10 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, origin,
         row = delta[j]
         _secular_start(dk, rho, j, origin, tau, bounds, state)
         converged[j] = 0
-        for _ in range(_MAX_SWEEPS):
+        for step in range(_MAX_STEPS):
             _delta_row(dk, dk[origin[j]], tau[j], row)
-            if _secular_step(dk, zk, rho, j, row, origin, tau, bounds, state):
+            if _secular_step(dk, zk, rho, j, step == 0, row, origin, tau,
+                             bounds, state):
                 _delta_row(dk, dk[origin[j]], tau[j], row)
                 converged[j] = 1
                 roots[j] = dk[origin[j]] + tau[j]
