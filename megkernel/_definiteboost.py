@@ -107,13 +107,14 @@ class PairConstraints:
         return alpha * self.signs[j] * self.thresholds[j]
 
     def value_after(self, state, j, alpha):
-        """``tr(W(alpha) C_j)`` after ``A <- A - alpha s_j v v^T``."""
+        """``tr(W(alpha) C_j)`` after ``A <- A - alpha s_j v v^T``.
+
+        One rank-one eigenproblem in the current eigenbasis (``O(r^2)``).
+        """
+        from ._rank_one import pair_sq_distance_after
+
         z = state.pair_coordinates(self.a[j], self.b[j])[0]
-        lam = state.eigenvalues
-        small = np.diag(lam) - alpha * self.signs[j] * np.outer(z, z)
-        new_lam, rotation = linalg.eigh(small, check_finite=False)
-        coords = rotation.T @ z
-        sq_distance = np.dot(coords * coords, normalized_exp_weights(new_lam))
+        sq_distance = pair_sq_distance_after(state, z, -alpha * self.signs[j])
         return float(self.signs[j] * (sq_distance - self.thresholds[j]))
 
 
