@@ -56,10 +56,19 @@ def _pair_trials_eigh(state, a, b, y, learning_rate, trace):
 PAIR_ENGINES = {"eigh": _pair_trials_eigh}
 
 
-def select_engine(method, size):
+#: "auto" runs dense-mode states of at least this size by the Lanczos engine
+#: (measured faster than rank-one from d = 100 on, 10x at d = 200 from a
+#: generic prior; see benchmarks/bench_speed.py).
+AUTO_LANCZOS_FROM = 200
+
+
+def select_engine(method, size, state=None):
     """The engine for ``method`` ("auto" picks the fastest available)."""
     if method == "auto":
         method = "rank-one" if "rank-one" in PAIR_ENGINES and size > 2 else "eigh"
+        if (size >= AUTO_LANCZOS_FROM and "lanczos" in PAIR_ENGINES
+                and (state is None or state.basis is None)):
+            method = "lanczos"
     try:
         return PAIR_ENGINES[method]
     except KeyError:
@@ -84,7 +93,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto"):
         realizable case).
     trace : float, default=1.0
         Trace ``tau`` of the kernel ``tau W``.
-    method : {"auto", "eigh", "rank-one"}
+    method : {"auto", "eigh", "rank-one", "lanczos"}
         Engine; all give the same result up to round-off.
 
     Returns
@@ -92,7 +101,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto"):
     predictions : ndarray of shape (n,)
         ``yhat_t = tau tr(W_t X_t)``, each made before its update.
     """
-    engine = select_engine(method, state.size)
+    engine = select_engine(method, state.size, state)
     a = np.ascontiguousarray(a, dtype=np.intp)
     b = np.ascontiguousarray(b, dtype=np.intp)
     y = np.ascontiguousarray(y, dtype=float)
@@ -183,3 +192,4 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
 
 
 from . import _rank_one  # noqa: E402,F401  (registers the "rank-one" engine)
+from . import _lanczos  # noqa: E402,F401  (registers the "lanczos" engine)

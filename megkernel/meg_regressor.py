@@ -83,11 +83,16 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         Shuffle the pairs before each epoch of :meth:`fit`.
     random_state : int, RandomState instance or None, default=None
         Seed for ``shuffle``.
-    method : {"auto", "eigh", "rank-one"}, default="auto"
+    method : {"auto", "eigh", "rank-one", "lanczos"}, default="auto"
         Engine of the trials. ``"eigh"`` re-decomposes the exponent each
         trial (``O(d^3)``); ``"rank-one"`` updates its eigendecomposition
-        (secular equation plus one matrix product). Same result up to
-        round-off; ``"auto"`` picks the fastest available.
+        (secular equation plus one matrix product); ``"lanczos"`` needs no
+        eigendecomposition per trial (Gauss quadrature on a short Lanczos
+        run from ``e_a - e_b``; ``O(nnz)`` per step while the exponent is
+        sparse, as from ``init="identity"``) and one ``eigh`` per call to
+        :meth:`fit` / :meth:`partial_fit` (low-rank mode runs rank-one).
+        Same result up to round-off; ``"auto"`` picks the fastest
+        available (Lanczos in dense mode from ``d = 200`` on).
     verbose : int, default=0
         Print progress every 10,000 trials when positive.
 
@@ -145,7 +150,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "shuffle": ["boolean"],
         "random_state": ["random_state"],
-        "method": [StrOptions({"auto", "eigh", "rank-one"})],
+        "method": [StrOptions({"auto", "eigh", "rank-one", "lanczos"})],
         "verbose": ["verbose"],
     }
 

@@ -1,0 +1,173 @@
+"""Matrix-free Lanczos MEG engine: exact trials without eigendecompositions.
+
+A distance trial needs ``yhat = tau u^T exp(A) u / Z`` (``u = e_a - e_b``,
+``Z = tr exp(A)``) and then ``A <- A + s u u^T``. A ``k``-step Lanczos run on
+``A`` from ``u`` gives a tridiagonal ``T_k``, and since ``A`` and
+``A + sigma u u^T`` have the same Krylov spaces from ``u`` (the update only
+changes ``T_k`` in its corner, by ``sigma ||u||^2``),
+
+* ``u^T exp(A) u = 2 e1^T exp(T_k) e1`` (Gauss quadrature), and
+* ``Z' - Z = int_0^s u^T exp(A + sigma u u^T) u dsigma``
+  ``= int_0^{2s} e1^T exp(T_k + tau e1 e1^T) e1 dtau``,
+
+both exact to round-off once ``k`` is large enough. ``k`` is adaptive: the
+Lanczos run stops when the quadrature of ``exp(A)`` and of the updated
+exponent both change by less than :data:`TOL` (relative; raised to the
+round-off level ``NOISE * ||T_k - log Z||`` of the quadrature itself) from
+one step to the next, or when the Krylov space is invariant. The integral over the step
+is taken by Gauss-Legendre on panels of length at most 2 in ``tau`` (the
+integrand is entire of exponential type one, so a few nodes reach 1e-18 of
+``Z``); panels of half-length up to :data:`PANEL_HALF` for longer steps
+(``tr exp(T + 2s e1 e1^T) - tr exp(T)`` would be exact in exact arithmetic,
+but the ghost copies of converged Ritz values that plain Lanczos produces
+count fully in a trace, while quadratic forms are immune to them).
+Everything runs shifted by ``log Z`` (eq. 7), so a huge learning rate
+cannot overflow.
+
+``log Z`` is carried from trial to trial and re-anchored on the exact
+``eigh(A)`` every :data:`ANCHOR_EVERY` updates (and whenever the step
+shrank ``Z`` so much that ``1 + (Z' - Z)/Z`` cancels). A trial whose
+quadrature does not converge within :data:`MAX_STEPS` steps runs by ``eigh``
+instead, and so does a trial whose quadrature is too noisy to trust
+(round-off level above :data:`MAX_TOL`: exponents of enormous spread). The
+exponent itself is updated exactly, in four entries per trial,
+and with the identity prior it stays sparse: products ``A x`` then cost
+``O(nnz)`` through per-row column lists (see :mod:`._lanczos_compiled`).
+
+At the end of each call the eigendecomposition of the state is refreshed
+(one ``eigh``), so ``kernel_``, ``predict`` and the other engines see a
+valid state. The carried ``log Z`` and the re-anchoring counter are stored
+on the state, so splitting a run into several calls (``partial_fit``,
+pickling in between) gives bit-identical results. Low-rank states
+(``state.basis`` set) are run by the rank-one engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._meg import PAIR_ENGINES, _pair_trials_eigh
+from ._spectral import log_trace_exp
+
+try:
+    from . import _lanczos_compiled as _compiled
+except ImportError:  # numba is optional
+    _compiled = None
+
+__all__ = ["ANCHOR_EVERY", "MAX_STEPS", "TOL", "last_stats"]
+
+#: Relative change of the quadrature below which the Lanczos run stops.
+TOL = 1e-15
+#: The tolerance is raised to ``NOISE * ||T_k - log Z||``: the round-off
+#: level of the quadrature itself (eigenvalues of ``T_k`` are only known to
+#: ``eps ||T_k||``).
+NOISE = 4 * np.finfo(float).eps
+#: Trials whose quadrature round-off level exceeds this run by eigh.
+MAX_TOL = 1e-11
+#: Largest Lanczos run; a trial needing more runs by eigh.
+MAX_STEPS = 60
+#: Updates between two exact re-anchorings of ``log Z`` on ``eigh(A)``.
+ANCHOR_EVERY = 5000
+#: A step with ``Z'/Z`` below this re-anchors ``log Z`` (cancellation).
+RATIO_MIN = 1.0 / 16.0
+#: Steps ``|2 s|`` up to this integrate by Gauss-Legendre panels (longer
+#: ones re-anchor on eigh after the update).
+GL_LIMIT = 2000.0
+#: Largest half-length of a Gauss-Legendre panel (in ``tau = 2 sigma``).
+PANEL_HALF = 8.0
+#: Sparse products while the column lists hold at most this fraction of d^2.
+DENSE_FRACTION = 0.25
+
+#: Counters of the last call (trials, Lanczos steps, ...), for diagnostics.
+last_stats = {}
+
+_CARRY = "_lanczos_carry"
+
+
+def _gauss_legendre_table(size=24):
+    nodes = np.zeros((size, size))
+    weights = np.zeros((size, size))
+    for n in range(1, size + 1):
+        x, w = np.polynomial.legendre.leggauss(n)
+        nodes[n - 1, :n] = x
+        weights[n - 1, :n] = w
+    return nodes, weights
+
+
+_GL_NODES, _GL_WEIGHTS = _gauss_legendre_table()
+
+
+def _stamp(state):
+    lam = state.eigenvalues
+    return (float(log_trace_exp(lam)), float(lam[0]), float(lam[-1]),
+            state.exponent.shape[0])
+
+
+def _start(state):
+    """Carried ``(log Z, updates since anchor)`` or a fresh exact anchor."""
+    carry = getattr(state, _CARRY, None)
+    if carry is not None and carry[2] == _stamp(state):
+        return carry[0], carry[1]
+    return float(log_trace_exp(state.eigenvalues)), 0
+
+
+def _pair_trials_lanczos(state, a, b, y, learning_rate, trace):
+    """MEG trials by Lanczos quadrature (same results as eigh, to round-off)."""
+    if state.basis is not None or _compiled is None:
+        return PAIR_ENGINES["rank-one"](state, a, b, y, learning_rate, trace)
+    from ._rank_one import _blas_threads
+
+    n = len(y)
+    predictions = np.empty(n)
+    if n == 0:
+        return predictions
+    state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
+    log_z, since = _start(state)
+    nbr, deg, dense = _compiled.build_structure(state.exponent, DENSE_FRACTION)
+    workspace = _compiled.make_workspace(state.size, MAX_STEPS)
+    stats = {"fallbacks": 0, "anchors": 0}
+    t = 0
+    anchor_at_end = False
+    with _blas_threads(state.size):
+        while True:
+            t, status, log_z, since, dense = _compiled.run_trials(
+                state.exponent, nbr, deg, dense, DENSE_FRACTION, a, b, y,
+                learning_rate, trace, predictions, t, log_z, since, ANCHOR_EVERY,
+                MAX_STEPS, TOL, NOISE, MAX_TOL, RATIO_MIN, GL_LIMIT, PANEL_HALF, _GL_NODES, _GL_WEIGHTS,
+                workspace,
+            )
+            if status == _compiled.DONE:
+                break
+            if status == _compiled.REANCHOR and t >= n:
+                anchor_at_end = True  # the final refresh anchors
+                break
+            state.refresh()
+            if status != _compiled.REANCHOR:
+                # this trial by eigh (the state was just refreshed)
+                predictions[t] = _pair_trials_eigh(
+                    state, a[t:t + 1], b[t:t + 1], y[t:t + 1], learning_rate, trace)[0]
+                t += 1
+                stats["fallbacks"] += 1
+                nbr, deg, dense = _compiled.build_structure(state.exponent,
+                                                            DENSE_FRACTION)
+            stats["anchors"] += 1
+            log_z, since = float(log_trace_exp(state.eigenvalues)), 0
+            if t >= n:
+                break
+        state.refresh()
+    if anchor_at_end:
+        stats["anchors"] += 1
+        log_z, since = float(log_trace_exp(state.eigenvalues)), 0
+    setattr(state, _CARRY, (log_z, since, _stamp(state)))
+    counts = workspace[2]
+    stats.update(trials=int(counts[0]), steps=int(counts[1]),
+                 max_steps=int(counts[2]), breakdowns=int(counts[3]),
+                 too_long=int(counts[4]), nodes=int(counts[5]),
+                 endpoint_steps=int(counts[6]), dense=bool(dense),
+                 log_z_drift=log_z - float(log_trace_exp(state.eigenvalues)))
+    last_stats.clear()
+    last_stats.update(stats)
+    return predictions
+
+
+PAIR_ENGINES["lanczos"] = _pair_trials_lanczos

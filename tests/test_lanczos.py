@@ -1,0 +1,220 @@
+"""The matrix-free Lanczos engine against eigh (numerics and MEG runs)."""
+
+import pickle
+
+import numpy as np
+import pytest
+from scipy import linalg
+
+from megkernel import MEGKernelRegressor, _lanczos
+from megkernel._exponent import ExponentState
+from megkernel._meg import PAIR_ENGINES, run_pair_trials, select_engine
+from megkernel.datasets import distance_triples, load_wine_kernel
+
+pytestmark = pytest.mark.skipif(_lanczos._compiled is None,
+                                reason="numba not installed")
+
+
+def _kernel(d, seed=0):
+    if d == 52:
+        return load_wine_kernel(52).kernel
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((d, 4))
+    K = X @ X.T + 0.05 * np.eye(d)
+    return K / np.trace(K)
+
+
+def _trials(d, n, seed=0):
+    pairs, y = distance_triples(_kernel(d), n, random_state=seed)
+    return pairs[:, 0], pairs[:, 1], y
+
+
+def _dense_prior(d, seed=1):
+    rng = np.random.default_rng(seed)
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    return (Q * rng.uniform(0.5, 1.5, d)) @ Q.T
+
+
+def _state(d, prior):
+    return (ExponentState.identity(d) if prior == "identity"
+            else ExponentState.from_prior(_dense_prior(d)))
+
+
+def _run(state, a, b, y, method, learning_rate=0.5, trace=1.0):
+    return run_pair_trials(state, a, b, y, learning_rate=learning_rate,
+                           trace=trace, method=method)
+
+
+def _assert_agree(d, prior, a, b, y, *, learning_rate=0.5, trace=1.0, tol=1e-9):
+    fast, slow = _state(d, prior), _state(d, prior)
+    p_fast = _run(fast, a, b, y, "lanczos", learning_rate, trace)
+    stats = dict(_lanczos.last_stats)
+    p_slow = _run(slow, a, b, y, "eigh", learning_rate, trace)
+    assert np.all(np.isfinite(p_fast))
+    assert np.max(np.abs(p_fast - p_slow)) <= tol * max(1.0, np.max(np.abs(y)))
+    loss_fast, loss_slow = np.sum((p_fast - y) ** 2), np.sum((p_slow - y) ** 2)
+    assert abs(loss_fast - loss_slow) <= tol * loss_slow
+    K_fast, K_slow = trace * fast.matrix(), trace * slow.matrix()
+    assert np.linalg.norm(K_fast - K_slow) <= tol * np.linalg.norm(K_slow)
+    # the exponent is the same sum of exact four-entry updates
+    np.testing.assert_allclose(fast.exponent, slow.exponent, rtol=0, atol=1e-9)
+    # valid eigenpairs at the end
+    np.testing.assert_allclose(
+        (fast.eigenvectors * fast.eigenvalues) @ fast.eigenvectors.T,
+        fast.exponent, atol=1e-11 * max(1.0, np.abs(fast.exponent).max()))
+    return stats
+
+
+def test_registered_and_auto():
+    assert PAIR_ENGINES["lanczos"] is _lanczos._pair_trials_lanczos
+    assert select_engine("lanczos", 10) is _lanczos._pair_trials_lanczos
+    assert select_engine("auto", 500) is _lanczos._pair_trials_lanczos
+    assert select_engine("auto", 52) is PAIR_ENGINES["rank-one"]
+    low_rank = ExponentState(np.diag([-1.0, -2.0]), basis=np.eye(300)[:, :2])
+    assert select_engine("auto", 500, low_rank) is PAIR_ENGINES["rank-one"]
+
+
+@pytest.mark.parametrize("d, prior, n, trace", [
+    (20, "identity", 4000, 1.0),
+    (52, "identity", 4000, 1.0),
+    (20, "dense", 3000, 1.0),
+    (20, "identity", 2000, 3.5),
+    (52, "dense", 1500, 0.2),
+])
+def test_matches_eigh(d, prior, n, trace):
+    a, b, y = _trials(d, n)
+    stats = _assert_agree(d, prior, a, b, trace * y, trace=trace)
+    assert stats["trials"] == n and stats["fallbacks"] == 0
+    assert abs(stats["log_z_drift"]) < 1e-12
+
+
+def test_same_object_pairs_match_eigh():
+    a, b, y = _trials(20, 300)
+    a[::7] = b[::7]
+    fast, slow = ExponentState.identity(20), ExponentState.identity(20)
+    p_fast = _run(fast, a, b, y, "lanczos")
+    p_slow = _run(slow, a, b, y, "eigh")
+    assert np.all(p_fast[::7] == 0.0)
+    assert np.max(np.abs(p_fast - p_slow)) < 1e-12
+
+
+@pytest.mark.parametrize("prior", ["identity", "dense"])
+def test_huge_learning_rate(prior):
+    """eta = 100: exponent spread in the hundreds, steps of |2s| >> 1."""
+    a, b, y = _trials(20, 80)
+    stats = _assert_agree(20, prior, a, b, y, learning_rate=100.0)
+    assert stats["nodes"] > 0
+
+
+def test_resume_after_pickle_is_bit_identical(monkeypatch):
+    # re-anchors fall inside both halves; the exponent turns from sparse to
+    # dense storage during the first call
+    monkeypatch.setattr(_lanczos, "ANCHOR_EVERY", 700)
+    a, b, y = _trials(20, 3000)
+    whole = ExponentState.identity(20)
+    p_whole = _run(whole, a, b, y, "lanczos")
+    for split in (25, 1234):
+        part = ExponentState.identity(20)
+        p1 = _run(part, a[:split], b[:split], y[:split], "lanczos")
+        part = pickle.loads(pickle.dumps(part))
+        p2 = _run(part, a[split:], b[split:], y[split:], "lanczos")
+        np.testing.assert_array_equal(np.concatenate([p1, p2]), p_whole)
+        np.testing.assert_array_equal(part.exponent, whole.exponent)
+        np.testing.assert_array_equal(part.eigenvalues, whole.eigenvalues)
+
+
+def test_state_changed_elsewhere_re_anchors():
+    a, b, y = _trials(20, 400)
+    fast, slow = ExponentState.identity(20), ExponentState.identity(20)
+    _run(fast, a[:200], b[:200], y[:200], "lanczos")
+    _run(slow, a[:200], b[:200], y[:200], "eigh")
+    for state in (fast, slow):  # another engine moves the state on
+        _run(state, a[200:300], b[200:300], y[200:300], "rank-one")
+    p_fast = _run(fast, a[300:], b[300:], y[300:], "lanczos")
+    p_slow = _run(slow, a[300:], b[300:], y[300:], "eigh")
+    assert np.max(np.abs(p_fast - p_slow)) < 1e-12
+
+
+def test_partial_fit_chunks_equal_fit():
+    a, b, y = _trials(30, 1500)
+    X = np.column_stack([a, b])
+    whole = MEGKernelRegressor(n_objects=30, method="lanczos").fit(X, y)
+    chunked = MEGKernelRegressor(n_objects=30, method="lanczos")
+    for start in range(0, 1500, 400):
+        chunked.partial_fit(X[start:start + 400], y[start:start + 400])
+    np.testing.assert_array_equal(chunked.losses_, whole.losses_)
+    np.testing.assert_array_equal(chunked.kernel_, whole.kernel_)
+    ref = MEGKernelRegressor(n_objects=30, method="eigh").fit(X, y)
+    assert abs(whole.cumulative_loss_ / ref.cumulative_loss_ - 1) < 1e-9
+    assert np.linalg.norm(whole.kernel_ - ref.kernel_) < 1e-9 * np.linalg.norm(ref.kernel_)
+    np.testing.assert_allclose(whole.predict(X[:50]), ref.predict(X[:50]), atol=1e-12)
+
+
+def test_adaptive_steps_are_needed(monkeypatch):
+    """A run cut short (loose tolerance) disagrees; the adaptive one does not."""
+    a, b, y = _trials(52, 1500)
+    reference = _run(ExponentState.identity(52), a, b, y, "eigh")
+    good = _run(ExponentState.identity(52), a, b, y, "lanczos")
+    steps = _lanczos.last_stats["steps"] / _lanczos.last_stats["trials"]
+    assert np.max(np.abs(good - reference)) < 1e-13
+    monkeypatch.setattr(_lanczos, "TOL", 1e-3)
+    monkeypatch.setattr(_lanczos, "MAX_TOL", 1.0)
+    loose = _run(ExponentState.identity(52), a, b, y, "lanczos")
+    assert _lanczos.last_stats["steps"] / _lanczos.last_stats["trials"] < steps
+    assert np.max(np.abs(loose - reference)) > 1e-9
+
+
+def test_not_converged_trials_run_by_eigh(monkeypatch):
+    monkeypatch.setattr(_lanczos, "MAX_STEPS", 3)
+    a, b, y = _trials(20, 600)
+    stats = _assert_agree(20, "identity", a, b, y, tol=1e-11)
+    assert stats["fallbacks"] > 0
+
+
+def test_low_rank_runs_rank_one():
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.standard_normal((30, 5)))[0]
+    a, b, y = _trials(30, 300)
+    states = [ExponentState(np.diag(rng.uniform(-2, 0, 5)), basis=basis)
+              for _ in range(2)]
+    states[1].exponent = states[0].exponent.copy()
+    states[1].refresh()
+    p = _run(states[0], a, b, y, "lanczos")
+    q = _run(states[1], a, b, y, "rank-one")
+    np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.parametrize("bump", [0.0, 1e-9, 0.7, -3.0, 40.0, -25.0])
+def test_quadrature_kernels(bump):
+    """``tridiag_exp`` against ``expm``; the step integral against ``Z' - Z``."""
+    comp = _lanczos._compiled
+    rng = np.random.default_rng(3)
+    k = 12
+    alpha = rng.normal(0, 4, k + 2)
+    beta = np.abs(rng.normal(1, 1, k + 2))
+    T = np.diag(alpha[:k]) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
+    shift = np.linalg.eigvalsh(T).max() + max(bump, 0.0)
+    work = np.zeros((3, k + 2))
+    quad, tr, ok = comp.tridiag_exp(alpha, beta, k, shift, bump, *work)
+    Tb = T.copy()
+    Tb[0, 0] += bump
+    E = linalg.expm(Tb - shift * np.eye(k))
+    assert ok
+    # absolute round-off relative to the largest eigenvalue of exp(.), 1
+    assert quad == pytest.approx(E[0, 0], rel=1e-13, abs=1e-16)
+    assert tr == pytest.approx(np.trace(E), rel=1e-13)
+    # int_0^bump e1^T exp(T + tau e1 e1^T) e1 dtau = tr exp(T_bump) - tr exp(T)
+    nodes, weights = _lanczos._GL_NODES, _lanczos._GL_WEIGHTS
+    half = 0.5 * abs(bump)
+    panels = max(1, int(np.ceil(half / _lanczos.PANEL_HALF)))
+    width = bump / panels
+    n = comp.gauss_legendre_count(0.5 * abs(width), np.log(1e-18), nodes.shape[0])
+    total = 0.0
+    for p in range(panels):
+        for r in range(n):
+            tau = (p + 0.5) * width + 0.5 * width * nodes[n - 1, r]
+            total += weights[n - 1, r] * comp.tridiag_exp(alpha, beta, k, shift,
+                                                          tau, *work)[0]
+    total *= 0.5 * width
+    exact = np.trace(E) - np.trace(linalg.expm(T - shift * np.eye(k)))
+    assert total == pytest.approx(exact, rel=1e-13, abs=1e-15)
