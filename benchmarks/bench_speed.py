@@ -1,4 +1,4 @@
-"""Speed of exact MEG and DefiniteBoost: rank-one engine vs eigh vs logm+expm.
+"""Speed of exact MEG and DefiniteBoost: rank-one and Lanczos engines vs eigh vs logm+expm.
 
 Run ``python benchmarks/bench_speed.py`` (a few minutes; ``--quick`` for a
 smoke run). Prints markdown tables: the machine and its BLAS, time per MEG
@@ -10,6 +10,11 @@ for that size (one thread below ``SINGLE_THREAD_BELOW``), so the ratios
 compare like with like. Per-trial times start from a generic prior (random
 eigenvectors, distinct eigenvalues), where deflation saves nothing: the
 steady state of a long run, not its degenerate start from ``I / d``.
+
+The Lanczos engine is timed twice: from the generic (dense) prior, where
+every product ``A x`` is a dense ``d^2`` pass, and from ``I / d`` after a
+warm-up of trials, where the exponent is sparse. Its times include the one
+``eigh`` it takes at the end of every call (the trials per call are printed).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from megkernel import _rank_one
+from megkernel import _lanczos, _rank_one
 from megkernel._definiteboost import definiteboost_pairs
 from megkernel._exponent import ExponentState
 from megkernel._meg import run_pair_trials
@@ -97,9 +102,10 @@ def time_method(method, d, n, repeats):
     return float(np.median(walls)), float(np.median(cpus))
 
 
-def run_meg(method, a, b, y):
-    state = ExponentState.identity(52)
-    with threadpool_limits(1):
+def run_meg(method, a, b, y, d=52, prior=None):
+    state = (ExponentState.identity(d) if prior is None
+             else ExponentState.from_prior(prior))
+    with threadpool_limits(blas_limit(d)):
         wall, cpu = time.perf_counter(), time.process_time()
         predictions = run_pair_trials(state, a, b, y,
                                       learning_rate=LEARNING_RATE, method=method)
@@ -140,34 +146,48 @@ def machine_table():
         ("rank-one engine", f"compiled={_rank_one.USE_COMPILED}, refresh every "
          f"{_rank_one.REFRESH_EVERY} updates, 1 BLAS thread below d="
          f"{_rank_one.SINGLE_THREAD_BELOW}"),
+        ("Lanczos engine", f"compiled={_lanczos._compiled is not None}, stop at "
+         f"relative change {_lanczos.TOL:g} (or the quadrature's round-off "
+         f"level), at most {_lanczos.MAX_STEPS} steps, log Z re-anchored every "
+         f"{_lanczos.ANCHOR_EVERY} updates, one eigh per call"),
     ]
     print("| machine | |\n|---|---|")
     for key, value in rows:
         print(f"| {key} | {value} |")
 
 
-# trials and repeats per method at each d: (logm+expm, eigh, rank-one)
-SIZES = {52: (20, 1000, 20000), 200: (4, 60, 600), 500: (2, 10, 40),
-         2000: (0, 2, 3)}
-QUICK = {52: (3, 50, 500), 200: (1, 5, 30), 500: (0, 2, 4), 2000: (0, 0, 0)}
+# trials per method at each d: (logm+expm, eigh, rank-one, lanczos)
+SIZES = {52: (20, 1000, 20000, 20000), 200: (4, 60, 600, 3000),
+         500: (2, 10, 40, 1000), 2000: (0, 2, 3, 150)}
+QUICK = {52: (3, 50, 500, 500), 200: (1, 5, 30, 100), 500: (0, 2, 4, 20),
+         2000: (0, 0, 0, 0)}
+METHODS = ("logm+expm", "eigh", "rank-one", "lanczos")
 
 
 def per_trial_table(sizes, repeats):
     print("\n### Time per MEG trial (steady state, median of "
           f"{repeats}; wall clock, CPU time in brackets)\n")
     print("| d | BLAS threads | logm+expm | eigh per trial | rank-one "
-          "| eigh / rank-one | logm+expm / rank-one |")
-    print("|---|---|---|---|---|---|---|")
+          "| Lanczos (trials per call) | eigh / rank-one | eigh / Lanczos "
+          "| logm+expm / rank-one |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for d, counts in sizes.items():
         times = {}
-        for method, n in zip(("logm+expm", "eigh", "rank-one"), counts):
+        for method, n in zip(METHODS, counts):
             if n:
                 times[method] = time_method(method, d, n, repeats)
         cells = [f"{fmt_time(times[m][0])} ({fmt_time(times[m][1])})"
-                 if m in times else "–" for m in ("logm+expm", "eigh", "rank-one")]
-        fast = times.get("rank-one", (np.nan,))[0]
-        ratios = [f"{times[m][0] / fast:.1f}x" if m in times else "–"
-                  for m in ("eigh", "logm+expm")]
+                 if m in times else "–" for m in METHODS]
+        if "lanczos" in times:
+            cells[3] += f" ({counts[3]})"
+
+        def ratio(slow, fast):
+            if slow in times and fast in times:
+                return f"{times[slow][0] / times[fast][0]:.1f}x"
+            return "–"
+
+        ratios = [ratio("eigh", "rank-one"), ratio("eigh", "lanczos"),
+                  ratio("logm+expm", "rank-one")]
         threads = blas_limit(d) or os.cpu_count()
         print(f"| {d} | {threads} | " + " | ".join(cells + ratios) + " |")
 
@@ -190,36 +210,117 @@ def identity_start_table(d, n_fast, n_slow):
           f"{fmt_time(times['eigh'])} by eigh ({n_slow} trials).")
 
 
+def warm_identity_table(plan):
+    """Per-trial times from ``I / d`` after a warm-up of trials (sparse exponent).
+
+    ``plan``: ``{d: (warm-up trials, eigh, rank-one, lanczos trials)}``.
+    """
+    print("\n### Time per MEG trial from the prior I/d after a warm-up "
+          "(wall clock; the exponent is diagonal plus one entry pair per "
+          "distinct pair seen)\n")
+    print("| d | warm-up trials | eigh per trial | rank-one | Lanczos (trials "
+          "per call) | Lanczos steps per trial | eigh / rank-one "
+          "| eigh / Lanczos |")
+    print("|---|---|---|---|---|---|---|---|")
+    for d, (n_warm, *counts) in plan.items():
+        a, b, y = trials(d, n_warm + max(counts), seed=5)
+        with threadpool_limits(blas_limit(d)):
+            warm = ExponentState.identity(d)
+            run_pair_trials(warm, a[:n_warm], b[:n_warm], y[:n_warm],
+                            learning_rate=LEARNING_RATE, method="lanczos")
+            times = {}
+            for method, n in zip(("eigh", "rank-one", "lanczos"), counts):
+                if not n:
+                    continue
+                state = warm.copy()
+                sl = slice(n_warm, n_warm + n)
+                wall = time.perf_counter()
+                run_pair_trials(state, a[sl], b[sl], y[sl],
+                                learning_rate=LEARNING_RATE, method=method)
+                times[method] = (time.perf_counter() - wall) / n
+                if method == "lanczos":
+                    steps = _lanczos.last_stats["steps"] / max(
+                        _lanczos.last_stats["trials"], 1)
+        cells = [fmt_time(times[m]) if m in times else "–"
+                 for m in ("eigh", "rank-one", "lanczos")]
+        cells[2] += f" ({counts[2]})"
+        ratios = [f"{times['eigh'] / times[m]:.1f}x" if m in times else "–"
+                  for m in ("rank-one", "lanczos")]
+        print(f"| {d} | {n_warm} | " + " | ".join(cells) + f" | {steps:.1f} | "
+              + " | ".join(ratios) + " |")
+
+
+def exactness_table(d, n, prior_name):
+    """Lanczos against eigh per trial at ``d`` after ``n`` trials."""
+    a, b, y = trials(d, n, seed=7)
+    prior = generic_prior(d) if prior_name == "generic" else None
+    ref_pred, ref_K, (ref_wall, _) = run_meg("eigh", a, b, y, d, prior)
+    fast_pred, fast_K, (fast_wall, _) = run_meg("lanczos", a, b, y, d, prior)
+    stats = dict(_lanczos.last_stats)
+    loss_fast = ((fast_pred - y) ** 2).sum()
+    loss_ref = ((ref_pred - y) ** 2).sum()
+    return (f"| {d} | {prior_name} | {n} | "
+            f"{np.linalg.norm(fast_K - ref_K) / np.linalg.norm(ref_K):.1e} | "
+            f"{np.abs(fast_pred - ref_pred).max():.1e} | "
+            f"{abs(loss_fast - loss_ref) / loss_ref:.1e} | "
+            f"{stats['steps'] / max(stats['trials'], 1):.1f} / {stats['max_steps']} | "
+            f"{stats['fallbacks']} | {fmt_time(ref_wall)} / {fmt_time(fast_wall)} |")
+
+
+def lanczos_exactness(cases):
+    print("\n### Lanczos exactness against eigh per trial (same trials)\n")
+    print("| d | prior | trials | kernel, relative Frobenius | predictions, max "
+          "abs | cumulative loss, relative | Lanczos steps mean / max "
+          "| trials run by eigh | time eigh / Lanczos |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d, n, prior_name in cases:
+        print(exactness_table(d, n, prior_name))
+
+
 def paper_and_exactness(n_paper, n_exact):
     a, b, y = trials(52, n_paper, seed=3)
     fast_pred, fast_K, (fast_wall, fast_cpu) = run_meg("rank-one", a, b, y)
+    lz_pred, lz_K, (lz_wall, lz_cpu) = run_meg("lanczos", a, b, y)
+    lz_stats = dict(_lanczos.last_stats)
     ref_pred, ref_K, (ref_wall, ref_cpu) = run_meg("eigh", a[:n_exact],
                                                    b[:n_exact], y[:n_exact])
     prefix_pred, prefix_K, _ = run_meg("rank-one", a[:n_exact], b[:n_exact],
                                        y[:n_exact])
+    lz_prefix_pred, lz_prefix_K, _ = run_meg("lanczos", a[:n_exact], b[:n_exact],
+                                             y[:n_exact])
     scale = n_paper / n_exact
     print(f"\n### Paper-sized run: d = 52 (wine kernel), {n_paper:.0e} trials,"
           " prior I/d, eta = 1/2, 1 BLAS thread\n")
     print("| engine | wall | CPU | note |\n|---|---|---|---|")
     print(f"| rank-one | {fmt_time(fast_wall)} | {fmt_time(fast_cpu)} | measured,"
           " full run |")
+    print(f"| Lanczos | {fmt_time(lz_wall)} | {fmt_time(lz_cpu)} | measured, full "
+          f"run; {lz_stats['steps'] / lz_stats['trials']:.1f} steps per trial "
+          f"(max {lz_stats['max_steps']}), {lz_stats['fallbacks']} trials by eigh |")
     print(f"| eigh per trial | {fmt_time(ref_wall * scale)} | "
           f"{fmt_time(ref_cpu * scale)} | extrapolated x{scale:g} from the "
           f"first {n_exact:.0e} trials ({fmt_time(ref_wall)} measured) |")
-    print(f"| ratio | {ref_wall * scale / fast_wall:.1f}x | "
+    print(f"| ratio eigh / rank-one | {ref_wall * scale / fast_wall:.1f}x | "
           f"{ref_cpu * scale / fast_cpu:.1f}x | |")
+    print(f"| ratio eigh / Lanczos | {ref_wall * scale / lz_wall:.1f}x | "
+          f"{ref_cpu * scale / lz_cpu:.1f}x | |")
     losses = ((prefix_pred - y[:n_exact]) ** 2).sum(), ((ref_pred - y[:n_exact]) ** 2).sum()
-    print(f"\n### Exactness after {n_exact:.0e} trials (rank-one vs eigh per"
-          " trial, same trials)\n")
-    print("| quantity | difference |\n|---|---|")
+    lz_loss = ((lz_prefix_pred - y[:n_exact]) ** 2).sum()
+    print(f"\n### Exactness after {n_exact:.0e} trials (rank-one and Lanczos vs"
+          " eigh per trial, same trials)\n")
+    print("| quantity | rank-one | Lanczos |\n|---|---|---|")
     print(f"| kernel, relative Frobenius | "
-          f"{np.linalg.norm(prefix_K - ref_K) / np.linalg.norm(ref_K):.2e} |")
+          f"{np.linalg.norm(prefix_K - ref_K) / np.linalg.norm(ref_K):.2e} | "
+          f"{np.linalg.norm(lz_prefix_K - ref_K) / np.linalg.norm(ref_K):.2e} |")
     print(f"| predictions, max abs (max y = {y.max():.3g}) | "
-          f"{np.abs(prefix_pred - ref_pred).max():.2e} |")
+          f"{np.abs(prefix_pred - ref_pred).max():.2e} | "
+          f"{np.abs(lz_prefix_pred - ref_pred).max():.2e} |")
     print(f"| cumulative loss, relative | "
-          f"{abs(losses[0] - losses[1]) / losses[1]:.2e} |")
+          f"{abs(losses[0] - losses[1]) / losses[1]:.2e} | "
+          f"{abs(lz_loss - losses[1]) / losses[1]:.2e} |")
     print(f"| full-run prefix vs separate prefix run, max abs prediction | "
-          f"{np.abs(fast_pred[:n_exact] - prefix_pred).max():.2e} |")
+          f"{np.abs(fast_pred[:n_exact] - prefix_pred).max():.2e} | "
+          f"{np.abs(lz_pred[:n_exact] - lz_prefix_pred).max():.2e} |")
 
 
 COLD_START = (
@@ -238,16 +339,19 @@ def cold_start(repeats):
 
     base = dict(os.environ)
     run("rank-one", base)  # make sure the cache is filled
+    run("lanczos", base)
     rows = [("import + one trial, eigh engine", "eigh", base),
-            ("import + one trial, rank-one, numba cache warm", "rank-one", base)]
+            ("import + one trial, rank-one, numba cache warm", "rank-one", base),
+            ("import + one trial, Lanczos, numba cache warm", "lanczos", base)]
     print("\n### Cold start: a fresh `python -c` (median of "
           f"{repeats})\n\n| case | time |\n|---|---|")
     for label, method, env in rows:
         print(f"| {label} | {fmt_time(np.median([run(method, env) for _ in range(repeats)]))} |")
-    with tempfile.TemporaryDirectory() as cache:
-        seconds = run("rank-one", dict(base, NUMBA_CACHE_DIR=cache))
-    print(f"| import + one trial, rank-one, empty numba cache (compiles) | "
-          f"{fmt_time(seconds)} |")
+    for method in ("rank-one", "lanczos"):
+        with tempfile.TemporaryDirectory() as cache:
+            seconds = run(method, dict(base, NUMBA_CACHE_DIR=cache))
+        print(f"| import + one trial, {method}, empty numba cache (compiles) | "
+              f"{fmt_time(seconds)} |")
 
 
 def definiteboost_table(d, n_pairs, n_iter, n_check):
@@ -312,6 +416,8 @@ def warm_up():
     state = ExponentState.identity(4)
     run_pair_trials(state, np.array([0]), np.array([1]), np.array([0.3]),
                     learning_rate=LEARNING_RATE, method="rank-one")
+    run_pair_trials(state, np.array([0, 2]), np.array([1, 1]), np.array([0.3, 0.2]),
+                    learning_rate=LEARNING_RATE, method="lanczos")
     _rank_one.rank_one_update_state(state, 0, 1, -0.5)
 
 
@@ -326,12 +432,19 @@ def main():
     if args.quick:
         per_trial_table(QUICK, 1)
         identity_start_table(200, 50, 5)
+        warm_identity_table({52: (500, 50, 200, 200), 200: (200, 5, 20, 100)})
+        lanczos_exactness([(200, 100, "identity"), (200, 30, "generic")])
         paper_and_exactness(3000, 1000)
         cold_start(1)
         definiteboost_table(100, 200, 20, 10)
     else:
         per_trial_table(SIZES, 3)
         identity_start_table(2000, 200, 2)
+        warm_identity_table({52: (10_000, 1000, 10_000, 10_000),
+                             200: (5000, 60, 1000, 5000),
+                             500: (5000, 10, 40, 5000),
+                             2000: (5000, 2, 3, 5000)})
+        lanczos_exactness([(500, 2000, "identity"), (500, 300, "generic")])
         paper_and_exactness(300_000, 100_000)
         cold_start(3)
         definiteboost_table(500, 2000, 300, 50)
