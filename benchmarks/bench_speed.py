@@ -389,7 +389,8 @@ def definiteboost_table(d, n_pairs, n_iter, n_check):
           f"{elog['n_iter']} iterations; final kernels "
           f"{np.linalg.norm(rW - eW) / np.linalg.norm(eW):.1e} apart (relative "
           "Frobenius). From W_1 = I/d many constraints tie for the largest "
-          "violation, and round-off may break a tie differently.")
+          "violation; ties are broken by index, not by round-off, so both "
+          "engines take the same path.")
     print(definiteboost_agreement(d, pairs, gamma, n_check))
 
 
