@@ -80,8 +80,12 @@ class PairConstraints:
         self.signs = np.asarray(signs, dtype=float)
         self.thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
                                           self.a.shape).copy()
-        vectors = state.pair_vectors(self.a, self.b)
-        self.sq_norms = np.einsum("ij,ij->i", vectors, vectors)
+        if state.basis is None:  # v = e_a - e_b
+            self.vectors = None
+            self.sq_norms = 2.0 * (self.a != self.b)
+        else:  # kept: gathering P[a] - P[b] again each iteration costs 3x the product
+            self.vectors = state.pair_vectors(self.a, self.b)
+            self.sq_norms = np.einsum("ij,ij->i", self.vectors, self.vectors)
         similar = self.signs > 0
         self.lam_max = np.where(similar, self.sq_norms - self.thresholds, self.thresholds)
         self.lam_min = np.where(similar, -self.thresholds, self.thresholds - self.sq_norms)
@@ -91,7 +95,12 @@ class PairConstraints:
 
     def values(self, state):
         """``tr(W C_j) = s_j (v_j^T W v_j - gamma_j)`` for every constraint."""
-        return self.signs * (state.pair_sq_distances(self.a, self.b) - self.thresholds)
+        if self.vectors is None:
+            sq_distances = state.pair_sq_distances(self.a, self.b)
+        else:
+            coords = self.vectors @ state.eigenvectors
+            sq_distances = (coords * coords) @ state.weights()
+        return self.signs * (sq_distances - self.thresholds)
 
     def eigen_range(self, j):
         return self.lam_max[j], self.lam_min[j]

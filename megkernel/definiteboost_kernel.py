@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._definiteboost import PairConstraints, _warn_outcome, run_definiteboost
 from ._lowrank import KernelViewsMixin, declared_n_objects, initial_state
+from ._rank_one import _blas_threads
 from ._validation import unchanged_on_error, validate_pairs
 
 __all__ = ["DefiniteBoostKernel"]
@@ -223,18 +224,19 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             constraints, kept = self._feasible_constraints(
                 pairs, signs, gamma - margin, gamma_dissimilar + margin, state)
         hard = self.slack is None
-        log = run_definiteboost(
-            constraints, state, projection=self.projection, corrective=self.corrective,
-            max_iter=self.max_iter,
-            tol=margin / self.trace,
-            min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
-                                  if hard else None),
-            max_multiplier=None if hard else self.slack / np.maximum(
-                constraints.sq_norms, np.finfo(float).tiny),
-            keep="best" if hard else "last",
-            update=_pair_updater(self.method, state.size),
-            callback=self._progress if self.verbose else None,
-        )
+        with _blas_threads(state.size):  # small products are slower on 2 threads
+            log = run_definiteboost(
+                constraints, state, projection=self.projection,
+                corrective=self.corrective, max_iter=self.max_iter,
+                tol=margin / self.trace,
+                min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
+                                      if hard else None),
+                max_multiplier=None if hard else self.slack / np.maximum(
+                    constraints.sq_norms, np.finfo(float).tiny),
+                keep="best" if hard else "last",
+                update=_pair_updater(self.method, state.size),
+                callback=self._progress if self.verbose else None,
+            )
         _warn_outcome(log, self.max_iter)
         self._store(state, pairs, signs, kept, gamma, gamma_dissimilar, log)
         return self
