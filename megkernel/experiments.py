@@ -140,8 +140,8 @@ def _definiteboost_iterate(model, pairs, t):
     ``C_s = u_s u_s^T - (gamma / tau) I``, ``u_s = e_a - e_b``; ``log W_1``
     and the ``gamma I`` parts are multiples of the identity, which the
     normalisation removes. (Re-running the solver with ``max_iter=t`` is no
-    substitute: ties in the greedy choice among equally violated
-    constraints may be broken differently by another engine's round-off.)
+    substitute: a run stopped before convergence keeps its best iterate,
+    not its ``t``-th.)
     """
     a, b = pairs[model.chosen_constraints_[:t]].T
     steps = model.alphas_[:t]
