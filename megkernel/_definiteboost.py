@@ -21,6 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ._bounds import _log_rho, definiteboost_step
 from ._exponent import ExponentState
 from ._spectral import check_symmetric, normalized_exp_weights
+from ._validation import check_pair_indices
 
 __all__ = ["definiteboost", "definiteboost_pairs", "PairConstraints", "MatrixConstraints"]
 
@@ -297,19 +298,23 @@ def run_definiteboost(constraints, state, *, projection="approximate",
     }
 
 
-def _warn_outcome(log, max_iter):
+def _warn_outcome(log, max_iter, max_violation=None):
+    """Warn when the run stopped infeasible or unconverged; ``max_violation``
+    overrides the log's (trace-one) figure, e.g. in the caller's units."""
+    if max_violation is None:
+        max_violation = log["max_violation"]
     if log["infeasible"]:
         warnings.warn(
             "The constraints are infeasible: the dual objective fell below the "
             "prior's smallest eigenvalue (a certificate by weak duality). "
             f"Returning the iterate with the smallest largest violation "
-            f"({log['max_violation']:.3g}).",
+            f"({max_violation:.3g}).",
             ConvergenceWarning, stacklevel=3,
         )
     elif not log["converged"]:
         warnings.warn(
             f"DefiniteBoost did not converge in {max_iter} iterations "
-            f"(largest violation {log['max_violation']:.3g}); returning the "
+            f"(largest violation {max_violation:.3g}); returning the "
             "iterate with the smallest largest violation. Increase max_iter "
             "or tol.",
             ConvergenceWarning, stacklevel=3,
@@ -385,7 +390,7 @@ def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
     from ._meg import _prior_state
 
     state = _prior_state(n_objects, prior)
-    pairs = np.asarray(pairs)
+    pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     constraints = PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds, state)
     log = run_definiteboost(constraints, state, projection=projection,
                             max_iter=max_iter, tol=tol,

@@ -172,12 +172,6 @@ class ExponentState:
         )
         self.updates_since_refresh = 0
 
-    def recenter(self):
-        """Shift ``A`` by ``-max(lam) I`` (eq. 7); ``W`` is unchanged."""
-        top = self.eigenvalues[-1]
-        self.exponent[np.diag_indices_from(self.exponent)] -= top
-        self.eigenvalues = self.eigenvalues - top
-
     def copy(self):
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(

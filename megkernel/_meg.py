@@ -25,6 +25,7 @@ import numpy as np
 
 from ._exponent import ExponentState
 from ._spectral import check_symmetric
+from ._validation import check_pair_indices, check_squared_distances
 
 __all__ = ["meg", "meg_general", "run_pair_trials", "PAIR_ENGINES"]
 
@@ -141,9 +142,9 @@ def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
         ``predictions``, ``losses`` ((yhat_t - y_t)^2), ``cumulative_loss``
         (``L_MEG(S)``) and the final ``state``.
     """
-    pairs = np.asarray(pairs)
-    y = np.asarray(y, dtype=float)
     state = _prior_state(n_objects, prior)
+    pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
+    y = check_squared_distances(y, len(pairs))
     predictions = run_pair_trials(
         state, pairs[:, 0], pairs[:, 1], y,
         learning_rate=learning_rate, trace=trace, method=method,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from numbers import Integral, Real
 
 import warnings
@@ -235,9 +236,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                     constraints.sq_norms, np.finfo(float).tiny),
                 keep="best" if hard else "last",
                 update=_pair_updater(self.method, state.size),
-                callback=self._progress if self.verbose else None,
+                callback=partial(self._progress, gamma=gamma) if self.verbose else None,
             )
-        _warn_outcome(log, self.max_iter)
+        _warn_outcome(log, self.max_iter, max_violation=self._kernel_violation(
+            log["max_violation"], gamma))
         self._store(state, pairs, signs, kept, gamma, gamma_dissimilar, log)
         return self
 
@@ -319,18 +321,23 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.n_iter_ = log["n_iter"]
         self.dual_objective_ = log["dual_objective"]
         self.dual_bound_ = log["dual_bound"]
-        self.violations_ = log["violation"] * self.trace - 0.5 * self.tol * gamma
+        self.violations_ = self._kernel_violation(log["violation"], gamma)
         self.chosen_constraints_ = kept[log["constraint"]]
         self.alphas_ = log["alpha"]
         self.multipliers_ = log["multipliers"]
-        self.max_violation_ = max(log["max_violation"] * self.trace - 0.5 * self.tol * gamma, 0.0)
+        self.max_violation_ = max(self._kernel_violation(log["max_violation"], gamma), 0.0)
         self.converged_ = log["converged"]
 
-    def _progress(self, t, record):
+    def _kernel_violation(self, violation, gamma):
+        """A violation of the tightened trace-one constraints in kernel units,
+        measured against the user's thresholds."""
+        return violation * self.trace - 0.5 * self.tol * gamma
+
+    def _progress(self, t, record, *, gamma):
         every = max(1, self.max_iter // 20)
         if t % every == 0 or t == 1:
             print(f"[DefiniteBoostKernel] iter {t}: largest violation "
-                  f"{record['violation'] * self.trace:.4g}, dual objective "
+                  f"{self._kernel_violation(record['violation'], gamma):.4g}, dual objective "
                   f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
 
     # -- fitted views ----------------------------------------------------------

@@ -388,6 +388,19 @@ def test_non_convergence_warns_and_returns_the_best_iterate():
     assert not model.converged_ and model.n_iter_ == 3
 
 
+@pytest.mark.parametrize("trace", [1.0, 5.0])
+def test_warning_and_progress_report_the_violation_in_kernel_units(trace, capsys):
+    # the same figure as max_violation_ / violations_, whatever the trace
+    pairs = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
+    signs = np.array([1, 1, 1, 1, 1, 1, -1])
+    model = DefiniteBoostKernel(n_objects=6, trace=trace, max_iter=3, verbose=1)
+    with pytest.warns(ConvergenceWarning) as record:
+        model.fit(pairs, signs)
+    assert f"largest violation {model.max_violation_:.3g})" in str(record[0].message)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"largest violation {model.violations_[0]:.4g}," in first
+
+
 def test_infeasible_constraints_end_with_a_warning_and_finite_numbers():
     # the same pair similar (small gamma) and dissimilar (large gamma_dissimilar)
     model = DefiniteBoostKernel(n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
@@ -615,3 +628,7 @@ def test_solver_validation():
         definiteboost(np.array([np.diag([1.0, -1.0])]), np.eye(3) / 3)
     with pytest.raises(ValueError, match="not positive definite"):
         definiteboost(np.array([np.diag([1.0, -1.0])]), np.diag([1.0, 0.0]))
+    for pairs, match in (([[0, 4]], "out of range"), ([[0, -1]], "negative"),
+                         ([0, 1], "shape")):
+        with pytest.raises(ValueError, match=match):
+            definiteboost_pairs(np.array(pairs), [1.0], 0.01, n_objects=4)

@@ -574,3 +574,16 @@ def test_package_exports_the_solver_functions():
     assert megkernel.meg is meg and callable(megkernel.meg)
     assert callable(megkernel.definiteboost)
     assert megkernel.definiteboost.__module__ == "megkernel._definiteboost"
+
+
+@pytest.mark.parametrize("method", ["eigh", "rank-one", "lanczos"])
+@pytest.mark.parametrize("pairs, y, match", [
+    ([[0, 4]], [0.1], "out of range"),          # would index past the exponent
+    ([[0, -1]], [0.1], "negative"),             # would wrap to the last object
+    ([[0, 1]], [np.nan], "NaN"),
+    ([[0, 1]], [-0.1], "negative squared"),
+    ([[0, 1]], [0.1, 0.2], "shape"),
+])
+def test_solver_validates_pairs_and_distances(method, pairs, y, match):
+    with pytest.raises(ValueError, match=match):
+        meg(np.array(pairs), y, n_objects=4, method=method)
