@@ -24,12 +24,8 @@ def _pair_updater(method, size):
     """Engine for one rank-one projection: ``(state, a, b, scale)``."""
     if method == "eigh":
         return None
-    try:
-        from ._rank_one import rank_one_update_state
-    except ImportError:
-        if method == "rank-one":
-            raise ValueError("method='rank-one' is not available.") from None
-        return None
+    from ._rank_one import rank_one_update_state  # numpy fallback without numba
+
     return rank_one_update_state if size > 2 else None
 
 
@@ -56,14 +52,15 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     eigenvalue range (similar ``[-gamma, ||v||^2 - gamma]``, dissimilar
     ``[gamma_d - ||v||^2, gamma_d]``, trace-one units). Cost per
     projection ``O(r^2)``-``O(r^3)``, memory ``O(d r)``. A dissimilar pair
-    with ``||v||^2 <= gamma_d`` can never hold (``v^T M v <= ||v||^2``):
+    with ``||v||^2 <= gamma_d`` (plus the fit's margin ``tol * gamma / 2``,
+    see ``tol``) can never hold (``v^T M v <= ||v||^2``):
     such pairs are dropped with a warning and listed in
     ``dropped_constraints_`` (in dense mode ``||v||^2 = 2`` and none is).
 
     Parameters
     ----------
     n_objects : int, default=None
-        Number of objects ``d``; from ``init`` when that is a matrix,
+        Number of objects ``d``; from ``init`` or ``init_factor`` when given,
         otherwise, if ``None``, from the largest index in the fitted pairs.
     gamma : float or "auto", default="auto"
         Threshold of similar pairs on the squared distance, in the units of
