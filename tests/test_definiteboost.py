@@ -12,7 +12,6 @@ from scipy import linalg, optimize
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.metrics import accuracy_score
 from sklearn.model_selection import GridSearchCV
-from threadpoolctl import threadpool_limits
 
 from megkernel import (
     DefiniteBoostKernel,
@@ -21,13 +20,6 @@ from megkernel import (
     definiteboost_rho,
     definiteboost_step,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    # tiny matrices: threaded BLAS only adds contention
-    with threadpool_limits(limits=1):
-        yield
 
 
 # -- helpers -------------------------------------------------------------------

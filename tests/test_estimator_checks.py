@@ -26,15 +26,8 @@ from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFit
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn.utils.validation import check_is_fitted
-from threadpoolctl import threadpool_limits
 
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(limits=1):
-        yield
 
 
 # -- Part 1: scikit-learn's checks with the failures that cannot apply -----------

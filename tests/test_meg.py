@@ -11,7 +11,6 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import linalg
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import r2_score
-from threadpoolctl import threadpool_limits
 
 import megkernel
 from megkernel import (
@@ -27,13 +26,6 @@ from megkernel import (
 from megkernel._meg import PAIR_ENGINES
 
 METHODS = sorted(PAIR_ENGINES)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    # tiny matrices: threaded BLAS only adds contention
-    with threadpool_limits(limits=1):
-        yield
 
 
 # -- helpers -----------------------------------------------------------------

@@ -14,7 +14,6 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from megkernel import (
-    DefiniteBoostKernel,
     DefiniteBoostMetric,
     MEGKernelRegressor,
     MEGMetric,

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 from scipy import linalg
-from threadpoolctl import threadpool_limits
 
 from megkernel import (
     expm_symmetric,
@@ -12,12 +11,6 @@ from megkernel import (
     normalized_expm,
     von_neumann_divergence,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(limits=1):
-        yield
 
 
 def _spd(d, seed, rank=None, trace=None):
