@@ -62,13 +62,21 @@ PAIR_ENGINES = {"eigh": _pair_trials_eigh}
 #: generic prior; see benchmarks/bench_speed.py).
 AUTO_LANCZOS_FROM = 200
 
+#: ... and only for calls of at least this many trials: a Lanczos call ends
+#: with one ``eigh``, worth 6-8 rank-one trials at d = 200-2000 (measured: at
+#: d = 500, 64 trials in calls of 1 / 4 / 8 trials cost 27.1 / 7.2 / 3.6 ms
+#: per trial by Lanczos and 6.2 / 6.8 / 6.1 ms by rank-one), so on-line use,
+#: one trial per ``partial_fit``, stays with the rank-one engine.
+AUTO_LANCZOS_MIN_TRIALS = 8
 
-def select_engine(method, size, state=None):
+
+def select_engine(method, size, state=None, n_trials=None):
     """The engine for ``method`` ("auto" picks the fastest available)."""
     if method == "auto":
         method = "rank-one" if "rank-one" in PAIR_ENGINES and size > 2 else "eigh"
         if (size >= AUTO_LANCZOS_FROM and "lanczos" in PAIR_ENGINES
-                and (state is None or state.basis is None)):
+                and (state is None or state.basis is None)
+                and (n_trials is None or n_trials >= AUTO_LANCZOS_MIN_TRIALS)):
             method = "lanczos"
     try:
         return PAIR_ENGINES[method]
@@ -102,7 +110,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto"):
     predictions : ndarray of shape (n,)
         ``yhat_t = tau tr(W_t X_t)``, each made before its update.
     """
-    engine = select_engine(method, state.size, state)
+    engine = select_engine(method, state.size, state, n_trials=len(y))
     a = np.ascontiguousarray(a, dtype=np.intp)
     b = np.ascontiguousarray(b, dtype=np.intp)
     y = np.ascontiguousarray(y, dtype=float)

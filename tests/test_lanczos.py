@@ -69,6 +69,9 @@ def test_registered_and_auto():
     assert PAIR_ENGINES["lanczos"] is _lanczos._pair_trials_lanczos
     assert select_engine("lanczos", 10) is _lanczos._pair_trials_lanczos
     assert select_engine("auto", 500) is _lanczos._pair_trials_lanczos
+    # a call of few trials would be dominated by Lanczos' closing eigh
+    assert select_engine("auto", 500, n_trials=1) is PAIR_ENGINES["rank-one"]
+    assert select_engine("auto", 500, n_trials=8) is _lanczos._pair_trials_lanczos
     assert select_engine("auto", 52) is PAIR_ENGINES["rank-one"]
     low_rank = ExponentState(np.diag([-1.0, -2.0]), basis=np.eye(300)[:, :2])
     assert select_engine("auto", 500, low_rank) is PAIR_ENGINES["rank-one"]
