@@ -92,7 +92,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         sparse, as from ``init="identity"``) and one ``eigh`` per call to
         :meth:`fit` / :meth:`partial_fit` (low-rank mode runs rank-one).
         Same result up to round-off; ``"auto"`` picks the fastest
-        available (Lanczos in dense mode from ``d = 200`` on).
+        available (Lanczos in dense mode from ``d = 200`` on, for calls of
+        at least 8 trials).
     verbose : int, default=0
         Print progress every 10,000 trials when positive.
 
