@@ -31,7 +31,7 @@ import tracemalloc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from megkernel import MEGKernelRegressor  # noqa: E402
-from megkernel._exponent import ExponentState  # noqa: E402
+from megkernel._numerics.state import ExponentState  # noqa: E402
 
 SIZES = (10_000, 100_000)
 RANKS = (20, 50, 100)

@@ -34,10 +34,12 @@ from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from megkernel import _lanczos, _rank_one
-from megkernel._definiteboost import definiteboost_pairs
-from megkernel._exponent import ExponentState
-from megkernel._meg import run_pair_trials
+from megkernel import definiteboost_pairs
+from megkernel._engines import lanczos as _lanczos
+from megkernel._engines import rank_one as _rank_one
+from megkernel._engines import run_pair_trials
+from megkernel._numerics.state import ExponentState
+from megkernel._numerics.threads import SINGLE_THREAD_BELOW
 from megkernel.datasets import distance_triples, load_wine_kernel
 
 LEARNING_RATE = 0.5
@@ -67,7 +69,7 @@ def trials(d, n, seed=0):
 
 
 def blas_limit(d):
-    return 1 if d < _rank_one.SINGLE_THREAD_BELOW else None
+    return 1 if d < SINGLE_THREAD_BELOW else None
 
 
 # -- methods ----------------------------------------------------------------
@@ -102,13 +104,13 @@ def time_method(method, d, n, repeats):
     return float(np.median(walls)), float(np.median(cpus))
 
 
-def run_meg(method, a, b, y, d=52, prior=None):
+def run_meg(method, a, b, y, d=52, prior=None, stats=None):
     state = (ExponentState.identity(d) if prior is None
              else ExponentState.from_prior(prior))
     with threadpool_limits(blas_limit(d)):
         wall, cpu = time.perf_counter(), time.process_time()
-        predictions = run_pair_trials(state, a, b, y,
-                                      learning_rate=LEARNING_RATE, method=method)
+        predictions = run_pair_trials(state, a, b, y, learning_rate=LEARNING_RATE,
+                                      method=method, stats=stats)
         elapsed = time.perf_counter() - wall, time.process_time() - cpu
     return predictions, state.matrix(), elapsed
 
@@ -143,10 +145,10 @@ def machine_table():
          f"{platform.python_version()} / {np.__version__} / {scipy.__version__}"
          f" / {numba.__version__}"),
         ("BLAS (threadpoolctl)", blas),
-        ("rank-one engine", f"compiled={_rank_one.USE_COMPILED}, refresh every "
+        ("rank-one engine", f"refresh every "
          f"{_rank_one.REFRESH_EVERY} updates, 1 BLAS thread below d="
-         f"{_rank_one.SINGLE_THREAD_BELOW}"),
-        ("Lanczos engine", f"compiled={_lanczos._compiled is not None}, stop at "
+         f"{SINGLE_THREAD_BELOW}"),
+        ("Lanczos engine", "stop at "
          f"relative change {_lanczos.TOL:g} (or the quadrature's round-off "
          f"level), at most {_lanczos.MAX_STEPS} steps, log Z re-anchored every "
          f"{_lanczos.ANCHOR_EVERY} updates, one eigh per call"),
@@ -235,12 +237,12 @@ def warm_identity_table(plan):
                 state = warm.copy()
                 sl = slice(n_warm, n_warm + n)
                 wall = time.perf_counter()
+                stats = {}
                 run_pair_trials(state, a[sl], b[sl], y[sl],
-                                learning_rate=LEARNING_RATE, method=method)
+                                learning_rate=LEARNING_RATE, method=method, stats=stats)
                 times[method] = (time.perf_counter() - wall) / n
                 if method == "lanczos":
-                    steps = _lanczos.last_stats["steps"] / max(
-                        _lanczos.last_stats["trials"], 1)
+                    steps = stats["steps"] / max(stats["trials"], 1)
         cells = [fmt_time(times[m]) if m in times else "–"
                  for m in ("eigh", "rank-one", "lanczos")]
         cells[2] += f" ({counts[2]})"
@@ -255,8 +257,8 @@ def exactness_table(d, n, prior_name):
     a, b, y = trials(d, n, seed=7)
     prior = generic_prior(d) if prior_name == "generic" else None
     ref_pred, ref_K, (ref_wall, _) = run_meg("eigh", a, b, y, d, prior)
-    fast_pred, fast_K, (fast_wall, _) = run_meg("lanczos", a, b, y, d, prior)
-    stats = dict(_lanczos.last_stats)
+    stats = {}
+    fast_pred, fast_K, (fast_wall, _) = run_meg("lanczos", a, b, y, d, prior, stats)
     loss_fast = ((fast_pred - y) ** 2).sum()
     loss_ref = ((ref_pred - y) ** 2).sum()
     return (f"| {d} | {prior_name} | {n} | "
@@ -280,8 +282,8 @@ def lanczos_exactness(cases):
 def paper_and_exactness(n_paper, n_exact):
     a, b, y = trials(52, n_paper, seed=3)
     fast_pred, fast_K, (fast_wall, fast_cpu) = run_meg("rank-one", a, b, y)
-    lz_pred, lz_K, (lz_wall, lz_cpu) = run_meg("lanczos", a, b, y)
-    lz_stats = dict(_lanczos.last_stats)
+    lz_stats = {}
+    lz_pred, lz_K, (lz_wall, lz_cpu) = run_meg("lanczos", a, b, y, stats=lz_stats)
     ref_pred, ref_K, (ref_wall, ref_cpu) = run_meg("eigh", a[:n_exact],
                                                    b[:n_exact], y[:n_exact])
     prefix_pred, prefix_K, _ = run_meg("rank-one", a[:n_exact], b[:n_exact],
@@ -367,12 +369,11 @@ def definiteboost_table(d, n_pairs, n_iter, n_check):
     # tol=0 runs all n_iter iterations: "did not converge" is expected
     with threadpool_limits(blas_limit(d)), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        for label, update in (("eigh", None),
-                              ("rank-one", _rank_one.rank_one_update_state)):
+        for label in ("eigh", "rank-one"):
             wall, cpu = time.perf_counter(), time.process_time()
             W, log = definiteboost_pairs(pairs, np.ones(n_pairs), gamma,
                                          n_objects=d, max_iter=n_iter, tol=0.0,
-                                         update=update, keep="last")
+                                         method=label, keep="last")
             results[label] = (time.perf_counter() - wall, time.process_time() - cpu,
                               W, log)
     (ew, ec, eW, elog), (rw, rc, rW, rlog) = results["eigh"], results["rank-one"]
@@ -399,10 +400,10 @@ def definiteboost_agreement(d, pairs, gamma, n_iter):
     runs = []
     with threadpool_limits(blas_limit(d)), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        for update in (None, _rank_one.rank_one_update_state):
+        for method in ("eigh", "rank-one"):
             runs.append(definiteboost_pairs(
                 pairs, np.ones(len(pairs)), gamma, prior=generic_prior(d),
-                max_iter=n_iter, tol=0.0, update=update, keep="last"))
+                max_iter=n_iter, tol=0.0, method=method, keep="last"))
     (eW, elog), (rW, rlog) = runs
     same = bool(np.array_equal(elog["constraint"], rlog["constraint"]))
     duals = np.abs(rlog["dual_objective"] / elog["dual_objective"] - 1).max()
@@ -419,7 +420,7 @@ def warm_up():
                     learning_rate=LEARNING_RATE, method="rank-one")
     run_pair_trials(state, np.array([0, 2]), np.array([1, 1]), np.array([0.3, 0.2]),
                     learning_rate=LEARNING_RATE, method="lanczos")
-    _rank_one.rank_one_update_state(state, 0, 1, -0.5)
+    _rank_one.pair_update(state, 0, 1, -0.5)
 
 
 def main():

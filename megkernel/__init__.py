@@ -6,7 +6,7 @@ Exponentiated Gradient Updates for On-line Learning and Bregman Projection"
 and as plain solver functions.
 """
 
-from ._bounds import (
+from ._solvers.bounds import (
     definiteboost_rho,
     definiteboost_step,
     meg_learning_rate,
@@ -14,14 +14,14 @@ from ._bounds import (
     meg_optimal_c,
     meg_regret_bound,
 )
-from ._definiteboost import definiteboost, definiteboost_pairs
-from ._meg import meg, meg_general
-from ._spectral import (
+from ._numerics.spectral import (
     expm_symmetric,
     logm_spd,
     normalized_expm,
     von_neumann_divergence,
 )
+from ._solvers.definiteboost import definiteboost, definiteboost_pairs
+from ._solvers.meg import meg, meg_general
 from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from .meg_regressor import MEGKernelRegressor

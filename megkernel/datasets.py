@@ -35,7 +35,7 @@ from sklearn.preprocessing import StandardScaler, normalize
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils._param_validation import Interval, validate_params
 
-from ._spectral import check_symmetric
+from ._numerics.spectral import check_symmetric
 
 __all__ = [
     "load_wine_kernel",

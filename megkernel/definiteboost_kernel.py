@@ -12,21 +12,17 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._definiteboost import PairConstraints, _warn_outcome, run_definiteboost
-from ._lowrank import KernelViewsMixin, declared_n_objects, initial_state
-from ._rank_one import _blas_threads
-from ._validation import unchanged_on_error, validate_pairs
+from ._numerics.threads import blas_threads
+from ._pair_estimator import (
+    KernelViewsMixin,
+    declared_n_objects,
+    initial_state,
+    unchanged_on_error,
+    validate_pairs,
+)
+from ._solvers.definiteboost import PairConstraints, _warn_outcome, run_definiteboost
 
 __all__ = ["DefiniteBoostKernel"]
-
-
-def _pair_updater(method, size):
-    """Engine for one rank-one projection: ``(state, a, b, scale)``."""
-    if method == "eigh":
-        return None
-    from ._rank_one import rank_one_update_state  # numpy fallback without numba
-
-    return rank_one_update_state if size > 2 else None
 
 
 class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
@@ -222,7 +218,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             constraints, kept = self._feasible_constraints(
                 pairs, signs, gamma - margin, gamma_dissimilar + margin, state)
         hard = self.slack is None
-        with _blas_threads(state.size):  # small products are slower on 2 threads
+        with blas_threads(state.size):  # small products are slower on 2 threads
             log = run_definiteboost(
                 constraints, state, projection=self.projection,
                 corrective=self.corrective, max_iter=self.max_iter,
@@ -232,7 +228,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                 max_multiplier=None if hard else self.slack / np.maximum(
                     constraints.sq_norms, np.finfo(float).tiny),
                 keep="best" if hard else "last",
-                update=_pair_updater(self.method, state.size),
+                method=self.method,
                 callback=partial(self._progress, gamma=gamma) if self.verbose else None,
             )
         _warn_outcome(log, self.max_iter, max_violation=self._kernel_violation(
@@ -254,12 +250,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                 "the prior's range. Lower gamma_dissimilar."
             )
         if np.any(never):
-            warnings.warn(
+            from ._warnings import warn_user
+
+            warn_user(
                 f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
                 f"pairs that can never reach gamma_dissimilar={gamma_dissimilar:.4g} "
                 "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
                 "see dropped_constraints_.",
-                UserWarning, stacklevel=3,
+                UserWarning,
             )
             kept = ~never
             constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],

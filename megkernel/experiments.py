@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils._param_validation import Interval, validate_params
 
-from . import _bounds
-from ._spectral import check_symmetric, normalized_expm, von_neumann_divergence
+from ._numerics.spectral import check_symmetric, normalized_expm, von_neumann_divergence
+from ._solvers.bounds import meg_learning_rate, meg_loss_bound
 from .datasets import distance_triples, similar_pairs
 from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import nearest_neighbor_error
@@ -201,8 +201,8 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
         return nearest_neighbor_error(kernel, labels, random_state=random_state).mean
 
     pairs, y = distance_triples(K, n_trials, random_state=random_state)
-    learning_rate = _bounds.meg_learning_rate(PAIR_EIGENVALUE_RANGE)
-    bound = _bounds.meg_loss_bound(PAIR_EIGENVALUE_RANGE, von_neumann_divergence(K, prior))
+    learning_rate = meg_learning_rate(PAIR_EIGENVALUE_RANGE)
+    bound = meg_loss_bound(PAIR_EIGENVALUE_RANGE, von_neumann_divergence(K, prior))
     model = MEGKernelRegressor(n_objects=d, learning_rate=learning_rate, method=method)
     trials = _checkpoints(n_trials, n_checkpoints)
     errors = [knn_error(prior)]

@@ -11,18 +11,21 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._lowrank import (
+from ._engines import run_pair_trials
+from ._numerics.validation import check_squared_distances
+from ._pair_estimator import (
     KernelViewsMixin,
-    auto_learning_rate,
     declared_n_objects,
     initial_state,
+    unchanged_on_error,
+    validate_pairs,
 )
-from ._meg import run_pair_trials
-from ._validation import check_squared_distances, unchanged_on_error, validate_pairs
+from ._solvers.meg import auto_learning_rate
 
 __all__ = ["MEGKernelRegressor"]
 
-_CHUNK = 10_000
+#: Trials between two progress lines when ``verbose``.
+_PROGRESS_EVERY = 10_000
 
 
 class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
@@ -254,7 +257,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     def _run(self, pairs, y, *, epoch):
         n = len(y)
-        chunk = _CHUNK if self.verbose else max(n, 1)
+        chunk = _PROGRESS_EVERY if self.verbose else max(n, 1)
         clock = time.perf_counter()
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)

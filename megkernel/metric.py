@@ -42,7 +42,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import check_pair_indices
+from ._numerics.validation import check_pair_indices
 from .definiteboost_kernel import DefiniteBoostKernel
 from .meg_regressor import MEGKernelRegressor
 
@@ -92,8 +92,10 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
                     found.setdefault((min(a, b), max(a, b)), (a, b))
         kind = "similar" if same else "dissimilar"
         if len(found) < n_constraints:
-            warnings.warn(f"Only {len(found)} distinct {kind} pairs could be drawn "
-                          f"(asked for {n_constraints}).", UserWarning, stacklevel=2)
+            from ._warnings import warn_user
+
+            warn_user(f"Only {len(found)} distinct {kind} pairs could be drawn "
+                      f"(asked for {n_constraints}).", UserWarning)
         kinds.append(np.array(list(found.values()), dtype=np.intp).reshape(-1, 2)
                      [:n_constraints])
     pair_labels = np.r_[np.ones(len(kinds[0]), int), -np.ones(len(kinds[1]), int)]
@@ -190,12 +192,14 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
         self.constraint_loss_ = self._constraint_loss(learned)
         name = type(self).__name__
         if self.constraint_loss_ > self.prior_constraint_loss_:
-            warnings.warn(
+            from ._warnings import warn_user
+
+            warn_user(
                 f"{name}: the learned metric meets the pairs worse than the Euclidean "
                 f"prior (constraint_loss_ {self.constraint_loss_:.4g} > "
                 f"{self.prior_constraint_loss_:.4g}); the thresholds may be jointly "
                 "infeasible (see the module docs of megkernel.metric).",
-                UserWarning, stacklevel=4)
+                UserWarning)
         if self.verbose:
             print(f"[{name}] rank {self.components_.shape[0]}: constraint loss "
                   f"{self.constraint_loss_:.4g} (Euclidean prior "

@@ -18,7 +18,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._spectral import check_symmetric
+from ._numerics.spectral import check_symmetric
 
 __all__ = ["KernelKNeighborsClassifier", "kernel_distances"]
 

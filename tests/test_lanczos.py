@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 from scipy import linalg
 
-from megkernel import MEGKernelRegressor, _lanczos
-from megkernel._exponent import ExponentState
-from megkernel._meg import PAIR_ENGINES, run_pair_trials, select_engine
+from megkernel import MEGKernelRegressor
+from megkernel._engines import ENGINES, run_pair_trials, select
+from megkernel._engines import _lanczos_kernels as kernels
+from megkernel._engines import lanczos as _lanczos
+from megkernel._numerics.state import ExponentState
 from megkernel.datasets import distance_triples, load_wine_kernel
-
-pytestmark = pytest.mark.skipif(_lanczos._compiled is None,
-                                reason="numba not installed")
 
 
 def _kernel(d, seed=0):
@@ -40,15 +39,15 @@ def _state(d, prior):
             else ExponentState.from_prior(_dense_prior(d)))
 
 
-def _run(state, a, b, y, method, learning_rate=0.5, trace=1.0):
+def _run(state, a, b, y, method, learning_rate=0.5, trace=1.0, stats=None):
     return run_pair_trials(state, a, b, y, learning_rate=learning_rate,
-                           trace=trace, method=method)
+                           trace=trace, method=method, stats=stats)
 
 
 def _assert_agree(d, prior, a, b, y, *, learning_rate=0.5, trace=1.0, tol=1e-9):
     fast, slow = _state(d, prior), _state(d, prior)
-    p_fast = _run(fast, a, b, y, "lanczos", learning_rate, trace)
-    stats = dict(_lanczos.last_stats)
+    stats = {}
+    p_fast = _run(fast, a, b, y, "lanczos", learning_rate, trace, stats)
     p_slow = _run(slow, a, b, y, "eigh", learning_rate, trace)
     assert np.all(np.isfinite(p_fast))
     assert np.max(np.abs(p_fast - p_slow)) <= tol * max(1.0, np.max(np.abs(y)))
@@ -66,15 +65,21 @@ def _assert_agree(d, prior, a, b, y, *, learning_rate=0.5, trace=1.0, tol=1e-9):
 
 
 def test_registered_and_auto():
-    assert PAIR_ENGINES["lanczos"] is _lanczos._pair_trials_lanczos
-    assert select_engine("lanczos", 10) is _lanczos._pair_trials_lanczos
-    assert select_engine("auto", 500) is _lanczos._pair_trials_lanczos
+    lanczos, rank_one = ENGINES["lanczos"], ENGINES["rank-one"]
+    assert lanczos.pair_trials is _lanczos.pair_trials
+    assert select("lanczos", ExponentState.identity(10)) is lanczos
+    big = ExponentState.identity(500)
+    assert select("auto", big) is lanczos
     # a call of few trials would be dominated by Lanczos' closing eigh
-    assert select_engine("auto", 500, n_trials=1) is PAIR_ENGINES["rank-one"]
-    assert select_engine("auto", 500, n_trials=8) is _lanczos._pair_trials_lanczos
-    assert select_engine("auto", 52) is PAIR_ENGINES["rank-one"]
-    low_rank = ExponentState(np.diag([-1.0, -2.0]), basis=np.eye(300)[:, :2])
-    assert select_engine("auto", 500, low_rank) is PAIR_ENGINES["rank-one"]
+    assert select("auto", big, n_trials=1) is rank_one
+    assert select("auto", big, n_trials=8) is lanczos
+    assert select("auto", ExponentState.identity(52)) is rank_one
+    # the selector, not the engine, decides what Lanczos cannot run
+    low_rank = ExponentState(np.diag([-1.0, -2.0, -3.0]), basis=np.eye(300)[:, :3])
+    assert select("auto", low_rank) is rank_one
+    assert select("lanczos", low_rank) is rank_one
+    assert select("lanczos", big, need="update") is rank_one
+    assert lanczos.fallback == "eigh"
 
 
 @pytest.mark.parametrize("d, prior, n, trace", [
@@ -157,13 +162,15 @@ def test_adaptive_steps_are_needed(monkeypatch):
     """A run cut short (loose tolerance) disagrees; the adaptive one does not."""
     a, b, y = _trials(52, 1500)
     reference = _run(ExponentState.identity(52), a, b, y, "eigh")
-    good = _run(ExponentState.identity(52), a, b, y, "lanczos")
-    steps = _lanczos.last_stats["steps"] / _lanczos.last_stats["trials"]
+    stats = {}
+    good = _run(ExponentState.identity(52), a, b, y, "lanczos", stats=stats)
+    steps = stats["steps"] / stats["trials"]
     assert np.max(np.abs(good - reference)) < 1e-13
     monkeypatch.setattr(_lanczos, "TOL", 1e-3)
     monkeypatch.setattr(_lanczos, "MAX_TOL", 1.0)
-    loose = _run(ExponentState.identity(52), a, b, y, "lanczos")
-    assert _lanczos.last_stats["steps"] / _lanczos.last_stats["trials"] < steps
+    stats = {}
+    loose = _run(ExponentState.identity(52), a, b, y, "lanczos", stats=stats)
+    assert stats["steps"] / stats["trials"] < steps
     assert np.max(np.abs(loose - reference)) > 1e-9
 
 
@@ -190,7 +197,7 @@ def test_low_rank_runs_rank_one():
 @pytest.mark.parametrize("bump", [0.0, 1e-9, 0.7, -3.0, 40.0, -25.0])
 def test_quadrature_kernels(bump):
     """``tridiag_exp`` against ``expm``; the step integral against ``Z' - Z``."""
-    comp = _lanczos._compiled
+    comp = kernels
     rng = np.random.default_rng(3)
     k = 12
     alpha = rng.normal(0, 4, k + 2)

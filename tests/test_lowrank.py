@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor, meg_learning_rate
-from megkernel._exponent import ExponentState
-from megkernel._meg import PAIR_ENGINES
+from megkernel._numerics.state import ExponentState
+from megkernel._engines import ENGINES
 
-ENGINES = sorted(PAIR_ENGINES)
+ENGINES = sorted(ENGINES)
 
 
 def _distance_trials(d=12, n=400, seed=0):

@@ -23,9 +23,9 @@ from megkernel import (
     meg_regret_bound,
     von_neumann_divergence,
 )
-from megkernel._meg import PAIR_ENGINES
+from megkernel._engines import ENGINES
 
-METHODS = sorted(PAIR_ENGINES)
+METHODS = sorted(ENGINES)
 
 
 # -- helpers -----------------------------------------------------------------
@@ -565,7 +565,7 @@ def test_package_exports_the_solver_functions():
     # ``megkernel.meg`` is the solver function (the estimator lives in meg_regressor.py)
     assert megkernel.meg is meg and callable(megkernel.meg)
     assert callable(megkernel.definiteboost)
-    assert megkernel.definiteboost.__module__ == "megkernel._definiteboost"
+    assert megkernel.definiteboost.__module__ == "megkernel._solvers.definiteboost"
 
 
 @pytest.mark.parametrize("method", ["eigh", "rank-one", "lanczos"])

@@ -1,32 +1,20 @@
 """The rank-one eigen-update engine against eigh (numerics and MEG runs)."""
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from megkernel import _rank_one
-from megkernel._exponent import ExponentState
-from megkernel._meg import PAIR_ENGINES, run_pair_trials, select_engine
-from megkernel._rank_one import (
+from megkernel._engines import ENGINES, run_pair_trials, select
+from megkernel._engines import _rank_one_kernels as kernels
+from megkernel._engines import rank_one as _rank_one
+from megkernel._engines.rank_one import (
     pair_sq_distance_after,
+    pair_update,
     rank_one_eig,
-    rank_one_update_state,
 )
+from megkernel._numerics.state import ExponentState
 
-PATHS = [
-    pytest.param(True, id="compiled", marks=pytest.mark.skipif(
-        _rank_one._compiled is None, reason="numba not installed")),
-    pytest.param(False, id="numpy"),
-]
-
-
-@pytest.fixture(params=PATHS)
-def compiled(request, monkeypatch):
-    monkeypatch.setattr(_rank_one, "USE_COMPILED", request.param)
-    return request.param
 
 
 def _problem(name, rng):
@@ -57,7 +45,7 @@ def _problem(name, rng):
 @pytest.mark.parametrize("name", ["random", "identity-prior", "clustered",
                                   "tiny-gaps", "one", "two", "zero-z"])
 @pytest.mark.parametrize("s", [0.3, -0.3, 1e8, -1e8, 1e-13])
-def test_rank_one_eig_matches_eigh(compiled, name, s):
+def test_rank_one_eig_matches_eigh(name, s):
     lam, z = _problem(name, np.random.default_rng(0))
     matrix = np.diag(lam) + s * np.outer(z, z)
     new_lam, Q = rank_one_eig(lam, z, s)
@@ -66,7 +54,7 @@ def test_rank_one_eig_matches_eigh(compiled, name, s):
     np.testing.assert_allclose(new_lam, np.linalg.eigvalsh(matrix),
                                rtol=0, atol=1e-14 * scale)
     # LAPACK's eigh (the numpy path) is orthogonal to O(n eps) only
-    atol = 4e-15 if compiled else 1e-13
+    atol = 4e-15
     np.testing.assert_allclose(Q.T @ Q, np.eye(lam.size), rtol=0, atol=atol)
     np.testing.assert_allclose(matrix @ Q, Q * new_lam, rtol=0,
                                atol=atol * scale)
@@ -90,8 +78,11 @@ def _relative(x, ref):
 
 
 def test_engine_registered_and_auto():
-    assert PAIR_ENGINES["rank-one"] is _rank_one._pair_trials_rank_one
-    assert select_engine("auto", 52) is _rank_one._pair_trials_rank_one
+    assert ENGINES["rank-one"].pair_trials is _rank_one.pair_trials
+    assert ENGINES["rank-one"].pair_update is _rank_one.pair_update
+    assert select("auto", ExponentState.identity(52)) is ENGINES["rank-one"]
+    assert select("auto", ExponentState.identity(52), need="update") is ENGINES["rank-one"]
+    assert select("auto", ExponentState.identity(2), need="update") is ENGINES["eigh"]
 
 
 def test_engine_matches_eigh_after_5000_trials():
@@ -104,19 +95,7 @@ def test_engine_matches_eigh_after_5000_trials():
     assert _relative(fast.exponent, slow.exponent) <= 1e-10
 
 
-def test_numpy_fallback_matches_compiled(monkeypatch):
-    if _rank_one._compiled is None:
-        pytest.skip("numba not installed")
-    trials = _distance_trials(12, 400, seed=1)
-    fast, slow = ExponentState.identity(12), ExponentState.identity(12)
-    predictions = _run(fast, trials, "rank-one")
-    monkeypatch.setattr(_rank_one, "USE_COMPILED", False)
-    reference = _run(slow, trials, "rank-one")
-    np.testing.assert_allclose(predictions, reference, rtol=1e-12, atol=1e-16)
-    assert _relative(fast.matrix(), slow.matrix()) <= 1e-12
-
-
-def test_low_rank_basis_matches_eigh(compiled):
+def test_low_rank_basis_matches_eigh():
     rng = np.random.default_rng(3)
     d, r = 15, 6
     basis = np.linalg.qr(rng.standard_normal((d, r)))[0]
@@ -128,7 +107,7 @@ def test_low_rank_basis_matches_eigh(compiled):
     assert _relative(states[0].matrix(), states[1].matrix()) <= 1e-12
 
 
-def test_refresh_policy_and_resume_bit_identical(compiled, monkeypatch):
+def test_refresh_policy_and_resume_bit_identical(monkeypatch):
     monkeypatch.setattr(_rank_one, "REFRESH_EVERY", 97)
     trials = _distance_trials(10, 700, seed=4)
     whole = ExponentState.identity(10)
@@ -144,19 +123,19 @@ def test_refresh_policy_and_resume_bit_identical(compiled, monkeypatch):
     assert part.updates_since_refresh == whole.updates_since_refresh
 
 
-def test_eigenpairs_stay_exact_between_refreshes(compiled):
+def test_eigenpairs_stay_exact_between_refreshes():
     trials = _distance_trials(16, 900, seed=5)
     state = ExponentState.identity(16)
     _run(state, trials, "rank-one")
     assert state.updates_since_refresh == 900
     V, lam = state.eigenvectors, state.eigenvalues
-    atol = 1e-13 if compiled else 1e-12
+    atol = 1e-13
     np.testing.assert_allclose(V.T @ V, np.eye(16), rtol=0, atol=atol)
     np.testing.assert_allclose((V * lam) @ V.T, state.exponent, rtol=0,
                                atol=atol * np.abs(lam).max())
 
 
-def test_rank_one_update_state_and_line_search(compiled, monkeypatch):
+def test_rank_one_update_state_and_line_search(monkeypatch):
     monkeypatch.setattr(_rank_one, "REFRESH_EVERY", 5)
     rng = np.random.default_rng(6)
     state = ExponentState.identity(9)
@@ -166,7 +145,7 @@ def test_rank_one_update_state_and_line_search(compiled, monkeypatch):
         scale = rng.normal()
         z = state.pair_coordinates(a, b)[0]
         after = pair_sq_distance_after(state, z, scale)
-        rank_one_update_state(state, a, b, scale)
+        pair_update(state, a, b, scale)
         reference.add_pair_outer(a, b, scale)
         reference.refresh()
         assert after == pytest.approx(state.pair_sq_distances(a, b)[0], rel=1e-12)
@@ -176,27 +155,8 @@ def test_rank_one_update_state_and_line_search(compiled, monkeypatch):
                                atol=1e-14)
 
 
-def test_import_without_numba_falls_back():
-    code = (
-        "import sys; sys.modules['numba'] = None\n"
-        "import numpy as np, megkernel\n"
-        "from megkernel import _rank_one\n"
-        "from megkernel._meg import PAIR_ENGINES\n"
-        "assert not _rank_one.USE_COMPILED and 'rank-one' in PAIR_ENGINES\n"
-        "K, log = megkernel.meg([[0, 1], [1, 2]], [0.5, 0.2], n_objects=3,"
-        " method='rank-one')\n"
-        "print(np.trace(K))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                            text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    assert float(result.stdout) == pytest.approx(1.0)
-
-
-@pytest.mark.skipif(_rank_one._compiled is None, reason="numba not installed")
 @pytest.mark.parametrize("seed", range(4))
 def test_vectorised_secular_solver_matches_lapack(seed):
-    compiled = _rank_one._compiled
     rng = np.random.default_rng(seed)
     k = 40
     d = np.sort(np.concatenate([rng.standard_normal(k // 2),
@@ -207,10 +167,10 @@ def test_vectorised_secular_solver_matches_lapack(seed):
         roots, delta = np.empty(k), np.empty((k, k))
         converged = np.zeros(k, dtype=np.intp)
         reals = np.empty((5, k))
-        compiled._secular_roots_vectorised(d, z, rho, roots, delta, converged,
+        kernels._secular_roots_vectorised(d, z, rho, roots, delta, converged,
                                            np.empty(k, dtype=np.intp), reals)
         ref_roots, ref_delta = np.empty(k), np.empty((k, k))
-        info = compiled._secular_roots(d, z, rho, ref_roots, ref_delta,
+        info = kernels._secular_roots(d, z, rho, ref_roots, ref_delta,
                                        np.zeros(k, dtype=np.intp),
                                        np.empty(3, dtype=np.int32), np.empty(2))
         assert info == 0

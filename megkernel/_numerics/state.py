@@ -13,16 +13,30 @@ can re-anchor on ``eigh(A)`` at any time without accumulating drift.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ._spectral import (
+from .spectral import (
     check_positive_definite,
     eigh_symmetric,
     log_trace_exp,
     normalized_exp_weights,
 )
 
-__all__ = ["ExponentState"]
+__all__ = ["ExponentState", "PartitionAnchor", "prior_state"]
+
+#: Pairs gathered at a time by :meth:`ExponentState.pair_sq_norms`.
+_GATHER_CHUNK = 100_000
+
+
+class PartitionAnchor(NamedTuple):
+    """``log tr exp(A)`` carried across calls by an engine that does not keep
+    eigenpairs per trial (Lanczos), valid while ``stamp`` matches the state."""
+
+    log_partition: float
+    updates_since_anchor: int
+    stamp: tuple
 
 
 class ExponentState:
@@ -37,9 +51,23 @@ class ExponentState:
         for the identity (dense mode, ``r = d``).
     """
 
+    #: The fields of a state; :meth:`copy` and :meth:`assign` go through them.
+    FIELDS = ("exponent", "basis", "eigenvalues", "eigenvectors",
+              "updates_since_refresh", "partition_anchor")
+
     def __init__(self, exponent, *, basis=None):
+        #: Symmetric exponent ``A`` (r x r), kept exactly.
         self.exponent = np.array(exponent, dtype=float, order="C")
+        #: Orthonormal basis ``P`` (d x r) of the range, or None (dense mode).
         self.basis = basis
+        #: Ascending eigenvalues of ``A``.
+        self.eigenvalues = None
+        #: Eigenvectors of ``A`` (columns), in the order of ``eigenvalues``.
+        self.eigenvectors = None
+        #: Rank-one updates of the eigenpairs since the last ``eigh(A)``.
+        self.updates_since_refresh = 0
+        #: :class:`PartitionAnchor` of the Lanczos engine, or None.
+        self.partition_anchor = None
         self.refresh()
 
     @classmethod
@@ -47,12 +75,13 @@ class ExponentState:
         """State for a symmetric positive definite prior (scaled to trace one)."""
         prior, lam, vecs = check_positive_definite(prior, name=name)
         log_lam = np.log(lam / lam.sum())
+        exponent = (vecs * log_lam) @ vecs.T
         state = cls.__new__(cls)
-        state.exponent = (vecs * log_lam) @ vecs.T
-        state.exponent = 0.5 * (state.exponent + state.exponent.T)
+        state.exponent = np.ascontiguousarray(0.5 * (exponent + exponent.T))
         state.basis = None
         state.eigenvalues, state.eigenvectors = log_lam, vecs
         state.updates_since_refresh = 0
+        state.partition_anchor = None
         return state
 
     @classmethod
@@ -96,7 +125,7 @@ class ExponentState:
         """Number of objects ``d``."""
         return self.size if self.basis is None else self.basis.shape[0]
 
-    def weights(self):
+    def density_eigenvalues(self):
         """Eigenvalues of ``W`` (trace one), in the order of ``eigenvectors``."""
         return normalized_exp_weights(self.eigenvalues)
 
@@ -107,11 +136,11 @@ class ExponentState:
     def matrix(self):
         """``W`` itself (``r x r``; in low-rank mode the matrix ``M``)."""
         vecs = self.eigenvectors
-        return (vecs * self.weights()) @ vecs.T
+        return (vecs * self.density_eigenvalues()) @ vecs.T
 
     def factor(self):
         """``B`` with ``W = B B^T``: shape (d, r), ``P V diag(sqrt(w))``."""
-        scaled = self.eigenvectors * np.sqrt(self.weights())
+        scaled = self.eigenvectors * np.sqrt(self.density_eigenvalues())
         return scaled if self.basis is None else self.basis @ scaled
 
     def entries(self, rows, cols):
@@ -119,7 +148,7 @@ class ExponentState:
         vecs = self.eigenvectors
         left = vecs[rows] if self.basis is None else self.basis[rows] @ vecs
         right = vecs[cols] if self.basis is None else self.basis[cols] @ vecs
-        return (left * self.weights()) @ right.T
+        return (left * self.density_eigenvalues()) @ right.T
 
     def pair_vectors(self, a, b):
         """``v = e_a - e_b`` (dense) or ``P[a] - P[b]`` as rows, shape (n, r)."""
@@ -133,6 +162,20 @@ class ExponentState:
             return out
         return self.basis[a] - self.basis[b]
 
+    def pair_sq_norms(self, a, b):
+        """``||v||^2`` for each pair (``2`` or ``0`` in dense mode; in
+        low-rank mode ``||P[a] - P[b]||^2``, gathered in chunks)."""
+        a = np.atleast_1d(a)
+        b = np.atleast_1d(b)
+        if self.basis is None:
+            return 2.0 * (a != b)
+        out = np.empty(len(a))
+        for start in range(0, len(a), _GATHER_CHUNK):
+            stop = start + _GATHER_CHUNK
+            v = self.basis[a[start:stop]] - self.basis[b[start:stop]]
+            out[start:stop] = np.einsum("ij,ij->i", v, v)
+        return out
+
     def pair_coordinates(self, a, b):
         """``V^T v`` for each pair (rows), shape (n, r)."""
         a = np.atleast_1d(a)
@@ -145,7 +188,7 @@ class ExponentState:
     def pair_sq_distances(self, a, b):
         """``v^T W v`` for each pair: squared distances under trace-one ``W``."""
         coords = self.pair_coordinates(a, b)
-        return (coords * coords) @ self.weights()
+        return (coords * coords) @ self.density_eigenvalues()
 
     # -- updates -----------------------------------------------------------
     def add_pair_outer(self, a, b, scale):
@@ -173,9 +216,30 @@ class ExponentState:
         self.updates_since_refresh = 0
 
     def copy(self):
+        """An independent copy (the basis, never changed, is shared)."""
         new = self.__class__.__new__(self.__class__)
-        new.__dict__.update(
-            {k: (v.copy() if isinstance(v, np.ndarray) and k != "basis" else v)
-             for k, v in self.__dict__.items()}
-        )
+        for field in self.FIELDS:
+            value = getattr(self, field)
+            if isinstance(value, np.ndarray) and field != "basis":
+                value = value.copy()
+            setattr(new, field, value)
         return new
+
+    def assign(self, other):
+        """Make this state equal to ``other`` (in place, sharing its arrays)."""
+        for field in self.FIELDS:
+            setattr(self, field, getattr(other, field))
+
+
+def prior_state(n_objects=None, prior=None, prior_factor=None):
+    """The state of a prior: ``I / d``, a d x d matrix or a d x r factor."""
+    if prior is not None and prior_factor is not None:
+        raise ValueError("Give the prior either as a d x d matrix or as a d x r "
+                         "factor, not both.")
+    if prior_factor is not None:
+        return ExponentState.from_factor(prior_factor, name="prior_factor")
+    if prior is not None:
+        return ExponentState.from_prior(prior, name="prior")
+    if n_objects is None:
+        raise ValueError("Give n_objects or a prior matrix.")
+    return ExponentState.identity(n_objects)

@@ -1,26 +1,65 @@
-"""Low-rank mode shared by the pair estimators.
+"""What the pair estimators share: input validation, the prior from their
+parameters, transactional calls, and the views of the learned kernel.
 
-A prior given as a factor ``F`` (d x r), ``W_1 = F F^T / ||F||_F^2``, keeps
-every iterate in its range: ``W = P M P^T`` with ``P`` (d x r) orthonormal
-and ``M`` (r x r) evolved instead of ``W`` (``shared/paper/LOWRANK.md``).
-Nothing of size ``d x d`` is formed unless asked for explicitly.
+In low-rank mode (a prior given as a factor ``F``, d x r, ``W_1 = F F^T /
+||F||_F^2``) every iterate stays in its range, ``W = P M P^T`` with ``P``
+(d x r) orthonormal and ``M`` (r x r) evolved instead of ``W`` (derivation:
+``LOWRANK.md`` of the project's paper notes); nothing of size d x d is
+formed unless asked for explicitly.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._bounds import meg_learning_rate
-from ._exponent import ExponentState
-from ._validation import check_pair_indices
+from ._numerics.state import ExponentState
+from ._numerics.validation import check_pair_indices
 
-__all__ = ["KernelViewsMixin", "declared_n_objects", "initial_state", "auto_learning_rate"]
+__all__ = [
+    "KernelViewsMixin",
+    "declared_n_objects",
+    "initial_state",
+    "unchanged_on_error",
+    "validate_pairs",
+]
 
 #: Largest ``d`` for which ``kernel_`` forms the d x d kernel in low-rank mode.
 MAX_DENSE_OBJECTS = 5000
 
-_CHUNK = 100_000
+
+@contextmanager
+def unchanged_on_error(estimator):
+    """Restore the estimator's attributes if the block raises.
+
+    Fitting validates everything before it changes the model; this keeps
+    that promise also for attributes scikit-learn's ``validate_data`` sets.
+    """
+    saved = dict(estimator.__dict__)
+    try:
+        yield
+    except BaseException:
+        estimator.__dict__.clear()
+        estimator.__dict__.update(saved)
+        raise
+
+
+def validate_pairs(estimator, X, y=None, *, reset, n_objects=None):
+    """scikit-learn's ``validate_data`` plus the pair checks.
+
+    Accepts a 2-column pandas DataFrame (its column names are remembered as
+    ``feature_names_in_``).
+    """
+    kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
+    with unchanged_on_error(estimator):
+        if y is None:
+            X = validate_data(estimator, X, **kwargs)
+        else:
+            X, y = validate_data(estimator, X, y, y_numeric=False, **kwargs)
+        X = check_pair_indices(X, n_objects)
+    return X, y
 
 
 def declared_n_objects(estimator):
@@ -49,33 +88,6 @@ def initial_state(estimator, pairs):
         n_objects = estimator.n_objects or max(int(pairs.max()) + 1, 2)
         return ExponentState.identity(n_objects)
     return ExponentState.from_prior(estimator.init, name="init")
-
-
-def pair_sq_norms(basis, a, b):
-    """``||P[a] - P[b]||^2`` for each pair, in chunks (``O(chunk r)`` memory)."""
-    out = np.empty(len(a))
-    for start in range(0, len(a), _CHUNK):
-        stop = start + _CHUNK
-        v = basis[a[start:stop]] - basis[b[start:stop]]
-        out[start:stop] = np.einsum("ij,ij->i", v, v)
-    return out
-
-
-def auto_learning_rate(state, a, b):
-    """Lemma 3.2's realizable rate ``2 / rho^2`` for the restricted range.
-
-    ``rho`` bounds the eigenvalue range ``||v||^2`` of the instances: ``2``
-    in dense mode (every pair ``a != b``), the largest ``||P[a] - P[b]||^2``
-    over the given pairs in low-rank mode (about ``2 r / d``, so the rate is
-    about ``(d / r)^2`` times the dense one). When no given pair moves the
-    model, the all-pairs bound ``min(2, 4 max_a ||P[a]||^2)`` is used.
-    """
-    if state.basis is None:
-        return meg_learning_rate(2.0)
-    rho = pair_sq_norms(state.basis, a, b).max(initial=0.0)
-    if rho <= 0:
-        rho = min(2.0, 4.0 * np.einsum("ij,ij->i", state.basis, state.basis).max())
-    return meg_learning_rate(rho)
 
 
 class KernelViewsMixin:

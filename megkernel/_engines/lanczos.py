@@ -37,24 +37,23 @@ and with the identity prior it stays sparse: products ``A x`` then cost
 At the end of each call the eigendecomposition of the state is refreshed
 (one ``eigh``), so ``kernel_``, ``predict`` and the other engines see a
 valid state. The carried ``log Z`` and the re-anchoring counter are stored
-on the state, so splitting a run into several calls (``partial_fit``,
-pickling in between) gives bit-identical results. Low-rank states
-(``state.basis`` set) are run by the rank-one engine.
+on the state (``state.partition_anchor``), so splitting a run into several
+calls (``partial_fit``, pickling in between) gives bit-identical results.
+
+This engine runs dense states only; the selector (:func:`megkernel._engines.select`)
+gives low-rank states to the rank-one engine, and runs a trial this engine
+declines (see :func:`pair_trials`) by its ``fallback``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._meg import PAIR_ENGINES, _pair_trials_eigh
-from ._spectral import log_trace_exp
+from .._numerics.spectral import log_trace_exp
+from .._numerics.state import PartitionAnchor
+from . import _lanczos_kernels as kernels
 
-try:
-    from . import _lanczos_compiled as _compiled
-except ImportError:  # numba is optional
-    _compiled = None
-
-__all__ = ["ANCHOR_EVERY", "MAX_STEPS", "TOL", "last_stats"]
+__all__ = ["ANCHOR_EVERY", "MAX_STEPS", "TOL", "pair_trials"]
 
 #: Relative change of the quadrature below which the Lanczos run stops.
 TOL = 1e-15
@@ -78,10 +77,9 @@ PANEL_HALF = 8.0
 #: Sparse products while the column lists hold at most this fraction of d^2.
 DENSE_FRACTION = 0.25
 
-#: Counters of the last call (trials, Lanczos steps, ...), for diagnostics.
-last_stats = {}
-
-_CARRY = "_lanczos_carry"
+#: Counters :func:`pair_trials` adds to its ``stats``.
+STATS = ("trials", "steps", "max_steps", "breakdowns", "too_long", "nodes",
+         "endpoint_steps", "fallbacks", "anchors")
 
 
 def _gauss_legendre_table(size=24):
@@ -105,69 +103,75 @@ def _stamp(state):
 
 def _start(state):
     """Carried ``(log Z, updates since anchor)`` or a fresh exact anchor."""
-    carry = getattr(state, _CARRY, None)
-    if carry is not None and carry[2] == _stamp(state):
-        return carry[0], carry[1]
+    anchor = state.partition_anchor
+    if anchor is not None and anchor.stamp == _stamp(state):
+        return anchor.log_partition, anchor.updates_since_anchor
     return float(log_trace_exp(state.eigenvalues)), 0
 
 
-def _pair_trials_lanczos(state, a, b, y, learning_rate, trace):
-    """MEG trials by Lanczos quadrature (same results as eigh, to round-off)."""
-    if state.basis is not None or _compiled is None:
-        return PAIR_ENGINES["rank-one"](state, a, b, y, learning_rate, trace)
-    from ._rank_one import _blas_threads
+def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
+                stats=None):
+    """MEG trials from ``start`` by Lanczos quadrature (dense states only).
 
+    Same results as the eigh engine, to round-off. Runs until the end or
+    until a trial whose quadrature does not converge (or is too noisy to
+    trust): that trial is declined, the state's eigendecomposition is
+    refreshed and its index returned, for the caller to run it by another
+    engine.
+
+    Parameters
+    ----------
+    state : ExponentState
+        Dense state (``basis is None``), updated in place.
+    a, b, y, learning_rate, trace
+        As for every engine (see :mod:`megkernel._engines`).
+    predictions : ndarray of shape (n,)
+        Receives ``yhat_t`` for the trials run.
+    start : int, default=0
+        First trial to run.
+    stats : dict, optional
+        Counters (:data:`STATS`) are added to it.
+
+    Returns
+    -------
+    int
+        ``n`` when every trial ran, else the index of the declined trial.
+    """
     n = len(y)
-    predictions = np.empty(n)
-    if n == 0:
-        return predictions
+    counts = dict.fromkeys(STATS, 0)
+    if start >= n:
+        return n
     state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     log_z, since = _start(state)
-    nbr, deg, dense = _compiled.build_structure(state.exponent, DENSE_FRACTION)
-    workspace = _compiled.make_workspace(state.size, MAX_STEPS)
-    stats = {"fallbacks": 0, "anchors": 0}
-    t = 0
-    anchor_at_end = False
-    with _blas_threads(state.size):
-        while True:
-            t, status, log_z, since, dense = _compiled.run_trials(
-                state.exponent, nbr, deg, dense, DENSE_FRACTION, a, b, y,
-                learning_rate, trace, predictions, t, log_z, since, ANCHOR_EVERY,
-                MAX_STEPS, TOL, NOISE, MAX_TOL, RATIO_MIN, GL_LIMIT, PANEL_HALF, _GL_NODES, _GL_WEIGHTS,
-                workspace,
-            )
-            if status == _compiled.DONE:
-                break
-            if status == _compiled.REANCHOR and t >= n:
-                anchor_at_end = True  # the final refresh anchors
-                break
-            state.refresh()
-            if status != _compiled.REANCHOR:
-                # this trial by eigh (the state was just refreshed)
-                predictions[t] = _pair_trials_eigh(
-                    state, a[t:t + 1], b[t:t + 1], y[t:t + 1], learning_rate, trace)[0]
-                t += 1
-                stats["fallbacks"] += 1
-                nbr, deg, dense = _compiled.build_structure(state.exponent,
-                                                            DENSE_FRACTION)
-            stats["anchors"] += 1
-            log_z, since = float(log_trace_exp(state.eigenvalues)), 0
-            if t >= n:
-                break
+    nbr, deg, dense = kernels.build_structure(state.exponent, DENSE_FRACTION)
+    workspace = kernels.make_workspace(state.size, MAX_STEPS)
+    t = start
+    while True:
+        t, status, log_z, since, dense = kernels.run_trials(
+            state.exponent, nbr, deg, dense, DENSE_FRACTION, a, b, y,
+            learning_rate, trace, predictions, t, log_z, since, ANCHOR_EVERY,
+            MAX_STEPS, TOL, NOISE, MAX_TOL, RATIO_MIN, GL_LIMIT, PANEL_HALF,
+            _GL_NODES, _GL_WEIGHTS, workspace,
+        )
+        if status != kernels.REANCHOR or t >= n:
+            break
         state.refresh()
-    if anchor_at_end:
-        stats["anchors"] += 1
+        counts["anchors"] += 1
         log_z, since = float(log_trace_exp(state.eigenvalues)), 0
-    setattr(state, _CARRY, (log_z, since, _stamp(state)))
-    counts = workspace[2]
-    stats.update(trials=int(counts[0]), steps=int(counts[1]),
-                 max_steps=int(counts[2]), breakdowns=int(counts[3]),
-                 too_long=int(counts[4]), nodes=int(counts[5]),
-                 endpoint_steps=int(counts[6]), dense=bool(dense),
-                 log_z_drift=log_z - float(log_trace_exp(state.eigenvalues)))
-    last_stats.clear()
-    last_stats.update(stats)
-    return predictions
-
-
-PAIR_ENGINES["lanczos"] = _pair_trials_lanczos
+    state.refresh()
+    if status == kernels.REANCHOR:  # the final refresh anchors
+        counts["anchors"] += 1
+        log_z, since = float(log_trace_exp(state.eigenvalues)), 0
+    declined = status in (kernels.NOT_CONVERGED, kernels.QL_FAILED)
+    counts["fallbacks"] = int(declined)
+    state.partition_anchor = PartitionAnchor(log_z, since, _stamp(state))
+    kernel_counts = workspace[2]
+    for i, name in enumerate(STATS[:7]):
+        counts[name] = int(kernel_counts[i])
+    if stats is not None:
+        for name, value in counts.items():
+            stats[name] = (max(stats.get(name, 0), value) if name == "max_steps"
+                           else stats.get(name, 0) + value)
+        stats["dense"] = bool(dense)
+        stats["log_z_drift"] = log_z - float(log_trace_exp(state.eigenvalues))
+    return t if declined else n

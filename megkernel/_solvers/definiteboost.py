@@ -18,10 +18,13 @@ import numpy as np
 from scipy import linalg, optimize
 from sklearn.exceptions import ConvergenceWarning
 
-from ._bounds import _log_rho, definiteboost_step
-from ._exponent import ExponentState
-from ._spectral import check_symmetric, normalized_exp_weights
-from ._validation import check_pair_indices
+from .._engines import select
+from .._engines.rank_one import pair_sq_distance_after
+from .._numerics.spectral import check_symmetric, normalized_exp_weights
+from .._numerics.state import ExponentState, prior_state
+from .._numerics.threads import blas_threads
+from .._numerics.validation import check_pair_indices
+from .bounds import _log_rho, definiteboost_step
 
 __all__ = ["definiteboost", "definiteboost_pairs", "PairConstraints", "MatrixConstraints"]
 
@@ -52,8 +55,11 @@ class MatrixConstraints:
     def eigen_range(self, j):
         return self.lam_max[j], self.lam_min[j]
 
-    def project(self, state, j, alpha):
-        """``A <- A - alpha C_j``; returns the change of the log-dual offset."""
+    def project(self, state, j, alpha, engine):
+        """``A <- A - alpha C_j``; returns the change of the log-dual offset.
+
+        A general ``C_j`` is no rank-one change: every engine re-decomposes.
+        """
         state.add_symmetric(self.matrices[j], -alpha)
         return 0.0
 
@@ -83,10 +89,9 @@ class PairConstraints:
                                           self.a.shape).copy()
         if state.basis is None:  # v = e_a - e_b
             self.vectors = None
-            self.sq_norms = 2.0 * (self.a != self.b)
         else:  # kept: gathering P[a] - P[b] again each iteration costs 3x the product
             self.vectors = state.pair_vectors(self.a, self.b)
-            self.sq_norms = np.einsum("ij,ij->i", self.vectors, self.vectors)
+        self.sq_norms = state.pair_sq_norms(self.a, self.b)
         similar = self.signs > 0
         self.lam_max = np.where(similar, self.sq_norms - self.thresholds, self.thresholds)
         self.lam_min = np.where(similar, -self.thresholds, self.thresholds - self.sq_norms)
@@ -100,20 +105,15 @@ class PairConstraints:
             sq_distances = state.pair_sq_distances(self.a, self.b)
         else:
             coords = self.vectors @ state.eigenvectors
-            sq_distances = (coords * coords) @ state.weights()
+            sq_distances = (coords * coords) @ state.density_eigenvalues()
         return self.signs * (sq_distances - self.thresholds)
 
     def eigen_range(self, j):
         return self.lam_max[j], self.lam_min[j]
 
-    def project(self, state, j, alpha, update=None):
-        """``A <- A - alpha s_j v v^T``; returns ``alpha s_j gamma_j``."""
-        scale = -alpha * self.signs[j]
-        if update is None:
-            state.add_pair_outer(self.a[j], self.b[j], scale)
-            state.refresh()
-        else:
-            update(state, self.a[j], self.b[j], scale)
+    def project(self, state, j, alpha, engine):
+        """``A <- A - alpha s_j v v^T`` by ``engine``; returns ``alpha s_j gamma_j``."""
+        engine.pair_update(state, self.a[j], self.b[j], -alpha * self.signs[j])
         return alpha * self.signs[j] * self.thresholds[j]
 
     def value_after(self, state, j, alpha):
@@ -121,8 +121,6 @@ class PairConstraints:
 
         One rank-one eigenproblem in the current eigenbasis (``O(r^2)``).
         """
-        from ._rank_one import pair_sq_distance_after
-
         z = state.pair_coordinates(self.a[j], self.b[j])[0]
         sq_distance = pair_sq_distance_after(state, z, -alpha * self.signs[j])
         return float(self.signs[j] * (sq_distance - self.thresholds[j]))
@@ -167,7 +165,7 @@ def _most_violated(scores):
 
 def run_definiteboost(constraints, state, *, projection="approximate",
                       max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
-                      update=None, callback=None, keep="best", corrective=False,
+                      method="eigh", callback=None, keep="best", corrective=False,
                       max_multiplier=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
@@ -186,8 +184,8 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         Smallest eigenvalue of ``W_1``: a dual objective below it certifies
         that the constraints are infeasible (weak duality), which stops the
         run with a warning.
-    update : callable, optional
-        Engine for pair projections ``(state, a, b, scale)``.
+    method : {"auto", "eigh", "rank-one"}, default="eigh"
+        Engine of each pair projection (see :func:`megkernel._engines.select`).
     callback : callable, optional
         Called as ``callback(t, record)`` after each iteration.
     keep : {"best", "last"}, default="best"
@@ -223,6 +221,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         ``max_violation`` of the kept iterate, ``converged``,
         ``infeasible``, ``n_iter``.
     """
+    engine = select(method, state, need="update")
     log_dual = state.log_partition()
     log_bound = 0.0
     offset = 0.0
@@ -260,10 +259,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
             alpha = _exact_step(constraints, state, j, alpha, direction, limit)
         clipped = alpha >= limit
         alpha = min(alpha, limit)
-        if isinstance(constraints, PairConstraints):
-            offset += constraints.project(state, j, direction * alpha, update)
-        else:
-            offset += constraints.project(state, j, direction * alpha)
+        offset += constraints.project(state, j, direction * alpha, engine)
         multipliers[j] += direction * alpha
         log_dual = state.log_partition() + offset
         if not clipped:
@@ -281,7 +277,7 @@ def run_definiteboost(constraints, state, *, projection="approximate",
                              "dual_bound": np.exp(log_bound)})
     best_violation, best_state = best if best is not None else (largest, None)
     if keep == "best":
-        state.__dict__.update(best_state.__dict__)
+        state.assign(best_state)
     else:
         best_violation = float(constraints.values(state).max())
     return {
@@ -365,7 +361,7 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
 
 def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
                         projection="approximate", max_iter=1000, tol=1e-8,
-                        update=None, keep="best", corrective=False):
+                        method="eigh", keep="best", corrective=False):
     """DefiniteBoost for similar / dissimilar pair constraints.
 
     Parameters
@@ -379,7 +375,7 @@ def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
     n_objects : int, optional
         ``d`` for the prior ``I / d`` when ``prior`` is not given.
     prior : ndarray of shape (d, d), optional
-    projection, max_iter, tol, update, keep, corrective
+    projection, max_iter, tol, method, keep, corrective
         See :func:`run_definiteboost`.
 
     Returns
@@ -387,16 +383,14 @@ def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
     W : ndarray of shape (d, d)
     log : dict
     """
-    from ._meg import _prior_state
-
-    state = _prior_state(n_objects, prior)
+    state = prior_state(n_objects, prior)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     constraints = PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds, state)
     log = run_definiteboost(constraints, state, projection=projection,
                             max_iter=max_iter, tol=tol,
                             min_prior_eigenvalue=np.exp(state.eigenvalues[0]
                                                         - state.log_partition()),
-                            update=update, keep=keep, corrective=corrective)
+                            method=method, keep=keep, corrective=corrective)
     _warn_outcome(log, max_iter)
     log["state"] = state
     return state.matrix(), log

@@ -1,34 +1,10 @@
-"""Input validation shared by the pair estimators."""
+"""Array validation of pairs and squared distances (no scikit-learn here)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
-from sklearn.utils.validation import validate_data
 
-__all__ = [
-    "validate_pairs",
-    "check_pair_indices",
-    "check_squared_distances",
-    "unchanged_on_error",
-]
-
-
-@contextmanager
-def unchanged_on_error(estimator):
-    """Restore the estimator's attributes if the block raises.
-
-    Fitting validates everything before it changes the model; this keeps
-    that promise also for attributes scikit-learn's ``validate_data`` sets.
-    """
-    saved = dict(estimator.__dict__)
-    try:
-        yield
-    except BaseException:
-        estimator.__dict__.clear()
-        estimator.__dict__.update(saved)
-        raise
+__all__ = ["check_pair_indices", "check_squared_distances"]
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X"):
@@ -80,19 +56,3 @@ def check_squared_distances(y, n_pairs, *, name="y"):
             f"{name} contains negative squared distances (min {y.min():.3g})."
         )
     return y
-
-
-def validate_pairs(estimator, X, y=None, *, reset, n_objects=None):
-    """scikit-learn's ``validate_data`` plus the pair checks.
-
-    Accepts a 2-column pandas DataFrame (its column names are remembered as
-    ``feature_names_in_``).
-    """
-    kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
-    with unchanged_on_error(estimator):
-        if y is None:
-            X = validate_data(estimator, X, **kwargs)
-        else:
-            X, y = validate_data(estimator, X, y, y_numeric=False, **kwargs)
-        X = check_pair_indices(X, n_objects)
-    return X, y

@@ -1,0 +1,154 @@
+"""Layer 2, engines: interchangeable ways to run MEG trials and DefiniteBoost
+steps on an :class:`~megkernel._numerics.state.ExponentState`.
+
+Every engine is one module with the same two functions:
+
+``pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0, stats=None)``
+    Runs MEG trials ``start, ...`` on ``state`` in place, writing each
+    prediction ``yhat_t = tau tr(W_t X_t)`` (made before its update) into
+    ``predictions``; returns the index of the first trial it did not run
+    (``len(y)`` when done; a smaller index declines that trial, which
+    :func:`run_pair_trials` then runs by the engine's ``fallback``). Counters
+    go into the ``stats`` dict when one is given.
+``pair_update(state, a, b, scale)``
+    One step ``A <- A + scale v v^T`` with the eigenpairs kept current
+    (DefiniteBoost's projection), or ``None`` if the engine has none.
+
+All engines give the same results up to round-off. To add one: write the
+module, and add one :class:`Engine` line to :data:`ENGINES` (and, if it
+should ever be picked by ``"auto"``, a rule in :func:`select`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from .._numerics.threads import blas_threads
+from . import eigh, lanczos, rank_one
+
+__all__ = ["Engine", "ENGINES", "select", "run_pair_trials"]
+
+
+class Engine(NamedTuple):
+    """An engine's entry points and what it can run."""
+
+    name: str
+    pair_trials: Callable
+    pair_update: Optional[Callable]
+    low_rank: bool
+    fallback: Optional[str] = None  # runs the trials this engine declines
+
+
+#: The engines by ``method`` name.
+ENGINES = {
+    "eigh": Engine("eigh", eigh.pair_trials, eigh.pair_update, low_rank=True),
+    "rank-one": Engine("rank-one", rank_one.pair_trials, rank_one.pair_update,
+                       low_rank=True),
+    "lanczos": Engine("lanczos", lanczos.pair_trials, None, low_rank=False,
+                      fallback="eigh"),
+}
+
+#: ``method`` values the solvers and estimators accept.
+METHODS = ("auto", *ENGINES)
+
+#: "auto" runs dense-mode states of at least this size by the Lanczos engine
+#: (measured faster than rank-one from d = 100 on, 10x at d = 200 from a
+#: generic prior; see benchmarks/bench_speed.py).
+AUTO_LANCZOS_FROM = 200
+
+#: ... and only for calls of at least this many trials: a Lanczos call ends
+#: with one ``eigh``, worth 6-8 rank-one trials at d = 200-2000 (measured: at
+#: d = 500, 64 trials in calls of 1 / 4 / 8 trials cost 27.1 / 7.2 / 3.6 ms
+#: per trial by Lanczos and 6.2 / 6.8 / 6.1 ms by rank-one), so on-line use,
+#: one trial per ``partial_fit``, stays with the rank-one engine.
+AUTO_LANCZOS_MIN_TRIALS = 8
+
+#: The rank-one eigenproblem needs at least this many eigenpairs.
+RANK_ONE_FROM = 3
+
+
+def select(method, state, n_trials=None, *, need="trials"):
+    """The engine for ``method`` on ``state``.
+
+    Parameters
+    ----------
+    method : {"auto", "eigh", "rank-one", "lanczos"}
+        ``"auto"`` picks the fastest: rank-one, or Lanczos for dense states
+        of at least :data:`AUTO_LANCZOS_FROM` objects in calls of at least
+        :data:`AUTO_LANCZOS_MIN_TRIALS` trials; eigh below 3 eigenpairs.
+    state : ExponentState
+    n_trials : int, optional
+        Trials of the call, if known.
+    need : {"trials", "update"}
+        What the caller will run: MEG trials or single DefiniteBoost steps.
+
+    Returns
+    -------
+    Engine
+        An engine that can run ``need`` on ``state``: an engine that cannot
+        (Lanczos on a low-rank state, or for single steps) is replaced by
+        the rank-one engine.
+    """
+    if method not in METHODS:
+        raise ValueError(f"Unknown method {method!r}; available: {sorted(METHODS)}.")
+    size = state.size
+    if method == "auto":
+        method = "rank-one" if size >= RANK_ONE_FROM else "eigh"
+        if (need == "trials" and size >= AUTO_LANCZOS_FROM and state.basis is None
+                and (n_trials is None or n_trials >= AUTO_LANCZOS_MIN_TRIALS)):
+            method = "lanczos"
+    engine = ENGINES[method]
+    if (state.basis is not None and not engine.low_rank) or (
+            need == "update" and engine.pair_update is None):
+        engine = ENGINES["rank-one"]
+    if need == "update" and engine.name == "rank-one" and size < RANK_ONE_FROM:
+        engine = ENGINES["eigh"]
+    return engine
+
+
+def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
+                    stats=None):
+    """Run on-line MEG trials over distance pairs, updating ``state`` in place.
+
+    Parameters
+    ----------
+    state : ExponentState
+        Current exponent (``log W_t`` up to a multiple of the identity).
+    a, b : ndarray of int, shape (n,)
+        Object indices of each trial.
+    y : ndarray of shape (n,)
+        Squared distances, in the units of a kernel of trace ``trace``.
+    learning_rate : float
+        ``eta`` in eq. 4 (trace-one units; ``1/2`` is bound-optimal in the
+        realizable case).
+    trace : float, default=1.0
+        Trace ``tau`` of the kernel ``tau W``.
+    method : {"auto", "eigh", "rank-one", "lanczos"}
+        Engine (see :func:`select`); all give the same result up to round-off.
+    stats : dict, optional
+        Engine counters (Lanczos: steps, fallbacks, ...) are added to it.
+
+    Returns
+    -------
+    predictions : ndarray of shape (n,)
+        ``yhat_t = tau tr(W_t X_t)``, each made before its update.
+    """
+    a = np.ascontiguousarray(a, dtype=np.intp)
+    b = np.ascontiguousarray(b, dtype=np.intp)
+    y = np.ascontiguousarray(y, dtype=float)
+    learning_rate, trace = float(learning_rate), float(trace)
+    engine = select(method, state, n_trials=len(y))
+    predictions = np.empty(len(y))
+    t = 0
+    with blas_threads(state.size):
+        while t < len(y):
+            t = engine.pair_trials(state, a, b, y, learning_rate, trace,
+                                   predictions, t, stats)
+            if t < len(y):  # declined: this one trial by the fallback
+                fallback = ENGINES[engine.fallback]
+                fallback.pair_trials(state, a[: t + 1], b[: t + 1], y[: t + 1],
+                                     learning_rate, trace, predictions, t)
+                t += 1
+    return predictions

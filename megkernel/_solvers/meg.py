@@ -1,0 +1,130 @@
+"""MEG on-line kernel learning, square loss (Section 3, eqs. 2-7).
+
+Pure solver functions: arrays in, arrays and a log out. They know nothing of
+scikit-learn; :class:`megkernel.MEGKernelRegressor` wraps them.
+
+Conventions
+-----------
+A distance example ``(a, b, y)`` states ``||x_a - x_b||^2 = y``. Its instance
+matrix is ``X_t = u u^T`` with ``u = e_a - e_b``, so ``tr(W X_t)`` is the
+squared distance itself, the eigenvalue range is ``r = 2`` and the
+realizable bound-optimal learning rate is ``eta = 2 / r^2 = 1/2``. (The paper
+uses half of this ``X_t``, ``r = 1`` and ``eta = 2``; both give the same
+sequence of kernels.)
+
+A kernel of trace ``tau`` is ``tau W`` with ``tr W = 1``. The update runs in
+trace-one units, ``W <- exp(log W - 2 eta (yhat - y) / tau * X) / Z``, so the
+learning rate does not depend on the scale of the distances: fitting
+``tau * y`` with ``trace=tau`` gives ``tau`` times the kernel learned from
+``y`` with ``trace=1``. Losses are reported in the user's units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._engines import run_pair_trials
+from .._numerics.spectral import check_symmetric
+from .._numerics.state import ExponentState, prior_state
+from .._numerics.validation import check_pair_indices, check_squared_distances
+from .bounds import meg_learning_rate
+
+__all__ = ["meg", "meg_general", "auto_learning_rate"]
+
+
+def auto_learning_rate(state, a, b):
+    """Lemma 3.2's realizable rate ``2 / rho^2`` for the restricted range.
+
+    ``rho`` bounds the eigenvalue range ``||v||^2`` of the instances: ``2``
+    in dense mode (every pair ``a != b``), the largest ``||P[a] - P[b]||^2``
+    over the given pairs in low-rank mode (about ``2 r / d``, so the rate is
+    about ``(d / r)^2`` times the dense one). When no given pair moves the
+    model, the all-pairs bound ``min(2, 4 max_a ||P[a]||^2)`` is used.
+    """
+    if state.basis is None:
+        return meg_learning_rate(2.0)
+    rho = state.pair_sq_norms(a, b).max(initial=0.0)
+    if rho <= 0:
+        rho = min(2.0, 4.0 * np.einsum("ij,ij->i", state.basis, state.basis).max())
+    return meg_learning_rate(rho)
+
+
+def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
+        method="auto"):
+    """MEG on-line learning of a kernel from distance examples (eq. 4).
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Objects ``(a_t, b_t)`` of each trial, in order.
+    y : ndarray of shape (n,)
+        Squared distances ``||x_a - x_b||^2``.
+    n_objects : int, optional
+        Number of objects ``d`` when ``prior`` is not given (prior ``I/d``).
+    prior : ndarray of shape (d, d), optional
+        Symmetric positive definite ``W_1`` (scaled to trace one).
+    learning_rate : float, default=0.5
+        ``eta`` in eq. 4 (trace-one units; ``1/2`` is bound-optimal in the
+        realizable case).
+    trace : float, default=1.0
+        Trace ``tau`` of the kernel ``tau W``; ``y`` is in its units.
+    method : {"auto", "eigh", "rank-one", "lanczos"}, default="auto"
+        Engine; all give the same result up to round-off.
+
+    Returns
+    -------
+    kernel : ndarray of shape (d, d)
+        ``tau W_{n+1}``.
+    log : dict
+        ``predictions``, ``losses`` ((yhat_t - y_t)^2), ``cumulative_loss``
+        (``L_MEG(S)``) and the final ``state``.
+    """
+    state = prior_state(n_objects, prior)
+    pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
+    y = check_squared_distances(y, len(pairs))
+    predictions = run_pair_trials(
+        state, pairs[:, 0], pairs[:, 1], y,
+        learning_rate=learning_rate, trace=trace, method=method,
+    )
+    losses = (predictions - y) ** 2
+    log = {"predictions": predictions, "losses": losses,
+           "cumulative_loss": float(losses.sum()), "state": state}
+    return trace * state.matrix(), log
+
+
+def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
+    """MEG for general symmetric instance matrices ``X_t`` (eqs. 4 and 7).
+
+    Parameters
+    ----------
+    instances : ndarray of shape (n, d, d)
+        Symmetric instance matrices.
+    y : ndarray of shape (n,)
+        Labels; the prediction is ``yhat_t = tau tr(W_t X_t)``.
+    prior : ndarray of shape (d, d)
+        Symmetric positive definite ``W_1`` (scaled to trace one).
+    learning_rate : float
+        ``eta``; Lemma 3.2's rate is :func:`megkernel.meg_learning_rate`.
+    trace : float, default=1.0
+
+    Returns
+    -------
+    kernel : ndarray of shape (d, d)
+    log : dict
+        ``predictions``, ``losses``, ``cumulative_loss``, ``state``.
+    """
+    state = ExponentState.from_prior(prior, name="prior")
+    instances = [check_symmetric(X, name=f"instances[{t}]")
+                 for t, X in enumerate(instances)]
+    y = np.asarray(y, dtype=float)
+    predictions = np.empty(len(y))
+    for t, X in enumerate(instances):
+        W = state.matrix()
+        predictions[t] = trace * np.sum(W * X)
+        scale = -2.0 * learning_rate * (predictions[t] - y[t]) / trace
+        state.add_symmetric(X, scale)
+    losses = (predictions - y) ** 2
+    log = {"predictions": predictions, "losses": losses,
+           "cumulative_loss": float(losses.sum()), "state": state}
+    return trace * state.matrix(), log
+
