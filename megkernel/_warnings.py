@@ -1,0 +1,70 @@
+"""Warnings attributed to the user's line, not to megkernel or scikit-learn.
+
+Estimator methods wrapped by scikit-learn's ``_fit_context`` (and helpers
+called at varying depths) cannot use a fixed ``stacklevel``: the warning
+would point at ``sklearn/base.py`` or at megkernel itself. :func:`warn_user`
+walks the call stack to the first frame outside megkernel, scikit-learn and
+the ``contextlib`` / ``functools`` wrappers, and warns with the matching
+``stacklevel`` (``skip_file_prefixes`` needs Python 3.12).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import warnings
+
+__all__ = ["warn_user"]
+
+
+def _directory(path):
+    return os.path.join(os.path.dirname(os.path.realpath(path)), "")
+
+
+def _internal_prefixes():
+    prefixes = [_directory(__file__)]  # the megkernel package (and subpackages)
+    sklearn = sys.modules.get("sklearn")
+    if sklearn is not None and getattr(sklearn, "__file__", None):
+        prefixes.append(_directory(sklearn.__file__))
+    return tuple(prefixes)
+
+
+_INTERNAL_FILES = frozenset(
+    os.path.realpath(module.__file__) for module in (contextlib, functools)
+)
+
+
+def _is_internal(filename, prefixes, cache):
+    internal = cache.get(filename)
+    if internal is None:
+        path = os.path.realpath(filename)
+        internal = path.startswith(prefixes) or path in _INTERNAL_FILES
+        cache[filename] = internal
+    return internal
+
+
+def user_stacklevel(depth=1):
+    """The ``stacklevel`` that attributes a warning to the user's line.
+
+    ``depth``: how many frames above this call the ``warnings.warn`` is made
+    (``1``: in the function calling this one). Counts frames like
+    ``warnings.warn`` up to the first one outside megkernel, scikit-learn,
+    ``contextlib`` and ``functools``; when every frame is internal (e.g.
+    ``python -m megkernel``) returns ``2``, the caller of the warning function.
+    """
+    prefixes = _internal_prefixes()
+    cache = {}
+    frame = sys._getframe(depth)  # the frame that will call warnings.warn
+    level = 1
+    while frame is not None and _is_internal(frame.f_code.co_filename, prefixes, cache):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 2
+
+
+def warn_user(message, category=UserWarning):
+    """``warnings.warn`` attributed to the first frame outside megkernel and
+    scikit-learn (the user's line)."""
+    warnings.warn(message, category, stacklevel=user_stacklevel(1))

@@ -1,0 +1,135 @@
+"""User-facing warnings point at the user's line (this file), not at
+``sklearn/base.py`` (the ``_fit_context`` wrapper) or at megkernel itself."""
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from megkernel import (
+    DefiniteBoostKernel,
+    DefiniteBoostMetric,
+    MEGMetric,
+    definiteboost,
+    definiteboost_pairs,
+    draw_pairs,
+)
+
+# the solvers' non-convergence / infeasibility warnings are raised by a private
+# helper with a fixed stacklevel, right for the solver functions only
+PENDING = pytest.mark.xfail(strict=True, reason="_warn_outcome pending")
+
+CHAIN = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
+CHAIN_SIGNS = np.array([1, 1, 1, 1, 1, 1, -1])
+
+
+def _points_here(record, category, match):
+    """The warnings of ``category`` whose message contains ``match`` were
+    attributed to this file."""
+    found = [w for w in record if issubclass(w.category, category) and match in str(w.message)]
+    assert found, [str(w.message) for w in record]
+    assert [w.filename for w in found] == [__file__] * len(found)
+
+
+def _metric_data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, size=n)
+    X = rng.normal(size=(n, 5)) + 1.5 * labels[:, None] * np.eye(5)[0]
+    return X, labels
+
+
+# -- DefiniteBoostKernel --------------------------------------------------------
+
+@PENDING
+def test_estimator_non_convergence_points_at_the_caller():
+    model = DefiniteBoostKernel(n_objects=6, max_iter=3)
+    with pytest.warns(ConvergenceWarning, match="did not converge") as record:
+        model.fit(CHAIN, CHAIN_SIGNS)
+    _points_here(record, ConvergenceWarning, "did not converge")
+
+
+@PENDING
+def test_estimator_infeasibility_points_at_the_caller():
+    model = DefiniteBoostKernel(n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
+                                max_iter=100_000)
+    with pytest.warns(ConvergenceWarning, match="infeasible") as record:
+        model.fit(np.array([[0, 1], [0, 1]]), np.array([1, -1]))
+    _points_here(record, ConvergenceWarning, "infeasible")
+
+
+def test_estimator_dropped_constraints_point_at_the_caller():
+    # low-rank prior: objects 0 and 1 coincide in its range, so the
+    # dissimilar pair (0, 1) can never hold
+    factor = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    model = DefiniteBoostKernel(init_factor=factor)
+    with pytest.warns(UserWarning, match="Dropped") as record:
+        model.fit(np.array([[0, 1], [2, 3], [0, 2]]), np.array([-1, 1, -1]))
+    assert list(model.dropped_constraints_) == [0]
+    _points_here(record, UserWarning, "Dropped")
+
+
+# -- the solver functions -------------------------------------------------------
+
+def test_definiteboost_pairs_non_convergence_points_at_the_caller():
+    with pytest.warns(ConvergenceWarning, match="did not converge") as record:
+        definiteboost_pairs(CHAIN, CHAIN_SIGNS, 0.05, n_objects=6, max_iter=3)
+    _points_here(record, ConvergenceWarning, "did not converge")
+
+
+def test_definiteboost_infeasibility_points_at_the_caller():
+    Cs = np.array([np.diag([1.0, -1.0]), np.diag([-1.0, 1.0]) + 0.5 * np.eye(2)])
+    with pytest.warns(ConvergenceWarning, match="infeasible") as record:
+        definiteboost(Cs, np.eye(2) / 2, max_iter=1_000_000)
+    _points_here(record, ConvergenceWarning, "infeasible")
+
+
+# -- the metric learners --------------------------------------------------------
+
+def test_draw_pairs_shortage_points_at_the_caller():
+    with pytest.warns(UserWarning, match="distinct") as record:
+        draw_pairs(np.array([0, 0, 1, 1]), 5, random_state=0)
+    _points_here(record, UserWarning, "distinct")
+
+
+def test_draw_pairs_shortage_inside_fit_points_at_the_caller():
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    with pytest.warns(UserWarning, match="distinct") as record:
+        MEGMetric(n_constraints=5, random_state=0).fit(X, np.array([0, 0, 1, 1]))
+    _points_here(record, UserWarning, "distinct")
+
+
+def test_meg_metric_worse_than_prior_points_at_the_caller():
+    X, labels = _metric_data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    metric = MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6, random_state=0)
+    with pytest.warns(UserWarning, match="worse than the Euclidean") as record:
+        metric.fit_pairs(X, pairs, -pair_labels)
+    _points_here(record, UserWarning, "worse than the Euclidean")
+
+
+def _hard_infeasible_metric_fit():
+    X, labels = _metric_data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    metric = DefiniteBoostMetric(slack=None, gamma=1.0, gamma_dissimilar=1.0, max_iter=50)
+    with pytest.warns(Warning) as record:
+        metric.fit_pairs(X, pairs, -pair_labels)
+    return record
+
+
+def test_definiteboost_metric_worse_than_prior_points_at_the_caller():
+    record = _hard_infeasible_metric_fit()
+    _points_here(record, UserWarning, "worse than the Euclidean")
+
+
+@PENDING
+def test_definiteboost_metric_infeasibility_points_at_the_caller():
+    record = _hard_infeasible_metric_fit()
+    _points_here(record, ConvergenceWarning, "infeasible")
+
+
+def test_definiteboost_metric_dropped_constraints_point_at_the_caller():
+    X, labels = _metric_data()
+    pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
+    metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0)
+    with pytest.warns(UserWarning, match="Dropped") as record:
+        metric.fit_pairs(X, pairs, pair_labels)
+    _points_here(record, UserWarning, "Dropped")
