@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from functools import partial
 from numbers import Integral, Real
-
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._numerics.threads import blas_threads
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -20,7 +16,7 @@ from ._pair_estimator import (
     unchanged_on_error,
     validate_pairs,
 )
-from ._solvers.definiteboost import PairConstraints, _warn_outcome, run_definiteboost
+from ._solvers.definiteboost import check_pair_signs, fit_pair_constraints
 
 __all__ = ["DefiniteBoostKernel"]
 
@@ -209,130 +205,46 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self : object
         """
         with unchanged_on_error(self):
-            pairs, signs = self._validate_constraints(X, y)
+            pairs, y = validate_pairs(self, X, y, reset=True,
+                                      n_objects=declared_n_objects(self))
+            signs = check_pair_signs(y, pairs, name="y")
             state = initial_state(self, pairs)
-            gamma, gamma_dissimilar = self._thresholds(state)
-            # aim at constraints tightened by half the tolerance, stop within the
-            # other half: on convergence every constraint holds exactly
-            margin = 0.5 * self.tol * gamma
-            constraints, kept = self._feasible_constraints(
-                pairs, signs, gamma - margin, gamma_dissimilar + margin, state)
-        hard = self.slack is None
-        with blas_threads(state.size):  # small products are slower on 2 threads
-            log = run_definiteboost(
-                constraints, state, projection=self.projection,
-                corrective=self.corrective, max_iter=self.max_iter,
-                tol=margin / self.trace,
-                min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
-                                      if hard else None),
-                max_multiplier=None if hard else self.slack / np.maximum(
-                    constraints.sq_norms, np.finfo(float).tiny),
-                keep="best" if hard else "last",
-                method=self.method,
-                callback=partial(self._progress, gamma=gamma) if self.verbose else None,
+            log = fit_pair_constraints(
+                state, pairs, signs, gamma=self.gamma,
+                gamma_dissimilar=self.gamma_dissimilar, trace=self.trace,
+                slack=self.slack, projection=self.projection,
+                corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
+                method=self.method, callback=self._progress if self.verbose else None,
             )
-        _warn_outcome(log, self.max_iter, max_violation=self._kernel_violation(
-            log["max_violation"], gamma))
-        self._store(state, pairs, signs, kept, gamma, gamma_dissimilar, log)
+        self._store(state, pairs, signs, log)
         return self
 
-    def _feasible_constraints(self, pairs, signs, gamma, gamma_dissimilar, state):
-        """Pair constraints less the dissimilar ones that can never hold, and
-        the indices of the pairs kept."""
-        thresholds = np.where(signs > 0, gamma, gamma_dissimilar) / self.trace
-        constraints = PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds, state)
-        never = (signs < 0) & (constraints.sq_norms <= thresholds)
-        if np.all(never):
-            raise ValueError(
-                f"All {len(pairs)} constraints are dissimilar pairs that can never "
-                f"hold: their squared distance is at most trace * ||P[a] - P[b]||^2 "
-                f"<= gamma_dissimilar={gamma_dissimilar:.4g} under every kernel in "
-                "the prior's range. Lower gamma_dissimilar."
-            )
-        if np.any(never):
-            from ._warnings import warn_user
-
-            warn_user(
-                f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
-                f"pairs that can never reach gamma_dissimilar={gamma_dissimilar:.4g} "
-                "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
-                "see dropped_constraints_.",
-                UserWarning,
-            )
-            kept = ~never
-            constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
-                                          thresholds[kept], state)
-        return constraints, np.flatnonzero(~never)
-
-    def _validate_constraints(self, X, y):
-        n_objects = declared_n_objects(self)
-        pairs, y = validate_pairs(self, X, y, reset=True, n_objects=n_objects)
-        if y is None:
-            signs = np.ones(len(pairs))
-        else:
-            signs = np.asarray(y)
-            labels = set(np.unique(signs).tolist())
-            if not labels <= {1, -1}:
-                raise ValueError(
-                    f"y must hold +1 (similar) or -1 (dissimilar) pair labels, "
-                    f"got {sorted(labels)}."
-                )
-            signs = signs.astype(float)
-        loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
-        if np.any(loops):
-            raise ValueError(
-                f"Pair ({pairs[loops][0, 0]}, {pairs[loops][0, 1]}) of an object "
-                "with itself cannot be dissimilar."
-            )
-        return pairs, signs
-
-    def _thresholds(self, state):
-        """``(gamma, gamma_dissimilar)`` in kernel units."""
-        d = state.n_objects
-        column_sums = state.factor().sum(axis=0)  # 1^T W 1 = |B^T 1|^2, tr W = 1
-        mean_sq_distance = 2.0 * (d - column_sums @ column_sums) / (d * (d - 1))
-        mean_sq_distance *= self.trace
-        gamma = 0.1 * mean_sq_distance if self.gamma == "auto" else float(self.gamma)
-        gamma_dissimilar = (mean_sq_distance if self.gamma_dissimilar == "auto"
-                            else float(self.gamma_dissimilar))
-        if gamma_dissimilar >= 2.0 * self.trace:
-            raise ValueError(
-                f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
-                f"distances under a kernel of trace {self.trace:g} are below "
-                f"{2.0 * self.trace:g}."
-            )
-        return gamma, gamma_dissimilar
-
-    def _store(self, state, pairs, signs, kept, gamma, gamma_dissimilar, log):
+    def _store(self, state, pairs, signs, log):
         self.state_ = state
         self.n_objects_ = state.n_objects
         self.classes_ = np.array([-1, 1])
-        self.gamma_ = gamma
-        self.gamma_dissimilar_ = gamma_dissimilar
+        self.gamma_ = log["gamma"]
+        self.gamma_dissimilar_ = log["gamma_dissimilar"]
         has_dissimilar = bool(np.any(signs < 0))
-        self.threshold_ = 0.5 * (gamma + gamma_dissimilar) if has_dissimilar else gamma
-        self.n_constraints_ = len(kept)
-        self.dropped_constraints_ = np.setdiff1d(np.arange(len(pairs)), kept)
+        self.threshold_ = (0.5 * (self.gamma_ + self.gamma_dissimilar_) if has_dissimilar
+                           else self.gamma_)
+        self.n_constraints_ = len(log["kept"])
+        self.dropped_constraints_ = log["dropped"]
         self.n_iter_ = log["n_iter"]
         self.dual_objective_ = log["dual_objective"]
         self.dual_bound_ = log["dual_bound"]
-        self.violations_ = self._kernel_violation(log["violation"], gamma)
-        self.chosen_constraints_ = kept[log["constraint"]]
+        self.violations_ = log["violation"]
+        self.chosen_constraints_ = log["constraint"]
         self.alphas_ = log["alpha"]
         self.multipliers_ = log["multipliers"]
-        self.max_violation_ = max(self._kernel_violation(log["max_violation"], gamma), 0.0)
+        self.max_violation_ = max(log["max_violation"], 0.0)
         self.converged_ = log["converged"]
 
-    def _kernel_violation(self, violation, gamma):
-        """A violation of the tightened trace-one constraints in kernel units,
-        measured against the user's thresholds."""
-        return violation * self.trace - 0.5 * self.tol * gamma
-
-    def _progress(self, t, record, *, gamma):
+    def _progress(self, t, record):
         every = max(1, self.max_iter // 20)
         if t % every == 0 or t == 1:
             print(f"[DefiniteBoostKernel] iter {t}: largest violation "
-                  f"{self._kernel_violation(record['violation'], gamma):.4g}, dual objective "
+                  f"{record['violation']:.4g}, dual objective "
                   f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
 
     # -- fitted views ----------------------------------------------------------

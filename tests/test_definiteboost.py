@@ -227,8 +227,9 @@ def test_pair_constraints_match_naive_dense(projection):
     Cs = np.array([_pair_matrix(d, a, b, s, g)
                    for (a, b), s, g in zip(pairs, signs, thresholds)])
     expected_W, expected = _naive_definiteboost(Cs, prior, n_iter, projection, tol=1e-10)
+    # tol=0: the constraints themselves (a positive tol tightens them by tol * gamma / 2)
     W, log = _quiet(definiteboost_pairs, pairs, signs, thresholds, prior=prior,
-                    projection=projection, tol=1e-10, max_iter=n_iter, keep="last")
+                    projection=projection, tol=0.0, max_iter=n_iter, keep="last")
     assert log["n_iter"] == len(expected["alpha"]) > 3
     assert_array_equal(log["constraint"], expected["constraint"])
     assert_allclose(log["alpha"], expected["alpha"], rtol=1e-9, atol=1e-12)
@@ -249,13 +250,46 @@ def test_estimator_matches_the_pair_solver():
     model = DefiniteBoostKernel(init=prior, gamma=gamma, trace=trace, tol=1e-6,
                                 max_iter=5000).fit(pairs)
     assert model.converged_
-    # the estimator aims at gamma tightened by tol * gamma / 2 (kernel units)
-    target = (gamma - 0.5 * model.tol * gamma) / trace
-    W, log = definiteboost_pairs(pairs, np.ones(len(pairs)), target, prior=prior,
-                                 tol=0.5 * model.tol * gamma / trace, max_iter=5000)
-    assert_allclose(model.kernel_, trace * W, rtol=1e-9, atol=1e-12)
+    # the solver takes the estimator's parameters: the same kernel
+    K, log = definiteboost_pairs(pairs, prior=prior, gamma=gamma, trace=trace,
+                                 tol=1e-6, max_iter=5000)
+    assert_allclose(model.kernel_, K, rtol=1e-9, atol=1e-12)
     assert_allclose(model.dual_objective_, log["dual_objective"], rtol=1e-10)
     assert np.trace(model.kernel_) == pytest.approx(trace, rel=1e-12)
+
+
+@pytest.mark.parametrize("params", [
+    dict(),
+    dict(gamma=0.02, gamma_dissimilar=0.3, projection="exact"),
+    dict(slack=0.5, trace=7.0),
+    dict(corrective=True, tol=1e-4),
+    dict(init_factor="factor", gamma_dissimilar=0.45),
+])
+def test_solver_with_the_estimator_parameters_returns_its_kernel(params):
+    """Every rule (auto gamma, margins, slack, dropping) lives in the solver."""
+    d = 10
+    rng = np.random.default_rng(5)
+    pairs = np.array([[0, 1], [2, 3], [4, 5], [6, 7], [1, 8], [0, 9], [3, 6], [2, 5]])
+    signs = np.array([1, 1, 1, 1, -1, -1, -1, 1])
+    params = dict(params)
+    solver_params = {k: v for k, v in params.items() if k != "init_factor"}
+    if params.get("init_factor") == "factor":
+        factor = rng.standard_normal((d, 3))
+        params["init_factor"] = factor
+        solver_params["prior_factor"] = factor
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = DefiniteBoostKernel(n_objects=d, **params).fit(pairs, signs)
+        K, log = definiteboost_pairs(pairs, signs, n_objects=d, **solver_params)
+    # the same warnings from both (e.g. dropped pairs in low-rank mode)
+    messages = [str(w.message) for w in caught]
+    assert messages[: len(messages) // 2] == messages[len(messages) // 2:]
+    assert_allclose(model.kernel_, K, rtol=1e-10, atol=1e-13)
+    assert model.n_iter_ == log["n_iter"]
+    assert_array_equal(model.chosen_constraints_, log["constraint"])
+    assert_array_equal(model.dropped_constraints_, log["dropped"])
+    assert model.gamma_ == log["gamma"] and model.gamma_dissimilar_ == log["gamma_dissimilar"]
+    assert model.max_violation_ == max(log["max_violation"], 0.0)
 
 
 # -- dual objective and Theorem 4.1 ---------------------------------------------

@@ -12,7 +12,7 @@ Pure solver functions: arrays in, arrays and a log out.
 
 from __future__ import annotations
 
-import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg, optimize
@@ -24,9 +24,20 @@ from .._numerics.spectral import check_symmetric, normalized_exp_weights
 from .._numerics.state import ExponentState, prior_state
 from .._numerics.threads import blas_threads
 from .._numerics.validation import check_pair_indices
+from .._warnings import warn_user
 from .bounds import _log_rho, definiteboost_step
 
-__all__ = ["definiteboost", "definiteboost_pairs", "PairConstraints", "MatrixConstraints"]
+#: Largest ``d`` for which a low-rank result is returned as a d x d kernel.
+MAX_DENSE_OBJECTS = 5000
+
+__all__ = [
+    "definiteboost",
+    "definiteboost_pairs",
+    "fit_pair_constraints",
+    "run_definiteboost",
+    "PairConstraints",
+    "MatrixConstraints",
+]
 
 
 class MatrixConstraints:
@@ -163,10 +174,47 @@ def _most_violated(scores):
     return int(np.argmax(scores >= top - _TIE_RTOL * abs(top)))
 
 
-def run_definiteboost(constraints, state, *, projection="approximate",
-                      max_iter=1000, tol=1e-8, min_prior_eigenvalue=None,
-                      method="eigh", callback=None, keep="best", corrective=False,
-                      max_multiplier=None):
+class _Settings(NamedTuple):
+    """How :func:`run_definiteboost` runs (the algorithm's options)."""
+
+    projection: str = "approximate"
+    max_iter: int = 1000
+    tol: float = 1e-8
+    keep: str = "best"
+    corrective: bool = False
+    max_multiplier: object = None
+    min_prior_eigenvalue: object = None
+
+
+def _choose(values, multipliers, cap, settings):
+    """The constraint to project on: ``(j, r, direction)``.
+
+    ``r`` is its violation (``values[j]``; for a corrective step how far it
+    is inside its threshold) and ``direction = -1`` for a corrective step.
+    """
+    scores = values
+    if settings.corrective:
+        scores = np.where((values < 0) & (multipliers > 0), -values, values)
+    if settings.max_multiplier is not None:
+        scores = np.where((values > 0) & (multipliers >= cap), 0.0, scores)
+    j = _most_violated(scores)
+    return j, float(scores[j]), (-1.0 if values[j] < 0 else 1.0)
+
+
+def _step(constraints, state, j, r, direction, limit, projection):
+    """Step size ``alpha`` along ``direction * C_j``, at most ``limit``, and the
+    eigenvalue range of ``direction * C_j``."""
+    lam_max, lam_min = constraints.eigen_range(j)
+    if direction < 0:
+        lam_max, lam_min = -lam_min, -lam_max
+    alpha = float(definiteboost_step(r, lam_max, lam_min))
+    if projection == "exact":
+        alpha = _exact_step(constraints, state, j, alpha, direction, limit)
+    return min(alpha, limit), lam_max, lam_min
+
+
+def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh",
+                      callback=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -174,43 +222,36 @@ def run_definiteboost(constraints, state, *, projection="approximate",
     constraints : PairConstraints or MatrixConstraints
     state : ExponentState
         Starts at ``log W_1`` with ``tr W_1 = 1``; holds the result.
-    projection : {"approximate", "exact"}
-        Step size of eq. 13 or the exact projection of eq. 11.
-    max_iter : int
-        Largest number of projections.
-    tol : float
-        Stop when the largest violation ``max_j tr(W C_j) <= tol``.
-    min_prior_eigenvalue : float, optional
-        Smallest eigenvalue of ``W_1``: a dual objective below it certifies
-        that the constraints are infeasible (weak duality), which stops the
-        run with a warning.
+    settings : _Settings
+        ``projection`` ("approximate": eq. 13; "exact": eq. 11);
+        ``max_iter``; ``tol`` (stop when ``max_j tr(W C_j) <= tol``);
+        ``keep`` ("best": leave the iterate with the smallest largest
+        violation, the answer when the run stops early; "last": the last
+        one, of smallest dual objective); ``corrective`` (see below);
+        ``max_multiplier`` (see below); ``min_prior_eigenvalue`` (smallest
+        eigenvalue of ``W_1``: a dual objective below it certifies that the
+        constraints are infeasible by weak duality, which stops the run).
+
+        ``corrective``: the paper's algorithm only ever increases the
+        multipliers ``alpha_j``; it stops at a feasible kernel that need not
+        be the closest one. With corrections (Hildreth-style, beyond the
+        paper) a constraint with ``alpha_j > 0`` that has become slack may
+        also be chosen and its multiplier reduced (never below 0), so the
+        run converges to the exact Bregman projection: it stops when
+        feasibility and complementary slackness both hold within ``tol``.
+        The dual objective still never increases; Theorem 4.1's factor is
+        applied for every step not clipped at ``alpha_j = 0``.
+
+        ``max_multiplier`` (float or array, beyond the paper): an upper
+        bound ``C_j`` on each multiplier; the box ``0 <= alpha_j <= C_j`` is
+        the dual of the soft-margin problem ``min Delta(W, W_1) + sum_j C_j
+        max(0, tr(W C_j))``, which is always feasible. A violated
+        constraint whose multiplier reached its bound is then optimal and
+        no longer chosen; steps are clipped at the bound.
     method : {"auto", "eigh", "rank-one"}, default="eigh"
         Engine of each pair projection (see :func:`megkernel._engines.select`).
     callback : callable, optional
         Called as ``callback(t, record)`` after each iteration.
-    keep : {"best", "last"}, default="best"
-        Leave in ``state`` the iterate with the smallest largest violation
-        (the answer when the run stops early) or the last one (the smallest
-        dual objective).
-    corrective : bool, default=False
-        The paper's algorithm only ever increases the multipliers
-        ``alpha_j``; it stops at a feasible kernel that need not be the
-        closest one. With ``corrective=True`` (Hildreth-style corrections,
-        beyond the paper) a constraint with ``alpha_j > 0`` that has become
-        slack may also be chosen and its multiplier reduced (never below
-        0), so the run converges to the exact Bregman projection: it stops
-        when feasibility and complementary slackness both hold within
-        ``tol``. The dual objective still never increases; Theorem 4.1's
-        factor is applied for every step not clipped at ``alpha_j = 0``.
-    max_multiplier : float or ndarray of shape (n_constraints,), optional
-        Upper bound ``C_j`` on each multiplier (beyond the paper): the box
-        ``0 <= alpha_j <= C_j`` is the dual of the soft-margin problem
-        ``min Delta(W, W_1) + sum_j C_j max(0, tr(W C_j))``, which is always
-        feasible. A violated constraint whose multiplier reached its bound
-        is then optimal (it keeps its slack) and is no longer chosen; steps
-        are clipped at the bound. Pass ``min_prior_eigenvalue=None`` and
-        ``keep="last"`` with it (the certificate and "best" refer to the
-        hard constraints).
 
     Returns
     -------
@@ -222,98 +263,81 @@ def run_definiteboost(constraints, state, *, projection="approximate",
         ``infeasible``, ``n_iter``.
     """
     engine = select(method, state, need="update")
-    log_dual = state.log_partition()
-    log_bound = 0.0
-    offset = 0.0
     multipliers = np.zeros(len(constraints))
-    cap = np.broadcast_to(np.inf if max_multiplier is None else max_multiplier,
-                          multipliers.shape)
-    chosen, violations, alphas = [], [], []
-    log_duals, log_bounds = [log_dual], [log_bound]
+    cap = np.broadcast_to(np.inf if settings.max_multiplier is None
+                          else settings.max_multiplier, multipliers.shape)
+    log_floor = (-np.inf if settings.min_prior_eigenvalue is None
+                 else np.log(settings.min_prior_eigenvalue) - 1e-9)
+    offset = log_bound = 0.0
+    record = {"constraint": [], "violation": [], "alpha": [],
+              "dual_objective": [state.log_partition()], "dual_bound": [0.0]}
     best = None
     converged = infeasible = False
-    for t in range(max_iter + 1):
-        values = constraints.values(state)
-        largest = float(values.max())
-        if keep == "best" and (best is None or largest < best[0]):
-            best = (largest, state.copy())
-        scores = values
-        if corrective:
-            scores = np.where((values < 0) & (multipliers > 0), -values, values)
-        if max_multiplier is not None:
-            scores = np.where((values > 0) & (multipliers >= cap), 0.0, scores)
-        j = _most_violated(scores)
-        r = float(scores[j])
-        if r <= tol:
-            converged = True
-            break
-        if t == max_iter or infeasible:
-            break
-        direction = -1.0 if values[j] < 0 else 1.0
-        lam_max, lam_min = constraints.eigen_range(j)
-        if direction < 0:
-            lam_max, lam_min = -lam_min, -lam_max
-        alpha = float(definiteboost_step(r, lam_max, lam_min))
-        limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
-        if projection == "exact":
-            alpha = _exact_step(constraints, state, j, alpha, direction, limit)
-        clipped = alpha >= limit
-        alpha = min(alpha, limit)
-        offset += constraints.project(state, j, direction * alpha, engine)
-        multipliers[j] += direction * alpha
-        log_dual = state.log_partition() + offset
-        if not clipped:
-            log_bound += float(_log_rho(r, lam_max, lam_min))
-        chosen.append(j)
-        violations.append(r)
-        alphas.append(direction * alpha)
-        log_duals.append(log_dual)
-        log_bounds.append(log_bound)
-        if min_prior_eigenvalue is not None and log_dual < np.log(min_prior_eigenvalue) - 1e-9:
-            infeasible = True
-        if callback is not None:
-            callback(t + 1, {"constraint": j, "violation": r, "alpha": direction * alpha,
-                             "dual_objective": np.exp(log_dual),
-                             "dual_bound": np.exp(log_bound)})
-    best_violation, best_state = best if best is not None else (largest, None)
-    if keep == "best":
+    with blas_threads(state.size):
+        for t in range(settings.max_iter + 1):
+            values = constraints.values(state)
+            largest = float(values.max())
+            if settings.keep == "best" and (best is None or largest < best[0]):
+                best = (largest, state.copy())
+            j, r, direction = _choose(values, multipliers, cap, settings)
+            if r <= settings.tol:
+                converged = True
+                break
+            if t == settings.max_iter or infeasible:
+                break
+            limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
+            alpha, lam_max, lam_min = _step(constraints, state, j, r, direction,
+                                            limit, settings.projection)
+            offset += constraints.project(state, j, direction * alpha, engine)
+            multipliers[j] += direction * alpha
+            log_dual = state.log_partition() + offset
+            if alpha < limit:  # a clipped step has no Theorem 4.1 factor
+                log_bound += float(_log_rho(r, lam_max, lam_min))
+            for key, value in zip(record, (j, r, direction * alpha, log_dual, log_bound)):
+                record[key].append(value)
+            infeasible = log_dual < log_floor
+            if callback is not None:
+                callback(t + 1, {"constraint": j, "violation": r,
+                                 "alpha": direction * alpha,
+                                 "dual_objective": np.exp(log_dual),
+                                 "dual_bound": np.exp(log_bound)})
+    if settings.keep == "best":
+        max_violation, best_state = best
         state.assign(best_state)
     else:
-        best_violation = float(constraints.values(state).max())
+        max_violation = float(constraints.values(state).max())
     return {
-        "constraint": np.asarray(chosen, dtype=np.intp),
-        "violation": np.asarray(violations),
-        "alpha": np.asarray(alphas),
+        "constraint": np.asarray(record["constraint"], dtype=np.intp),
+        "violation": np.asarray(record["violation"], dtype=float),
+        "alpha": np.asarray(record["alpha"], dtype=float),
         "multipliers": multipliers,
-        "dual_objective": np.exp(log_duals),
-        "dual_bound": np.exp(log_bounds),
-        "max_violation": best_violation,
+        "dual_objective": np.exp(record["dual_objective"]),
+        "dual_bound": np.exp(record["dual_bound"]),
+        "max_violation": max_violation,
         "converged": converged,
         "infeasible": infeasible,
-        "n_iter": len(chosen),
+        "n_iter": len(record["constraint"]),
     }
 
 
-def _warn_outcome(log, max_iter, max_violation=None):
-    """Warn when the run stopped infeasible or unconverged; ``max_violation``
-    overrides the log's (trace-one) figure, e.g. in the caller's units."""
-    if max_violation is None:
-        max_violation = log["max_violation"]
+def _warn_outcome(log, max_iter):
+    """Warn when the run stopped infeasible or unconverged (the log's
+    ``max_violation`` in the caller's units)."""
     if log["infeasible"]:
-        warnings.warn(
+        warn_user(
             "The constraints are infeasible: the dual objective fell below the "
             "prior's smallest eigenvalue (a certificate by weak duality). "
             f"Returning the iterate with the smallest largest violation "
-            f"({max_violation:.3g}).",
-            ConvergenceWarning, stacklevel=3,
+            f"({log['max_violation']:.3g}).",
+            ConvergenceWarning,
         )
     elif not log["converged"]:
-        warnings.warn(
+        warn_user(
             f"DefiniteBoost did not converge in {max_iter} iterations "
-            f"(largest violation {max_violation:.3g}); returning the "
+            f"(largest violation {log['max_violation']:.3g}); returning the "
             "iterate with the smallest largest violation. Increase max_iter "
             "or tol.",
-            ConvergenceWarning, stacklevel=3,
+            ConvergenceWarning,
         )
 
 
@@ -328,6 +352,8 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
     prior : array-like of shape (d, d)
         Symmetric positive definite ``W_1`` (scaled to trace one).
     projection : {"approximate", "exact"}, default="approximate"
+        Step of eq. 13 (Theorem 4.1's bound holds) or the exact projection
+        of eq. 11.
     max_iter : int, default=1000
     tol : float, default=1e-8
         Stop when ``max_j tr(W C_j) <= tol``.
@@ -351,46 +377,244 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
             f"constraints have shape {constraints.matrices.shape[1:]}, the prior "
             f"{state.exponent.shape}."
         )
-    log = run_definiteboost(constraints, state, projection=projection,
-                            max_iter=max_iter, tol=tol, keep=keep,
-                            corrective=corrective, min_prior_eigenvalue=np.exp(state.eigenvalues[0]))
+    settings = _Settings(projection=projection, max_iter=max_iter, tol=tol, keep=keep,
+                         corrective=corrective,
+                         min_prior_eigenvalue=np.exp(state.eigenvalues[0]))
+    log = run_definiteboost(constraints, state, settings)
     _warn_outcome(log, max_iter)
     log["state"] = state
     return state.matrix(), log
 
 
-def definiteboost_pairs(pairs, signs, thresholds, *, n_objects=None, prior=None,
-                        projection="approximate", max_iter=1000, tol=1e-8,
-                        method="eigh", keep="best", corrective=False):
+# -- pair constraints: the rules of the estimator, in one place -------------------
+def prior_mean_sq_distance(state):
+    """Mean squared distance between distinct objects under trace-one ``W``:
+    ``2 (d - 1^T W 1) / (d (d - 1))`` (``2 / d`` for ``I / d``)."""
+    d = state.n_objects
+    column_sums = state.factor().sum(axis=0)  # 1^T W 1 = |B^T 1|^2, tr W = 1
+    return 2.0 * (d - column_sums @ column_sums) / (d * (d - 1))
+
+
+def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
+                    thresholds=None, trace=1.0):
+    """Resolve the thresholds of pair constraints (kernel units).
+
+    Returns ``(thresholds, gamma, gamma_dissimilar)``: one threshold per
+    pair, and the similar / dissimilar thresholds. ``"auto"``: a tenth of
+    the prior's mean squared distance between distinct objects for similar
+    pairs (``0.2 tau / d`` for the identity prior, the paper's choice), the
+    mean itself for dissimilar ones. Explicit per-pair ``thresholds``
+    override both; ``gamma`` is then the smallest threshold of a similar
+    pair (of any pair when none is similar).
+    """
+    mean_sq_distance = trace * prior_mean_sq_distance(state)
+    if thresholds is not None:
+        thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
+                                     signs.shape).copy()
+        similar = thresholds[signs > 0]
+        gamma = float((similar if similar.size else thresholds).min())
+        dissimilar = thresholds[signs < 0]
+        gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
+        return thresholds, gamma, gamma_dissimilar
+    gamma = 0.1 * mean_sq_distance if gamma == "auto" else float(gamma)
+    gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
+                        else float(gamma_dissimilar))
+    if gamma_dissimilar >= 2.0 * trace:
+        raise ValueError(
+            f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
+            f"distances under a kernel of trace {trace:g} are below {2.0 * trace:g}."
+        )
+    return np.where(signs > 0, gamma, gamma_dissimilar), gamma, gamma_dissimilar
+
+
+def _satisfiable(state, pairs, signs, thresholds, trace):
+    """Mask of the constraints that some kernel in the prior's range can meet:
+    a dissimilar pair needs ``trace * ||v||^2 > threshold``."""
+    never = (signs < 0) & (trace * state.pair_sq_norms(pairs[:, 0], pairs[:, 1])
+                           <= thresholds)
+    if np.all(never):
+        raise ValueError(
+            f"All {len(pairs)} constraints are dissimilar pairs that can never "
+            f"hold: their squared distance is at most trace * ||P[a] - P[b]||^2 "
+            f"<= gamma_dissimilar={thresholds.min():.4g} under every kernel in "
+            "the prior's range. Lower gamma_dissimilar."
+        )
+    if np.any(never):
+        warn_user(
+            f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
+            f"pairs that can never reach gamma_dissimilar={thresholds[never].min():.4g} "
+            "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
+            "see dropped_constraints_.",
+            UserWarning,
+        )
+    return ~never
+
+
+def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar="auto",
+                         thresholds=None, trace=1.0, slack=None,
+                         projection="approximate", corrective=False, max_iter=2000,
+                         tol=1e-2, keep=None, method="auto", callback=None):
+    """DefiniteBoost on validated pairs from ``state`` (in place).
+
+    The rules of :func:`definiteboost_pairs` (and of
+    :class:`megkernel.DefiniteBoostKernel`), on a prior already made a
+    state. Returns the log (see :func:`definiteboost_pairs`).
+    """
+    thresholds, gamma, gamma_dissimilar = pair_thresholds(
+        state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+        thresholds=thresholds, trace=trace)
+    # aim at constraints tightened by half the tolerance, stop within the other
+    # half: on convergence every constraint holds
+    margin = 0.5 * max(tol, 0.0) * gamma
+    kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace))
+    target = (thresholds - signs * margin) / trace
+    constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
+                                  target[kept], state)
+    hard = slack is None
+    if keep is None:
+        keep = "best" if hard else "last"
+    settings = _Settings(
+        projection=projection, max_iter=max_iter, tol=0.5 * tol * gamma / trace,
+        keep=keep, corrective=corrective,
+        max_multiplier=None if hard else slack / np.maximum(
+            constraints.sq_norms, np.finfo(float).tiny),
+        min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
+                              if hard else None),
+    )
+    if callback is not None:
+        user_callback = callback
+
+        def callback(t, record):
+            user_callback(t, {**record, "violation": record["violation"] * trace - margin})
+
+    log = run_definiteboost(constraints, state, settings, method=method,
+                            callback=callback)
+    # violations of the user's constraints, in kernel units
+    log["violation"] = log["violation"] * trace - margin
+    log["max_violation"] = log["max_violation"] * trace - margin
+    log["constraint"] = kept[log["constraint"]]
+    log.update(kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
+               gamma=gamma, gamma_dissimilar=gamma_dissimilar, margin=margin,
+               thresholds=thresholds)
+    _warn_outcome(log, max_iter)
+    return log
+
+
+def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
+                        gamma_dissimilar="auto", n_objects=None, prior=None,
+                        prior_factor=None, trace=1.0, slack=None,
+                        projection="approximate", corrective=False, max_iter=2000,
+                        tol=1e-2, keep=None, method="auto", callback=None):
     """DefiniteBoost for similar / dissimilar pair constraints.
+
+    The solver behind :class:`megkernel.DefiniteBoostKernel`: called with the
+    estimator's parameters it returns the estimator's kernel.
 
     Parameters
     ----------
-    pairs : ndarray of int, shape (n, 2)
-    signs : ndarray of shape (n,)
+    pairs : array-like of int, shape (n, 2)
+    signs : array-like of shape (n,), default=None
         ``+1`` similar (``||x_a - x_b||^2 <= threshold``), ``-1`` dissimilar
-        (``>= threshold``).
-    thresholds : float or ndarray of shape (n,)
-        In the units of a trace-one kernel.
+        (``>= threshold``); ``None``: all similar.
+    thresholds : float or array-like of shape (n,), default=None
+        Explicit thresholds (kernel units), instead of ``gamma`` and
+        ``gamma_dissimilar``.
+    gamma, gamma_dissimilar : float or "auto", default="auto"
+        Thresholds of similar and dissimilar pairs (kernel units). ``"auto"``:
+        a tenth of the prior's mean squared distance between distinct
+        objects (``0.2 tau / d`` for ``I / d``, the paper's choice) and the
+        mean itself.
     n_objects : int, optional
-        ``d`` for the prior ``I / d`` when ``prior`` is not given.
-    prior : ndarray of shape (d, d), optional
-    projection, max_iter, tol, method, keep, corrective
-        See :func:`run_definiteboost`.
+        ``d`` for the prior ``I / d`` when neither ``prior`` nor
+        ``prior_factor`` is given.
+    prior : array-like of shape (d, d), optional
+        Symmetric positive definite ``W_1`` (scaled to trace one).
+    prior_factor : array-like of shape (d, r), optional
+        Low-rank prior ``W_1 = F F^T / ||F||_F^2``: every iterate stays in
+        its range. Dissimilar pairs no kernel of that range can separate
+        (``trace ||P[a] - P[b]||^2 <= threshold``) are dropped with a warning.
+    trace : float, default=1.0
+        Trace ``tau`` of the learned kernel.
+    slack : float, optional
+        ``None``: hard constraints (the paper). ``c > 0`` (beyond the paper):
+        each multiplier is capped, ``alpha_j ||v_j||^2 <= c``, the box dual
+        of the always-feasible soft-margin problem.
+    projection : {"approximate", "exact"}, default="approximate"
+        Step of eq. 13 (Theorem 4.1's bound holds) or the exact projection
+        of eq. 11.
+    corrective : bool, default=False
+        Hildreth-style corrections (beyond the paper): converge to the exact
+        Bregman projection (see :func:`run_definiteboost`).
+    max_iter : int, default=2000
+        Largest number of projections.
+    tol : float, default=1e-2
+        In units of ``gamma``: the run aims at the constraints tightened by
+        ``tol * gamma / 2`` and stops when those hold within ``tol * gamma /
+        2``, so on convergence every constraint holds. ``tol <= 0`` aims at
+        the constraints themselves (``-inf``: run ``max_iter`` iterations).
+    keep : {"best", "last"}, default=None
+        Iterate returned when the run stops early; ``None``: "best" for hard
+        constraints, "last" with ``slack``.
+    method : {"auto", "eigh", "rank-one"}, default="auto"
+        Engine of each projection; same result up to round-off.
+    callback : callable, optional
+        ``callback(t, record)`` after each iteration (violation in kernel units).
 
     Returns
     -------
-    W : ndarray of shape (d, d)
+    K : ndarray of shape (d, d) or None
+        The learned kernel ``trace * W`` (``None`` for a low-rank prior over
+        more than 5000 objects: use ``log["kernel_factor"]``).
     log : dict
+        ``constraint`` (index into ``pairs`` of each projected pair),
+        ``violation`` (largest violation before each projection, kernel
+        units), ``alpha``, ``multipliers`` (of the kept constraints),
+        ``dual_objective`` and ``dual_bound`` (Theorem 4.1), ``max_violation``
+        (of the returned kernel), ``converged``, ``infeasible``, ``n_iter``,
+        ``kept`` / ``dropped`` (indices into ``pairs``), ``gamma``,
+        ``gamma_dissimilar``, ``margin``, ``thresholds``, ``state`` and
+        ``kernel_factor`` (``F``, d x r, with ``K = F F^T``).
     """
-    state = prior_state(n_objects, prior)
+    state = prior_state(n_objects, prior, prior_factor)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
-    constraints = PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds, state)
-    log = run_definiteboost(constraints, state, projection=projection,
-                            max_iter=max_iter, tol=tol,
-                            min_prior_eigenvalue=np.exp(state.eigenvalues[0]
-                                                        - state.log_partition()),
-                            method=method, keep=keep, corrective=corrective)
-    _warn_outcome(log, max_iter)
+    signs = check_pair_signs(signs, pairs)
+    log = fit_pair_constraints(
+        state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+        thresholds=thresholds, trace=trace, slack=slack, projection=projection,
+        corrective=corrective, max_iter=max_iter, tol=tol, keep=keep, method=method,
+        callback=callback)
     log["state"] = state
-    return state.matrix(), log
+    log["kernel_factor"] = np.sqrt(trace) * state.factor()
+    if state.basis is None:
+        return trace * state.matrix(), log
+    if state.n_objects > MAX_DENSE_OBJECTS:
+        return None, log
+    return log["kernel_factor"] @ log["kernel_factor"].T, log
+
+
+def check_pair_signs(signs, pairs, *, name="signs"):
+    """``signs`` as floats ``+1`` / ``-1``, one per pair (``None``: all +1).
+
+    Raises
+    ------
+    ValueError
+        Wrong shape, a label other than +1 / -1, or a dissimilar pair of an
+        object with itself.
+    """
+    if signs is None:
+        return np.ones(len(pairs))
+    signs = np.asarray(signs)
+    if signs.shape != (len(pairs),):
+        raise ValueError(f"{name} must have shape ({len(pairs)},), got {signs.shape}.")
+    labels = set(np.unique(signs).tolist())
+    if not labels <= {1, -1}:
+        raise ValueError(f"{name} must hold +1 (similar) or -1 (dissimilar) pair "
+                         f"labels, got {sorted(labels)}.")
+    signs = signs.astype(float)
+    loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
+    if np.any(loops):
+        raise ValueError(
+            f"Pair ({pairs[loops][0, 0]}, {pairs[loops][0, 1]}) of an object "
+            "with itself cannot be dissimilar."
+        )
+    return signs
