@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -248,15 +249,22 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                   f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
 
     # -- fitted views ----------------------------------------------------------
-    def pair_distances(self, X):
+    def pair_sq_distances(self, X):
         """Squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``."""
         check_is_fitted(self, "state_")
         pairs, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_)
         return self.trace * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
+    def pair_distances(self, X):
+        """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
+        warnings.warn("pair_distances is deprecated since megkernel 0.2 (it returns "
+                      "squared distances) and will be removed in 0.3; use "
+                      "pair_sq_distances.", FutureWarning, stacklevel=2)
+        return self.pair_sq_distances(X)
+
     def decision_function(self, X):
         """``threshold_ - squared distance``: positive for similar pairs."""
-        distances = self.pair_distances(X)  # checks fitted first: NotFittedError
+        distances = self.pair_sq_distances(X)  # checks fitted first: NotFittedError
         return self.threshold_ - distances
 
     def predict(self, X):

@@ -23,8 +23,9 @@ all hold; each learner here has a default that allows for that:
   (``slack``), the always-feasible soft-margin problem.
 
 Both report how well the learned metric meets the pairs
-(``constraint_loss_``) against the Euclidean prior
-(``prior_constraint_loss_``) and warn when it is worse: a degraded metric
+(``pair_mse_`` for MEG, ``violated_fraction_`` for DefiniteBoost) against the
+Euclidean prior (``prior_pair_mse_``, ``prior_violated_fraction_``) and warn
+when it is worse: a degraded metric
 is never silent.
 """
 
@@ -188,22 +189,41 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
         a, b = self.pairs_.T
         prior = np.sum((centred[a] - centred[b]) ** 2, axis=1)
         learned = self.kernel_estimator_.state_.pair_sq_distances(a, b) * trace
-        self.prior_constraint_loss_ = self._constraint_loss(prior)
-        self.constraint_loss_ = self._constraint_loss(learned)
+        loss, prior_loss = self._constraint_loss(learned), self._constraint_loss(prior)
+        setattr(self, f"{self._loss_name}_", loss)
+        setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
-        if self.constraint_loss_ > self.prior_constraint_loss_:
+        if loss > prior_loss:
             from ._warnings import warn_user
 
             warn_user(
                 f"{name}: the learned metric meets the pairs worse than the Euclidean "
-                f"prior (constraint_loss_ {self.constraint_loss_:.4g} > "
-                f"{self.prior_constraint_loss_:.4g}); the thresholds may be jointly "
+                f"prior ({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "
+                "thresholds may be jointly "
                 "infeasible (see the module docs of megkernel.metric).",
                 UserWarning)
         if self.verbose:
-            print(f"[{name}] rank {self.components_.shape[0]}: constraint loss "
-                  f"{self.constraint_loss_:.4g} (Euclidean prior "
-                  f"{self.prior_constraint_loss_:.4g})")
+            print(f"[{name}] rank {self.components_.shape[0]}: {self._loss_name} "
+                  f"{loss:.4g} (Euclidean prior {prior_loss:.4g})")
+
+    @property
+    def constraint_loss_(self):
+        """Deprecated alias of ``pair_mse_`` (MEGMetric) or
+        ``violated_fraction_`` (DefiniteBoostMetric)."""
+        return self._deprecated_loss(f"{self._loss_name}_", "constraint_loss_")
+
+    @property
+    def prior_constraint_loss_(self):
+        """Deprecated alias of ``prior_pair_mse_`` or ``prior_violated_fraction_``."""
+        return self._deprecated_loss(f"prior_{self._loss_name}_", "prior_constraint_loss_")
+
+    def _deprecated_loss(self, name, old_name):
+        check_is_fitted(self, "components_")
+        warnings.warn(
+            f"{old_name} is deprecated since megkernel 0.2 (it meant a different "
+            f"loss in each metric learner) and will be removed in 0.3; use {name}.",
+            FutureWarning, stacklevel=3)
+        return getattr(self, name)
 
     def transform(self, X):
         """Embed points: Euclidean distances there are the learned ones.
@@ -226,11 +246,18 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "components_")
         return self.components_.T @ self.components_
 
-    def pair_distances(self, X, pairs):
+    def pair_sq_distances(self, X, pairs):
         """Learned squared distances between rows ``pairs[:, 0]`` and ``pairs[:, 1]`` of ``X``."""
         Z = self.transform(X)
         pairs = check_pair_indices(pairs, len(Z), name="pairs")
         return np.sum((Z[pairs[:, 0]] - Z[pairs[:, 1]]) ** 2, axis=1)
+
+    def pair_distances(self, X, pairs):
+        """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
+        warnings.warn("pair_distances is deprecated since megkernel 0.2 (it returns "
+                      "squared distances) and will be removed in 0.3; use "
+                      "pair_sq_distances.", FutureWarning, stacklevel=2)
+        return self.pair_sq_distances(X, pairs)
 
     @property
     def n_components_(self):
@@ -289,9 +316,10 @@ class MEGMetric(_FeatureMetric):
         The fitted learner over the training points (losses, state).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
-    constraint_loss_, prior_constraint_loss_ : float
-        Mean squared error of the targets under the learned and under the
-        Euclidean metric (a warning says when the first is larger).
+    pair_mse_, prior_pair_mse_ : float
+        Mean squared error of the squared distances of the pairs against
+        their targets under the learned and under the Euclidean metric (a
+        warning says when the first is larger).
     n_features_in_ : int
 
     Examples
@@ -302,6 +330,8 @@ class MEGMetric(_FeatureMetric):
     >>> MEGMetric(random_state=0).fit(X, y).transform(X).shape
     (150, 4)
     """
+
+    _loss_name = "pair_mse"
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -392,7 +422,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     n_iter_ : int
         Projections made.
     pairs_, pair_labels_ : ndarray
-    constraint_loss_, prior_constraint_loss_ : float
+    violated_fraction_, prior_violated_fraction_ : float
         Share of the pairs violating their threshold under the learned and
         under the Euclidean metric (a warning says when the first is larger).
     n_features_in_ : int
@@ -405,6 +435,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     >>> DefiniteBoostMetric(random_state=0).fit(X, y).transform(X).shape
     (150, 4)
     """
+
+    _loss_name = "violated_fraction"
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,

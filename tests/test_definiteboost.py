@@ -383,7 +383,7 @@ def test_on_convergence_every_pair_constraint_holds():
     distances = _sq_dist(model.kernel_, pairs)
     assert distances.max() <= gamma * (1 + 1e-12)
     assert model.max_violation_ <= model.tol * gamma
-    assert_allclose(model.pair_distances(pairs), distances, rtol=1e-12, atol=1e-15)
+    assert_allclose(model.pair_sq_distances(pairs), distances, rtol=1e-12, atol=1e-15)
 
 
 def test_non_convergence_warns_and_returns_the_best_iterate():
@@ -570,7 +570,7 @@ def test_verbose_prints_prefixed_progress(capsys):
 
 def test_unfitted_model_raises_not_fitted():
     model = DefiniteBoostKernel(n_objects=4)
-    for method in ("predict", "decision_function", "pair_distances"):
+    for method in ("predict", "decision_function", "pair_sq_distances", "pair_distances"):
         with pytest.raises(NotFittedError):
             getattr(model, method)(np.array([[0, 1]]))
 
@@ -658,3 +658,12 @@ def test_solver_validation():
                          ([0, 1], "shape")):
         with pytest.raises(ValueError, match=match):
             definiteboost_pairs(np.array(pairs), [1.0], 0.01, n_objects=4)
+
+
+def test_pair_distances_is_a_deprecated_alias_of_pair_sq_distances():
+    pairs = np.array([[0, 1], [2, 3], [4, 5]])
+    model = DefiniteBoostKernel(n_objects=8).fit(pairs)
+    with pytest.warns(FutureWarning, match="pair_sq_distances"):
+        old = model.pair_distances(pairs)
+    assert_array_equal(old, model.pair_sq_distances(pairs))
+    assert_allclose(old, _sq_dist(model.kernel_, pairs), rtol=1e-12, atol=1e-15)

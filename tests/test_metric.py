@@ -83,7 +83,7 @@ def test_transform_distances_are_the_learned_kernel_distances(Metric):
     kernel = metric.kernel_estimator_
     learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
     np.testing.assert_allclose(_sq_distances(Z, pairs), learned, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(metric.pair_distances(X, pairs), learned, rtol=1e-10)
+    np.testing.assert_allclose(metric.pair_sq_distances(X, pairs), learned, rtol=1e-10)
     assert Z.shape == (len(X), metric.n_components_)
 
 
@@ -99,9 +99,9 @@ def test_prior_is_the_euclidean_metric(Metric):
     pairs = np.argwhere(np.ones((7, 7)))
     expected = _sq_distances(new, pairs)
     if Metric is DefiniteBoostMetric:  # one projection: close, not equal
-        np.testing.assert_allclose(metric.pair_distances(new, pairs), expected, rtol=0.5)
+        np.testing.assert_allclose(metric.pair_sq_distances(new, pairs), expected, rtol=0.5)
     else:
-        np.testing.assert_allclose(metric.pair_distances(new, pairs), expected, rtol=1e-9)
+        np.testing.assert_allclose(metric.pair_sq_distances(new, pairs), expected, rtol=1e-9)
 
 
 @pytest.mark.parametrize("Metric", METRICS)
@@ -114,8 +114,8 @@ def test_rotating_the_features_rotates_the_embedding_only(Metric):
         a = Metric(random_state=0).fit_pairs(X, pairs, pair_labels)
         b = Metric(random_state=0).fit_pairs(X @ Q, pairs, pair_labels)
     all_pairs = np.argwhere(np.ones((len(X), len(X))))
-    np.testing.assert_allclose(a.pair_distances(X, all_pairs),
-                               b.pair_distances(X @ Q, all_pairs), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.pair_sq_distances(X, all_pairs),
+                               b.pair_sq_distances(X @ Q, all_pairs), rtol=1e-9, atol=1e-9)
 
 
 def test_definiteboost_metric_slack_versus_hard_constraints():
@@ -125,7 +125,7 @@ def test_definiteboost_metric_slack_versus_hard_constraints():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Dropped")
         soft = DefiniteBoostMetric().fit_pairs(X, pairs, pair_labels)
-        assert soft.constraint_loss_ < soft.prior_constraint_loss_
+        assert soft.violated_fraction_ < soft.prior_violated_fraction_
         assert soft.kernel_estimator_.converged_
         # the hard problem is infeasible: certified and warned, never silent
         with pytest.warns(Warning, match="infeasible"):
@@ -205,3 +205,30 @@ def test_nystroem_metric_knn_pipeline_grid_search():
     assert len(search.cv_results_["params"]) == 8
     assert search.best_score_ > 0.85
     assert search.predict(X[:5]).shape == (5,)
+
+
+def test_loss_attributes_have_one_meaning_and_old_names_are_deprecated():
+    X, labels = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    pairs, pair_labels = draw_pairs(labels, 60, random_state=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dropped")
+        meg = MEGMetric(random_state=0).fit_pairs(X, pairs, pair_labels)
+        boost = DefiniteBoostMetric().fit_pairs(X, pairs, pair_labels)
+    a, b = pairs.T
+    learned = meg.pair_sq_distances(X, pairs)
+    targets = np.where(pair_labels > 0, meg.gamma_, meg.gamma_dissimilar_)
+    assert meg.pair_mse_ == pytest.approx(np.mean((learned - targets) ** 2), rel=1e-8)
+    learned = boost.pair_sq_distances(X, pairs)
+    met = np.where(pair_labels > 0, learned <= boost.gamma_ * (1 + 1e-9),
+                   learned >= boost.gamma_dissimilar_ * (1 - 1e-9))
+    assert boost.violated_fraction_ == pytest.approx(1 - met.mean(), abs=1.5 / len(pairs))
+    assert not hasattr(meg, "violated_fraction_") and not hasattr(boost, "pair_mse_")
+    for model, name in ((meg, "pair_mse_"), (boost, "violated_fraction_")):
+        with pytest.warns(FutureWarning, match=name):
+            assert model.constraint_loss_ == getattr(model, name)
+        with pytest.warns(FutureWarning, match="prior_" + name):
+            assert model.prior_constraint_loss_ == getattr(model, "prior_" + name)
+        with pytest.warns(FutureWarning, match="pair_sq_distances"):
+            np.testing.assert_array_equal(model.pair_distances(X, pairs),
+                                          model.pair_sq_distances(X, pairs))
