@@ -28,7 +28,7 @@ from .meg_regressor import MEGKernelRegressor
 from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
 from .neighbors import KernelKNeighborsClassifier
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "definiteboost_rho",

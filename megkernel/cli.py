@@ -17,6 +17,7 @@ from threadpoolctl import threadpool_limits
 
 from .datasets import load_fasta_kernel, load_wine_kernel, similarity_threshold
 from .experiments import run_batch_experiment, run_online_experiment, summary_table
+from .plotting import plot_batch_experiment, plot_online_experiment
 
 __all__ = ["main"]
 
@@ -119,14 +120,6 @@ def _markdown(table, heading):
 
 def reproduce(args, *, log=print):
     """Run the ``reproduce`` command for parsed ``args``; return the table."""
-    try:
-        from .plotting import plot_batch_experiment, plot_online_experiment
-    except ImportError as error:
-        raise ImportError(
-            f"The figures need matplotlib ({error}); install it with "
-            "pip install 'megkernel[plot]'."
-        ) from error
-
     target = _load_target(args)
     log(f"Target: {target.description}")
     progress = None if args.quiet else log

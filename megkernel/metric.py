@@ -44,6 +44,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.validation import check_pair_indices
+from ._warnings import warn_user
 from .definiteboost_kernel import DefiniteBoostKernel
 from .meg_regressor import MEGKernelRegressor
 
@@ -93,8 +94,6 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
                     found.setdefault((min(a, b), max(a, b)), (a, b))
         kind = "similar" if same else "dissimilar"
         if len(found) < n_constraints:
-            from ._warnings import warn_user
-
             warn_user(f"Only {len(found)} distinct {kind} pairs could be drawn "
                       f"(asked for {n_constraints}).", UserWarning)
         kinds.append(np.array(list(found.values()), dtype=np.intp).reshape(-1, 2)
@@ -194,8 +193,6 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
         setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
         if loss > prior_loss:
-            from ._warnings import warn_user
-
             warn_user(
                 f"{name}: the learned metric meets the pairs worse than the Euclidean "
                 f"prior ({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "

@@ -187,9 +187,9 @@ class _Settings(NamedTuple):
 
 
 def _choose(values, multipliers, cap, settings):
-    """The constraint to project on: ``(j, r, direction)``.
+    """The constraint to project on: ``(j, violation, direction)``.
 
-    ``r`` is its violation (``values[j]``; for a corrective step how far it
+    ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective step how far the constraint
     is inside its threshold) and ``direction = -1`` for a corrective step.
     """
     scores = values
@@ -201,13 +201,13 @@ def _choose(values, multipliers, cap, settings):
     return j, float(scores[j]), (-1.0 if values[j] < 0 else 1.0)
 
 
-def _step(constraints, state, j, r, direction, limit, projection):
+def _step(constraints, state, j, violation, direction, limit, projection):
     """Step size ``alpha`` along ``direction * C_j``, at most ``limit``, and the
     eigenvalue range of ``direction * C_j``."""
     lam_max, lam_min = constraints.eigen_range(j)
     if direction < 0:
         lam_max, lam_min = -lam_min, -lam_max
-    alpha = float(definiteboost_step(r, lam_max, lam_min))
+    alpha = float(definiteboost_step(violation, lam_max, lam_min))
     if projection == "exact":
         alpha = _exact_step(constraints, state, j, alpha, direction, limit)
     return min(alpha, limit), lam_max, lam_min
@@ -279,25 +279,26 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
             largest = float(values.max())
             if settings.keep == "best" and (best is None or largest < best[0]):
                 best = (largest, state.copy())
-            j, r, direction = _choose(values, multipliers, cap, settings)
-            if r <= settings.tol:
+            j, violation, direction = _choose(values, multipliers, cap, settings)
+            if violation <= settings.tol:
                 converged = True
                 break
             if t == settings.max_iter or infeasible:
                 break
             limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
-            alpha, lam_max, lam_min = _step(constraints, state, j, r, direction,
+            alpha, lam_max, lam_min = _step(constraints, state, j, violation, direction,
                                             limit, settings.projection)
             offset += constraints.project(state, j, direction * alpha, engine)
             multipliers[j] += direction * alpha
             log_dual = state.log_partition() + offset
             if alpha < limit:  # a clipped step has no Theorem 4.1 factor
-                log_bound += float(_log_rho(r, lam_max, lam_min))
-            for key, value in zip(record, (j, r, direction * alpha, log_dual, log_bound)):
+                log_bound += float(_log_rho(violation, lam_max, lam_min))
+            for key, value in zip(record, (j, violation, direction * alpha, log_dual,
+                                           log_bound)):
                 record[key].append(value)
             infeasible = log_dual < log_floor
             if callback is not None:
-                callback(t + 1, {"constraint": j, "violation": r,
+                callback(t + 1, {"constraint": j, "violation": violation,
                                  "alpha": direction * alpha,
                                  "dual_objective": np.exp(log_dual),
                                  "dual_bound": np.exp(log_bound)})

@@ -1,0 +1,105 @@
+"""The package's layers: numerics -> engines -> solvers -> estimators -> workflows.
+
+Each module imports only modules of its own layer or below, and only at module
+level (no import inside a function, no registration by import side effect).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import megkernel
+
+PACKAGE = Path(megkernel.__file__).parent
+
+#: Layer of each module (dotted name below ``megkernel``, without ``.py``).
+LAYERS = {
+    "numerics": 0,
+    "engines": 1,
+    "solvers": 2,
+    "estimators": 3,
+    "workflows": 4,
+}
+
+
+def _layer(module):
+    top = module.split(".")[0]
+    if top in ("_warnings", "_numerics"):
+        return LAYERS["numerics"]
+    if top == "_engines":
+        return LAYERS["engines"]
+    if top == "_solvers":
+        return LAYERS["solvers"]
+    if top in ("_pair_estimator", "meg_regressor", "definiteboost_kernel", "neighbors",
+               "metric"):
+        return LAYERS["estimators"]
+    if top in ("evaluation", "datasets", "experiments", "plotting", "cli", "__main__",
+               "__init__"):
+        return LAYERS["workflows"]
+    raise AssertionError(f"module megkernel.{module} has no layer: add it to LAYERS")
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imported(module, node):
+    """Dotted names (below megkernel) that an import node brings in."""
+    package = module.split(".")
+    if not (PACKAGE / Path(*package)).is_dir():
+        package = package[:-1]  # a plain module: relative to its package
+    if isinstance(node, ast.Import):
+        return [alias.name.removeprefix("megkernel.") for alias in node.names
+                if alias.name.startswith("megkernel")]
+    if node.level == 0:
+        if not (node.module or "").startswith("megkernel"):
+            return []
+        base = node.module.removeprefix("megkernel").lstrip(".").split(".")
+    else:
+        base = package[: len(package) - (node.level - 1)] + (
+            node.module.split(".") if node.module else [])
+    base = [part for part in base if part]
+    names = []
+    for alias in node.names:
+        candidate = base + [alias.name]
+        is_module = (PACKAGE / Path(*candidate)).with_suffix(".py").exists() or (
+            PACKAGE / Path(*candidate)).is_dir()
+        names.append(".".join(candidate if is_module else base) or "__init__")
+    return names
+
+
+MODULES = list(_modules())
+
+
+@pytest.mark.parametrize("module, path", MODULES, ids=[m for m, _ in MODULES])
+def test_imports_only_downward_and_at_module_level(module, path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    own = _layer(module)
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for name in _imported(module, node):
+            assert _layer(name) <= own, (
+                f"megkernel.{module} (layer {own}) imports megkernel.{name} "
+                f"(layer {_layer(name)}) at line {node.lineno}")
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = [node for node in ast.walk(func)
+                     if isinstance(node, (ast.Import, ast.ImportFrom))]
+            assert not inner, (f"megkernel.{module}.{func.name} imports inside a "
+                               f"function (line {inner[0].lineno})")
+
+
+def test_every_engine_is_declared_in_one_place():
+    from megkernel._engines import ENGINES, METHODS
+
+    assert set(ENGINES) == {"eigh", "rank-one", "lanczos"}
+    assert METHODS == ("auto", *ENGINES)
+    engine_modules = {path.stem for path in (PACKAGE / "_engines").glob("*.py")
+                      if not path.stem.startswith("_")}
+    assert engine_modules == {"eigh", "rank_one", "lanczos"}
