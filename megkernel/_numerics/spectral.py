@@ -36,7 +36,10 @@ def check_symmetric(matrix, *, name="matrix"):
         If the input is not a finite square matrix or is not symmetric to a
         relative tolerance of 1e-10 (in Frobenius norm).
     """
-    matrix = np.asarray(matrix, dtype=float)
+    try:
+        matrix = np.asarray(matrix, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a numeric matrix ({error}).") from None
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(
             f"{name} must be a square 2-D matrix, got shape {matrix.shape}."
@@ -45,21 +48,33 @@ def check_symmetric(matrix, *, name="matrix"):
         raise ValueError(f"{name} must not be empty.")
     if not np.all(np.isfinite(matrix)):
         raise ValueError(f"{name} contains NaN or infinite entries.")
-    asym = np.linalg.norm(matrix - matrix.T)
-    scale = max(np.linalg.norm(matrix), np.finfo(float).tiny)
-    if asym > _SYMMETRY_RTOL * scale:
-        raise ValueError(
-            f"{name} is not symmetric (relative asymmetry {asym / scale:.2e})."
-        )
-    return 0.5 * (matrix + matrix.T)
+    magnitude = np.abs(matrix).max()
+    if magnitude > 0:  # norms of the scaled matrix: no overflow near 1e308
+        scaled = matrix / magnitude
+        asym = np.linalg.norm(scaled - scaled.T) / np.linalg.norm(scaled)
+        if asym > _SYMMETRY_RTOL:
+            raise ValueError(f"{name} is not symmetric (relative asymmetry {asym:.2e}).")
+    return 0.5 * matrix + 0.5 * matrix.T
 
 
 def eigh_symmetric(matrix, *, name="matrix", check=True):
-    """Eigendecomposition ``matrix = V diag(lam) V^T`` (ascending ``lam``)."""
+    """Eigendecomposition ``matrix = V diag(lam) V^T`` (ascending ``lam``).
+
+    LAPACK sees the matrix scaled to largest entry 1 (no overflow or
+    underflow inside it for entries anywhere in the float range), and never
+    a non-finite one: ``check=False`` skips the symmetry test, not that.
+    """
     if check:
         matrix = check_symmetric(matrix, name=name)
-    lam, vecs = linalg.eigh(matrix, check_finite=False)
-    return lam, vecs
+    magnitude = np.abs(matrix).max() if matrix.size else 0.0
+    if not np.isfinite(magnitude):
+        raise ValueError(
+            f"{name} has non-finite entries: the arithmetic overflowed (a learning "
+            "rate, target or prior too large for double precision).")
+    if magnitude == 0:
+        return np.zeros(matrix.shape[0]), np.eye(matrix.shape[0])
+    lam, vecs = linalg.eigh(matrix / magnitude, check_finite=False)
+    return lam * magnitude, vecs
 
 
 def check_positive_definite(matrix, *, name="matrix", rtol=1e-12):
@@ -68,7 +83,7 @@ def check_positive_definite(matrix, *, name="matrix", rtol=1e-12):
     The smallest eigenvalue must exceed ``rtol`` times the largest.
     """
     matrix = check_symmetric(matrix, name=name)
-    lam, vecs = eigh_symmetric(matrix, check=False)
+    lam, vecs = eigh_symmetric(matrix, name=name, check=False)
     if lam[-1] <= 0 or lam[0] <= rtol * lam[-1]:
         raise ValueError(
             f"{name} is not positive definite (smallest eigenvalue "
@@ -89,9 +104,24 @@ def logm_spd(matrix, *, name="matrix"):
     return spectral_apply(np.log, lam, vecs)
 
 
+#: ``exp`` of a larger number overflows double precision.
+_EXP_MAX = np.log(np.finfo(float).max)
+
+
 def expm_symmetric(matrix, *, name="matrix"):
-    """Matrix exponential of a symmetric matrix."""
+    """Matrix exponential of a symmetric matrix.
+
+    Raises
+    ------
+    ValueError
+        If an eigenvalue exceeds ``log(max float)`` (about 709.78): the
+        result is not representable (:func:`normalized_expm` is).
+    """
     lam, vecs = eigh_symmetric(matrix, name=name)
+    if lam[-1] > _EXP_MAX:
+        raise ValueError(
+            f"exp({name}) overflows: its largest eigenvalue {lam[-1]:.6g} exceeds "
+            f"{_EXP_MAX:.6g}; normalized_expm gives exp({name}) / tr exp({name}).")
     return spectral_apply(np.exp, lam, vecs)
 
 

@@ -74,7 +74,8 @@ class ExponentState:
     def from_prior(cls, prior, *, name="init"):
         """State for a symmetric positive definite prior (scaled to trace one)."""
         prior, lam, vecs = check_positive_definite(prior, name=name)
-        log_lam = np.log(lam / lam.sum())
+        lam = lam / lam[-1]  # scale first: sums of huge eigenvalues overflow
+        log_lam = np.log(lam) - np.log(lam.sum())
         exponent = (vecs * log_lam) @ vecs.T
         state = cls.__new__(cls)
         state.exponent = np.ascontiguousarray(0.5 * (exponent + exponent.T))
@@ -209,9 +210,13 @@ class ExponentState:
         self.refresh()
 
     def refresh(self):
-        """Re-anchor the eigendecomposition on the stored exponent."""
+        """Re-anchor the eigendecomposition on the stored exponent.
+
+        Raises ``ValueError`` (before any LAPACK call) if the
+        exponent is not finite.
+        """
         self.eigenvalues, self.eigenvectors = eigh_symmetric(
-            self.exponent, check=False
+            self.exponent, name="the exponent log W", check=False
         )
         self.updates_since_refresh = 0
 
