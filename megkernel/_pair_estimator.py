@@ -93,7 +93,8 @@ def initial_state(estimator, pairs):
 class KernelViewsMixin:
     """The learned kernel ``K = trace * W`` of a fitted pair estimator.
 
-    Needs ``state_``, ``trace`` and ``n_objects_``.
+    Needs ``state_``, ``trace_`` (the trace the model was fitted with) and
+    ``n_objects_``.
     """
 
     @property
@@ -112,7 +113,7 @@ class KernelViewsMixin:
         check_is_fitted(self, "state_")
         state = self.state_
         if state.basis is None:
-            return self.trace * state.matrix()
+            return self.trace_ * state.matrix()
         d = state.n_objects
         if d > MAX_DENSE_OBJECTS:
             raise ValueError(
@@ -127,7 +128,7 @@ class KernelViewsMixin:
     def kernel_factor_(self):
         """``F`` of shape (d, r) with ``kernel_ = F F^T`` (``O(d r)`` memory)."""
         check_is_fitted(self, "state_")
-        return np.sqrt(self.trace) * self.state_.factor()
+        return np.sqrt(self.trace_) * self.state_.factor()
 
     def kernel_entries(self, rows, cols=None):
         """The block ``K[rows][:, cols]`` of the learned kernel.
@@ -148,7 +149,7 @@ class KernelViewsMixin:
         check_is_fitted(self, "state_")
         rows = self._object_indices(rows, "rows")
         cols = rows if cols is None else self._object_indices(cols, "cols")
-        return self.trace * self.state_.entries(rows, cols)
+        return self.trace_ * self.state_.entries(rows, cols)
 
     def _object_indices(self, indices, name):
         indices = np.asarray(indices)

@@ -223,6 +223,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     def _store(self, state, pairs, signs, log):
         self.state_ = state
         self.n_objects_ = state.n_objects
+        self.trace_ = float(self.trace)
         self.classes_ = np.array([-1, 1])
         self.gamma_ = log["gamma"]
         self.gamma_dissimilar_ = log["gamma_dissimilar"]
@@ -253,7 +254,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         """Squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``."""
         check_is_fitted(self, "state_")
         pairs, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_)
-        return self.trace * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+        return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def pair_distances(self, X):
         """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""

@@ -12,7 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import run_pair_trials
-from ._numerics.validation import check_squared_distances
+from ._numerics.validation import check_meg_step, check_squared_distances
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -192,12 +192,15 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             pairs, y = self._validate_trials(X, y, n_objects=declared_n_objects(self),
                                              reset=True)
             state = initial_state(self, pairs)
-        rng = check_random_state(self.random_state)
-        orders = [rng.permutation(len(y)) if self.shuffle else np.arange(len(y))
-                  for _ in range(self.n_epochs)]
-        self._start(state, pairs)
-        for epoch, order in enumerate(orders):
-            self._run(pairs[order], y[order], epoch=epoch)
+            learning_rate = self._learning_rate(state, pairs)
+            check_meg_step(learning_rate, self.trace, y)
+            rng = check_random_state(self.random_state)
+            orders = [rng.permutation(len(y)) if self.shuffle else np.arange(len(y))
+                      for _ in range(self.n_epochs)]
+            losses = [self._run(state, pairs[order], y[order], learning_rate,
+                                epoch=epoch, done=epoch * len(y))
+                      for epoch, order in enumerate(orders)]
+        self._commit(state, learning_rate, np.concatenate(losses), first=True)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -205,7 +208,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         """Continue the on-line sequence with the trials of ``(X, y)``.
 
         The first call starts from the prior; each call is one pass in the
-        given order. A failed call (bad input) leaves the model unchanged.
+        given order. Every call is a transaction: if it fails (bad input,
+        an interrupt mid-way) the model is exactly as before. A numeric
+        ``learning_rate`` set between calls takes effect at the next call;
+        ``trace``, ``n_objects``, ``init`` and ``init_factor`` are fixed by
+        the first call (changing them raises: call :meth:`fit` to start
+        again).
 
         Parameters
         ----------
@@ -220,12 +228,38 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         """
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
+            if not first:
+                self._check_fixed_params()
             n_objects = declared_n_objects(self) if first else self.n_objects_
             pairs, y = self._validate_trials(X, y, n_objects=n_objects, reset=first)
             if first:
-                self._start(initial_state(self, pairs), pairs)
-        self._run(pairs, y, epoch=None)
+                state = initial_state(self, pairs)
+                learning_rate = self._learning_rate(state, pairs)
+            else:
+                state = self.state_.copy()
+                learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
+                                 else float(self.learning_rate))
+            check_meg_step(learning_rate, self.trace, y)
+            losses = self._run(state, pairs, y, learning_rate, epoch=None,
+                               done=0 if first else self.n_updates_)
+        self._commit(state, learning_rate, losses, first=first)
         return self
+
+    #: Parameters the first ``partial_fit`` fixes.
+    _FIXED_PARAMS = ("trace", "n_objects", "init", "init_factor")
+
+    def _check_fixed_params(self):
+        for name, value in self._fixed_params.items():
+            now = getattr(self, name)
+            same = now is value or (
+                np.shape(now) == np.shape(value) and np.array_equal(now, value)
+                if not isinstance(now, str) and not isinstance(value, str)
+                else now == value)
+            if not same:
+                raise ValueError(
+                    f"{name} changed since the model was fitted; partial_fit "
+                    f"continues the same model (call fit to start again with "
+                    f"{name}={now!r}).")
 
     def _validate_trials(self, X, y, *, n_objects, reset):
         if y is None:
@@ -237,40 +271,48 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         y = check_squared_distances(y, len(pairs))
         return pairs, y
 
-    def _start(self, state, pairs):
-        self.learning_rate_ = (auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
-                               if self.learning_rate == "auto"
-                               else float(self.learning_rate))
-        self.state_ = state
-        self.n_objects_ = state.n_objects
-        self.n_updates_ = 0
-        self._loss_buffer = np.empty(0)
+    def _learning_rate(self, state, pairs):
+        if self.learning_rate == "auto":
+            return auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
+        return float(self.learning_rate)
 
-    def _record(self, losses):
-        needed = self.n_updates_ + len(losses)
-        if needed > len(self._loss_buffer):
-            grown = np.empty(max(needed, 2 * len(self._loss_buffer)))
-            grown[: self.n_updates_] = self._loss_buffer[: self.n_updates_]
-            self._loss_buffer = grown
-        self._loss_buffer[self.n_updates_:needed] = losses
-        self.n_updates_ = needed
-
-    def _run(self, pairs, y, *, epoch):
+    def _run(self, state, pairs, y, learning_rate, *, epoch, done):
+        """Run the trials on ``state`` (a copy the call owns); return the losses."""
         n = len(y)
+        losses = np.empty(n)
         chunk = _PROGRESS_EVERY if self.verbose else max(n, 1)
         clock = time.perf_counter()
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             predictions = run_pair_trials(
-                self.state_, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                learning_rate=self.learning_rate_, trace=self.trace, method=self.method,
+                state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
+                learning_rate=learning_rate, trace=self.trace, method=self.method,
             )
-            self._record((predictions - y[start:stop]) ** 2)
+            losses[start:stop] = (predictions - y[start:stop]) ** 2
             if self.verbose:
                 where = f"epoch {epoch + 1}/{self.n_epochs}, " if epoch is not None else ""
-                print(f"[MEGKernelRegressor] {where}trial {self.n_updates_}: "
-                      f"cumulative loss {self.cumulative_loss_:.6g}, "
-                      f"{time.perf_counter() - clock:.1f} s")
+                print(f"[MEGKernelRegressor] {where}trial {done + stop}: "
+                      f"loss of the last {stop - start} trials "
+                      f"{losses[start:stop].sum():.6g}, {time.perf_counter() - clock:.1f} s")
+        return losses
+
+    def _commit(self, state, learning_rate, losses, *, first):
+        """Store the result of a call: nothing before it changed the model."""
+        done = 0 if first else self.n_updates_
+        buffer = np.zeros(0) if first else self._loss_buffer
+        needed = done + len(losses)
+        if needed > len(buffer):
+            grown = np.zeros(max(needed, 2 * len(buffer)))
+            grown[:done] = buffer[:done]
+            buffer = grown
+        buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
+        update = {"state_": state, "learning_rate_": learning_rate,
+                  "n_updates_": needed, "_loss_buffer": buffer}
+        if first:
+            update.update(n_objects_=state.n_objects, trace_=float(self.trace),
+                          _fixed_params={name: getattr(self, name)
+                                         for name in self._FIXED_PARAMS})
+        self.__dict__.update(update)  # one step: an interrupt cannot split it
 
     # -- fitted views --------------------------------------------------------
     @property
@@ -288,7 +330,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs."""
         check_is_fitted(self, "state_")
         pairs, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_)
-        return self.trace * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+        return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_pair_indices", "check_squared_distances"]
+__all__ = ["check_pair_indices", "check_squared_distances", "check_meg_step"]
+
+#: Largest exponent change one MEG trial may make: far below overflow of the
+#: exponent, its eigenvalues and the rank-one eigenproblem (whose arithmetic
+#: squares the step), and far beyond any useful step (a step of 50 already
+#: makes W a projection to double precision).
+MAX_STEP = 1e100
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X"):
@@ -56,3 +62,25 @@ def check_squared_distances(y, n_pairs, *, name="y"):
             f"{name} contains negative squared distances (min {y.min():.3g})."
         )
     return y
+
+
+def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
+    """Refuse a learning rate, trace or targets whose MEG steps overflow.
+
+    A trial changes the exponent by ``2 eta (yhat - y) / tau X_t`` with
+    ``|yhat| <= tau ||X_t||``, so ``2 eta (||X|| + max |y| / tau) ||X||``
+    bounds every step (``||X_t|| = 2`` for a pair, ``u u^T``); it must stay
+    below :data:`MAX_STEP`.
+    """
+    for name, value in (("learning_rate", learning_rate), ("trace", trace)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    largest_target = float(np.max(np.abs(y), initial=0.0))
+    step = 2.0 * learning_rate * (instance_norm + largest_target / trace) * instance_norm
+    if not step <= MAX_STEP:
+        raise ValueError(
+            f"learning_rate={learning_rate:.3g} with targets up to {largest_target:.3g} "
+            f"(trace {trace:.3g}) allows exponent steps of {step:.3g} per trial, beyond "
+            f"{MAX_STEP:.0e}: the kernel would leave double precision. Use a smaller "
+            "learning rate (0.5 is bound-optimal) or targets in the kernel's units "
+            "(squared distances are at most 2 * trace).")

@@ -26,7 +26,11 @@ import numpy as np
 from .._engines import run_pair_trials
 from .._numerics.spectral import check_symmetric
 from .._numerics.state import ExponentState, prior_state
-from .._numerics.validation import check_pair_indices, check_squared_distances
+from .._numerics.validation import (
+    check_meg_step,
+    check_pair_indices,
+    check_squared_distances,
+)
 from .bounds import meg_learning_rate
 
 __all__ = ["meg", "meg_general", "auto_learning_rate"]
@@ -82,6 +86,7 @@ def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
     state = prior_state(n_objects, prior)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     y = check_squared_distances(y, len(pairs))
+    check_meg_step(learning_rate, trace, y)
     predictions = run_pair_trials(
         state, pairs[:, 0], pairs[:, 1], y,
         learning_rate=learning_rate, trace=trace, method=method,
@@ -116,7 +121,19 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
     state = ExponentState.from_prior(prior, name="prior")
     instances = [check_symmetric(X, name=f"instances[{t}]")
                  for t, X in enumerate(instances)]
+    for t, X in enumerate(instances):
+        if X.shape != state.exponent.shape:
+            raise ValueError(f"instances[{t}] has shape {X.shape}, the prior "
+                             f"{state.exponent.shape}.")
     y = np.asarray(y, dtype=float)
+    if y.shape != (len(instances),):
+        raise ValueError(f"y must have shape ({len(instances)},), one label per "
+                         f"instance, got {y.shape}.")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y contains NaN or infinite labels.")
+    # the largest absolute row sum bounds each instance's spectral norm
+    norm = max((np.abs(X).sum(axis=1).max() for X in instances), default=0.0)
+    check_meg_step(learning_rate, trace, y, instance_norm=norm)
     predictions = np.empty(len(y))
     for t, X in enumerate(instances):
         W = state.matrix()
