@@ -18,6 +18,7 @@ from ._pair_estimator import (
     validate_pairs,
 )
 from ._solvers.definiteboost import check_pair_signs, fit_pair_constraints
+from ._warnings import warn_user
 
 __all__ = ["DefiniteBoostKernel"]
 
@@ -228,6 +229,13 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.gamma_ = log["gamma"]
         self.gamma_dissimilar_ = log["gamma_dissimilar"]
         has_dissimilar = bool(np.any(signs < 0))
+        if has_dissimilar and np.any(signs > 0) and self.gamma_dissimilar_ < self.gamma_:
+            warn_user(
+                f"gamma_dissimilar={self.gamma_dissimilar_:.4g} is below "
+                f"gamma={self.gamma_:.4g}: a squared distance between the two meets "
+                "both kinds of constraint, so predict (threshold_ at their midpoint) "
+                "can call a pair that meets its constraint the other kind. Give "
+                "gamma_dissimilar >= gamma.", UserWarning)
         self.threshold_ = (0.5 * (self.gamma_ + self.gamma_dissimilar_) if has_dissimilar
                            else self.gamma_)
         self.n_constraints_ = len(log["kept"])

@@ -186,6 +186,22 @@ class _Settings(NamedTuple):
     min_prior_eigenvalue: object = None
 
 
+def _check_settings(settings, n_constraints):
+    """Refuse options the greedy run cannot honour (before any state changes)."""
+    if settings.projection not in ("approximate", "exact"):
+        raise ValueError(f"projection must be 'approximate' or 'exact', got "
+                         f"{settings.projection!r}.")
+    if settings.keep not in ("best", "last"):
+        raise ValueError(f"keep must be 'best' or 'last', got {settings.keep!r}.")
+    if isinstance(settings.max_iter, bool) or not (
+            isinstance(settings.max_iter, (int, np.integer)) and settings.max_iter >= 0):
+        raise ValueError(f"max_iter must be an integer >= 0, got {settings.max_iter!r}.")
+    if np.isnan(settings.tol):
+        raise ValueError("tol must be a number, got nan.")
+    if n_constraints == 0:
+        raise ValueError("No constraints: give at least one.")
+
+
 def _choose(values, multipliers, cap, settings):
     """The constraint to project on: ``(j, violation, direction)``.
 
@@ -262,6 +278,7 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
         ``max_violation`` of the kept iterate, ``converged``,
         ``infeasible``, ``n_iter``.
     """
+    _check_settings(settings, len(constraints))
     engine = select(method, state, need="update")
     multipliers = np.zeros(len(constraints))
     cap = np.broadcast_to(np.inf if settings.max_multiplier is None
@@ -372,6 +389,8 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
         See :func:`run_definiteboost`; also ``state``.
     """
     state = ExponentState.from_prior(prior, name="prior")
+    if len(constraints) == 0:
+        raise ValueError("No constraints: give at least one.")
     constraints = MatrixConstraints(constraints)
     if constraints.matrices.shape[1:] != state.exponent.shape:
         raise ValueError(
@@ -408,6 +427,8 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
     override both; ``gamma`` is then the smallest threshold of a similar
     pair (of any pair when none is similar).
     """
+    if not (np.isfinite(trace) and trace > 0):
+        raise ValueError(f"trace must be positive and finite, got {trace!r}.")
     mean_sq_distance = trace * prior_mean_sq_distance(state)
     if thresholds is not None:
         thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
@@ -416,6 +437,7 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
         gamma = float((similar if similar.size else thresholds).min())
         dissimilar = thresholds[signs < 0]
         gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
+        _check_thresholds(thresholds, signs, trace)
         return thresholds, gamma, gamma_dissimilar
     gamma = 0.1 * mean_sq_distance if gamma == "auto" else float(gamma)
     gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
@@ -425,7 +447,31 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
             f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
             f"distances under a kernel of trace {trace:g} are below {2.0 * trace:g}."
         )
-    return np.where(signs > 0, gamma, gamma_dissimilar), gamma, gamma_dissimilar
+    thresholds = np.where(signs > 0, gamma, gamma_dissimilar)
+    _check_thresholds(thresholds, signs, trace)
+    return thresholds, gamma, gamma_dissimilar
+
+
+#: Similar thresholds below this fraction of the trace are round-off level.
+_MIN_RELATIVE_THRESHOLD = 1e-12
+
+
+def _check_thresholds(thresholds, signs, trace):
+    """Finite thresholds a kernel of trace ``trace`` can meet, or a ValueError."""
+    if not np.all(np.isfinite(thresholds)):
+        raise ValueError("The thresholds contain NaN or infinite values.")
+    similar, dissimilar = thresholds[signs > 0], thresholds[signs < 0]
+    if similar.size and similar.min() < _MIN_RELATIVE_THRESHOLD * trace:
+        raise ValueError(
+            f"A similar-pair threshold of {similar.min():.3g} is below "
+            f"{_MIN_RELATIVE_THRESHOLD:g} * trace ({_MIN_RELATIVE_THRESHOLD * trace:.3g}): "
+            "squared distances that small are round-off for a kernel of that trace "
+            "(and 0 or less can never hold between distinct objects).")
+    if dissimilar.size and dissimilar.max() >= 2.0 * trace:
+        raise ValueError(
+            f"A dissimilar-pair threshold of {dissimilar.max():.4g} can never hold: "
+            f"squared distances under a kernel of trace {trace:g} are below "
+            f"{2.0 * trace:g}.")
 
 
 def _satisfiable(state, pairs, signs, thresholds, trace):
@@ -464,6 +510,10 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     thresholds, gamma, gamma_dissimilar = pair_thresholds(
         state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace)
+    if not tol < 2.0:
+        raise ValueError(
+            f"tol={tol!r} would tighten the similar threshold gamma by tol * gamma / 2 "
+            "to zero or below, which no kernel meets; use tol < 2 (default 0.01).")
     # aim at constraints tightened by half the tolerance, stop within the other
     # half: on convergence every constraint holds
     margin = 0.5 * max(tol, 0.0) * gamma
