@@ -65,6 +65,11 @@ AUTO_LANCZOS_FROM = 200
 #: one trial per ``partial_fit``, stays with the rank-one engine.
 AUTO_LANCZOS_MIN_TRIALS = 8
 
+#: With "auto", after this many declined trials in one call the rest of the
+#: call runs by the rank-one engine (at a learning rate of 1e6, Lanczos
+#: declined 1483 of 1500 trials at d = 500: 10.6 s against 0.7 s).
+AUTO_MAX_DECLINED = 4
+
 #: The rank-one eigenproblem needs at least this many eigenpairs.
 RANK_ONE_FROM = 3
 
@@ -141,7 +146,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     learning_rate, trace = float(learning_rate), float(trace)
     engine = select(method, state, n_trials=len(y))
     predictions = np.empty(len(y))
-    t = 0
+    t = declined = 0
     with blas_threads(state.size):
         while t < len(y):
             t = engine.pair_trials(state, a, b, y, learning_rate, trace,
@@ -151,4 +156,8 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
                 fallback.pair_trials(state, a[: t + 1], b[: t + 1], y[: t + 1],
                                      learning_rate, trace, predictions, t)
                 t += 1
+                declined += 1
+                if method == "auto" and declined >= AUTO_MAX_DECLINED:
+                    # e.g. huge steps: Lanczos would decline nearly every trial
+                    engine = ENGINES["rank-one"]
     return predictions
