@@ -11,6 +11,7 @@ hyper-parameter search of kernel learners.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -18,6 +19,7 @@ import numpy as np
 from sklearn.model_selection import ShuffleSplit, cross_val_score
 from sklearn.utils._param_validation import Interval, validate_params
 
+from ._numerics.spectral import check_symmetric
 from .neighbors import KernelKNeighborsClassifier
 
 __all__ = ["KNNErrorResult", "nearest_neighbor_error", "make_knn_kernel_scorer"]
@@ -88,10 +90,26 @@ def nearest_neighbor_error(K, labels, *, n_splits=10, test_size=0.5,
     result : KNNErrorResult
         Per-split errors, their mean and standard deviation.
     """
+    K = check_symmetric(K, name="K")
+    labels = np.asarray(labels)
+    if labels.shape != (len(K),):
+        raise ValueError(f"Found input variables with inconsistent numbers of samples: "
+                         f"labels must have shape ({len(K)},), one per object of K, "
+                         f"got {labels.shape}.")
+    n_test = (math.ceil(test_size * len(K)) if isinstance(test_size, Real)
+              and not isinstance(test_size, Integral) else int(test_size))
+    n_train = len(K) - n_test
+    if n_train < 1 or n_test < 1:
+        raise ValueError(f"test_size={test_size} leaves {n_train} training and "
+                         f"{n_test} test objects of {len(K)}: both need at least one.")
+    if n_neighbors > n_train:
+        raise ValueError(f"n_neighbors={n_neighbors} exceeds the {n_train} training "
+                         f"objects of each split ({len(K)} objects, test_size={test_size}).")
     cv = ShuffleSplit(n_splits=n_splits, test_size=test_size,
                       random_state=random_state)
     accuracies = cross_val_score(
-        KernelKNeighborsClassifier(n_neighbors=n_neighbors), K, labels, cv=cv
+        KernelKNeighborsClassifier(n_neighbors=n_neighbors), K, labels, cv=cv,
+        error_score="raise",
     )
     errors = 1.0 - accuracies
     return KNNErrorResult(errors=errors, mean=float(errors.mean()),

@@ -19,6 +19,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.spectral import check_symmetric
+from ._pair_estimator import unchanged_on_error
+from ._warnings import warn_user
 
 __all__ = ["KernelKNeighborsClassifier", "kernel_distances"]
 
@@ -45,6 +47,21 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
     """
     squared = row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
     return np.sqrt(np.maximum(squared, 0.0))
+
+
+def _warn_if_not_psd(kernel, diagonal):
+    """Warn when a kernel cannot be positive semidefinite: some induced squared
+    distance ``K_ii + K_jj - 2 K_ij``, or some ``K_ii``, is clearly negative
+    (``O(n^2)``, no eigendecomposition)."""
+    squared = diagonal[:, None] + diagonal[None, :] - 2.0 * kernel
+    scale = max(float(np.abs(kernel).max(initial=0.0)), np.finfo(float).tiny)
+    worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
+    if worst < -1e-8 * scale:
+        warn_user(
+            f"The training kernel is not positive semidefinite (an induced squared "
+            f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbours "
+            "of such a 'kernel' are not those of any embedding of the objects.",
+            UserWarning)
 
 
 class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
@@ -92,6 +109,9 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         Number of training objects (columns of the kernel).
     train_diagonal_ : ndarray of shape (n_features_in_,)
         ``K_jj`` of the training objects.
+    kernel_scale_ : float
+        Largest absolute entry of the training kernel; distances are
+        computed on the kernel divided by it (the neighbours do not change).
     neighbors_ : sklearn.neighbors.KNeighborsClassifier
         The fitted neighbour search on the training distances.
 
@@ -139,17 +159,28 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : KernelKNeighborsClassifier
         """
-        X, y = validate_data(self, X, y)
-        X = check_symmetric(X, name="Training kernel X")
-        self.train_diagonal_ = np.diag(X).copy()
-        distances = kernel_distances(X, self.train_diagonal_, self.train_diagonal_)
-        self.neighbors_ = KNeighborsClassifier(
-            n_neighbors=self.n_neighbors,
-            weights=self.weights,
-            algorithm="brute",
-            metric="precomputed",
-        ).fit(distances, y)
-        self.classes_ = self.neighbors_.classes_
+        with unchanged_on_error(self):
+            X, y = validate_data(self, X, y)
+            X = check_symmetric(X, name="Training kernel X")
+            # neighbours do not change with the kernel's scale: work at largest
+            # entry near 1, so kernels anywhere in the float range give finite
+            # distances; a power of 4 scales them (and the distances) exactly
+            magnitude = float(np.abs(X).max()) or 1.0
+            scale = 4.0 ** round(np.log(magnitude) / np.log(4.0))
+            X = X / scale
+            diagonal = np.diag(X).copy()
+            _warn_if_not_psd(X, diagonal)
+            distances = kernel_distances(X, diagonal, diagonal)
+            neighbors = KNeighborsClassifier(
+                n_neighbors=self.n_neighbors,
+                weights=self.weights,
+                algorithm="brute",
+                metric="precomputed",
+            ).fit(distances, y)
+        self.kernel_scale_ = scale
+        self.train_diagonal_ = diagonal * scale
+        self.neighbors_ = neighbors
+        self.classes_ = neighbors.classes_
         return self
 
     def predict(self, X, *, test_diagonal=None):
@@ -193,17 +224,18 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         """What the neighbour search ranks: distances, or a row-wise
         order-preserving substitute when ``K_ii`` is unknown."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
+        X = validate_data(self, X, reset=False) / self.kernel_scale_
         if test_diagonal is not None:
             test_diagonal = self._check_test_diagonal(test_diagonal, len(X))
-            return kernel_distances(X, test_diagonal, self.train_diagonal_)
+            test_diagonal = test_diagonal / self.kernel_scale_
+            return kernel_distances(X, test_diagonal, self.train_diagonal_ / self.kernel_scale_)
         if self.weights != "uniform":
             raise ValueError(
                 f"weights={self.weights!r} needs the distances themselves, which "
                 "depend on the test objects' diagonal K_ii: pass test_diagonal, "
                 "or use weights='uniform' (whose ranking does not need it)."
             )
-        ranking = self.train_diagonal_[None, :] - 2.0 * X
+        ranking = self.train_diagonal_[None, :] / self.kernel_scale_ - 2.0 * X
         return ranking - ranking.min(axis=1, keepdims=True)
 
     @staticmethod
