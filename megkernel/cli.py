@@ -13,6 +13,7 @@ import argparse
 from numbers import Integral
 from pathlib import Path
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .datasets import load_fasta_kernel, load_wine_kernel, similarity_threshold
@@ -97,9 +98,30 @@ def build_parser():
 
 def _load_target(args):
     if args.fasta is None:
-        return load_wine_kernel(args.n_objects, random_state=args.seed)
-    return load_fasta_kernel(args.fasta, n_objects=args.n_objects, k=args.kmer,
-                             random_state=args.seed)
+        target = load_wine_kernel(args.n_objects, random_state=args.seed)
+    else:
+        target = load_fasta_kernel(args.fasta, n_objects=args.n_objects, k=args.kmer,
+                                   random_state=args.seed)
+    counts = np.bincount(target.labels)
+    if len(counts) < 2 or counts.min() < 2:
+        raise ValueError(
+            f"the 1-NN protocol needs at least 2 classes with at least 2 objects each; "
+            f"the data have {len(counts)} class(es) with "
+            f"{'/'.join(map(str, counts))} objects (labels are the FASTA headers up "
+            "to the first '|'; raise --n-objects or check the headers).")
+    return target
+
+
+def _prepare_output(directory):
+    """Create the output directory and check it is writable, before any work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".megkernel-write-test"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as error:
+        raise OSError(f"cannot write to the output directory {directory}: "
+                      f"{error.strerror or error}") from error
 
 
 def _data_name(args):
@@ -120,6 +142,7 @@ def _markdown(table, heading):
 
 def reproduce(args, *, log=print):
     """Run the ``reproduce`` command for parsed ``args``; return the table."""
+    _prepare_output(args.out)
     target = _load_target(args)
     log(f"Target: {target.description}")
     progress = None if args.quiet else log
@@ -133,7 +156,6 @@ def reproduce(args, *, log=print):
             target.kernel, target.labels, gamma=gamma, max_iter=args.max_iter,
             random_state=args.seed, progress=progress)
     table = summary_table(online, batch)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = _data_name(args)
     plot_online_experiment(
         online, title=f"On-line MEG on {name} (d = {len(target.labels)}), "

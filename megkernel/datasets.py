@@ -208,6 +208,8 @@ def spectrum_kernel(sequences, k=3):
     kernel : ndarray of shape (n_sequences, n_sequences)
         Cosine-normalised, positive semi-definite, unit diagonal.
     """
+    if len(sequences) == 0:
+        raise ValueError("sequences is empty: give at least one sequence.")
     short = [i for i, seq in enumerate(sequences) if len(seq) < k]
     if short:
         raise ValueError(

@@ -52,6 +52,10 @@ __all__ = ["MEGMetric", "DefiniteBoostMetric", "draw_pairs"]
 
 _QUANTILE_POINTS = 1000
 
+#: Range of the features' total sum of squares (the kernel's trace) within
+#: which squared distances, targets and squared losses stay finite.
+_MIN_TRACE, _MAX_TRACE = 1e-100, 1e100
+
 
 def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
     """Random similar and dissimilar pairs from class labels.
@@ -172,9 +176,18 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
     def _fit_pairs(self, X, pairs, pair_labels):
         self.mean_ = X.mean(axis=0)
         centred = X - self.mean_
-        trace = float(np.sum(centred * centred))
-        if trace <= 0:
+        largest = float(np.abs(centred).max())
+        if largest == 0:
             raise ValueError("X has no variance: every training point is the same.")
+        with np.errstate(over="ignore", under="ignore"):
+            trace = float(np.sum(centred * centred))
+        if not _MIN_TRACE < trace < _MAX_TRACE:
+            raise ValueError(
+                f"X's scale is out of range: the centred features reach {largest:.3g} "
+                f"and their sum of squares is {trace:.3g}, outside "
+                f"({_MIN_TRACE:g}, {_MAX_TRACE:g}) where squared distances and their "
+                "squared errors stay in double precision. Rescale X, e.g. with "
+                "StandardScaler.")
         estimator = self._kernel_estimator(centred, trace, pairs, pair_labels)
         self.kernel_estimator_ = estimator
         self.components_ = np.linalg.lstsq(centred, estimator.kernel_factor_,

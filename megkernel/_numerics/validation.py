@@ -37,6 +37,9 @@ def check_pair_indices(pairs, n_objects=None, *, name="X"):
             raise ValueError(f"{name} contains NaN or infinite object indices.")
         if np.any(pairs != np.round(pairs)):
             raise ValueError(f"{name} must hold integer object indices; found non-integer values.")
+    if pairs.size and pairs.max() > np.iinfo(np.intp).max:
+        raise ValueError(f"{name} contains an object index ({pairs.max():.6g}) beyond any "
+                         "model's range.")
     pairs = pairs.astype(np.intp)
     if pairs.size and pairs.min() < 0:
         raise ValueError(f"{name} contains a negative object index ({pairs.min()}).")
