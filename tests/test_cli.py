@@ -40,6 +40,7 @@ def test_reproduce_on_embedded_wine_data(tmp_path, capsys):
         table["Theorem 4.1 bound on it"])
 
 
+@pytest.mark.slow
 def test_reproduce_gamma_options(tmp_path):
     by_fraction = _run(tmp_path / "fraction", "--similar-fraction", "0.2", "--quiet")
     assert float(by_fraction["DefiniteBoost constraints"]) == 56  # ceil(0.2 * 276)
@@ -77,6 +78,7 @@ def test_reproduce_rejects_bad_arguments(arguments, capsys):
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_point():
     result = subprocess.run([sys.executable, "-m", "megkernel", "reproduce", "--help"],
                             capture_output=True, text=True, check=True,

@@ -256,8 +256,14 @@ def test_lemma_3_2_noisy(c):
 
 # -- numerical robustness ----------------------------------------------------
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("learning_rate", [0.5, 100.0])
+def _many_trials_cases():
+    """Every engine at both rates; the long dense runs only in the full suite."""
+    slow = {(0.5, "eigh"), (100.0, "eigh"), (100.0, "lanczos")}
+    return [pytest.param(rate, method, marks=pytest.mark.slow) if (rate, method) in slow
+            else (rate, method) for rate in (0.5, 100.0) for method in METHODS]
+
+
+@pytest.mark.parametrize(("learning_rate", "method"), _many_trials_cases())
 def test_trace_one_and_psd_after_many_trials(learning_rate, method):
     d, n = 5, 100_000
     U = _target(d, 2, 30)

@@ -11,6 +11,7 @@ pytest.importorskip("matplotlib")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
 def test_notebook_runs(path):
     notebook = nbformat.read(path, as_version=4)

@@ -88,6 +88,7 @@ def test_definiteboost_gamma_search(wine, constraints, by_knn):
     assert set(np.unique(search.predict(pairs))) <= {-1, 1}
 
 
+@pytest.mark.slow
 def test_search_on_a_local_dask_cluster(wine, triples, sequential_meg_search):
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1,
