@@ -21,11 +21,29 @@ from ._pair_estimator import (
     validate_pairs,
 )
 from ._solvers.meg import auto_learning_rate
+from ._warnings import warn_user
 
 __all__ = ["MEGKernelRegressor"]
 
 #: Trials between two progress lines when ``verbose``.
 _PROGRESS_EVERY = 10_000
+
+
+def _warn_unreachable(pairs, y, trace):
+    """One warning per call for targets no kernel of this trace can meet."""
+    loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
+    if np.any(loops):
+        warn_user(
+            f"{np.count_nonzero(loops)} of {len(y)} pairs join an object with itself "
+            f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
+            "distance of an object to itself is always 0.", UserWarning)
+    beyond = y > 2.0 * trace
+    if np.any(beyond):
+        warn_user(
+            f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
+            f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "
+            f"kernel of trace {trace:.4g} has: give the trace in the targets' units.",
+            UserWarning)
 
 
 class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
@@ -269,6 +287,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             )
         pairs, y = validate_pairs(self, X, y, reset=reset, n_objects=n_objects)
         y = check_squared_distances(y, len(pairs))
+        _warn_unreachable(pairs, y, self.trace)
         return pairs, y
 
     def _learning_rate(self, state, pairs):

@@ -35,6 +35,9 @@ from .bounds import meg_learning_rate
 
 __all__ = ["meg", "meg_general", "auto_learning_rate"]
 
+#: Relative size below which a pair's ``||P[a] - P[b]||^2`` is round-off.
+_ROUND_OFF = 1e-12
+
 
 def auto_learning_rate(state, a, b):
     """Lemma 3.2's realizable rate ``2 / rho^2`` for the restricted range.
@@ -47,9 +50,12 @@ def auto_learning_rate(state, a, b):
     """
     if state.basis is None:
         return meg_learning_rate(2.0)
+    # every ||P[a] - P[b]||^2 is at most 4 max_a ||P[a]||^2; norms below a
+    # round-off fraction of that are zero (pairs the range cannot separate)
+    all_pairs = min(2.0, 4.0 * np.einsum("ij,ij->i", state.basis, state.basis).max())
     rho = state.pair_sq_norms(a, b).max(initial=0.0)
-    if rho <= 0:
-        rho = min(2.0, 4.0 * np.einsum("ij,ij->i", state.basis, state.basis).max())
+    if rho <= _ROUND_OFF * all_pairs:
+        rho = all_pairs
     return meg_learning_rate(rho)
 
 
