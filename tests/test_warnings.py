@@ -14,10 +14,6 @@ from megkernel import (
     draw_pairs,
 )
 
-# the solvers' non-convergence / infeasibility warnings are raised by a private
-# helper with a fixed stacklevel, right for the solver functions only
-PENDING = pytest.mark.xfail(strict=True, reason="_warn_outcome pending")
-
 CHAIN = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
 CHAIN_SIGNS = np.array([1, 1, 1, 1, 1, 1, -1])
 
@@ -39,7 +35,6 @@ def _metric_data(n=60, seed=0):
 
 # -- DefiniteBoostKernel --------------------------------------------------------
 
-@PENDING
 def test_estimator_non_convergence_points_at_the_caller():
     model = DefiniteBoostKernel(n_objects=6, max_iter=3)
     with pytest.warns(ConvergenceWarning, match="did not converge") as record:
@@ -47,7 +42,6 @@ def test_estimator_non_convergence_points_at_the_caller():
     _points_here(record, ConvergenceWarning, "did not converge")
 
 
-@PENDING
 def test_estimator_infeasibility_points_at_the_caller():
     model = DefiniteBoostKernel(n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
                                 max_iter=100_000)
@@ -120,7 +114,6 @@ def test_definiteboost_metric_worse_than_prior_points_at_the_caller():
     _points_here(record, UserWarning, "worse than the Euclidean")
 
 
-@PENDING
 def test_definiteboost_metric_infeasibility_points_at_the_caller():
     record = _hard_infeasible_metric_fit()
     _points_here(record, ConvergenceWarning, "infeasible")
