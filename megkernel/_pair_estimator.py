@@ -11,8 +11,10 @@ formed unless asked for explicitly.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from numbers import Integral
 
 import numpy as np
+import pandas as pd
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.state import ExponentState
@@ -20,6 +22,8 @@ from ._numerics.validation import check_pair_indices
 
 __all__ = [
     "KernelViewsMixin",
+    "ObjectIndex",
+    "object_ids",
     "declared_n_objects",
     "initial_state",
     "unchanged_on_error",
@@ -46,20 +50,149 @@ def unchanged_on_error(estimator):
         raise
 
 
-def validate_pairs(estimator, X, y=None, *, reset, n_objects=None):
+class ObjectIndex:
+    """Object ids -> rows of the kernel (any hashable ids, in a fixed order).
+
+    Parameters
+    ----------
+    objects : array-like of shape (n_objects,)
+        Distinct ids; row ``i`` of the kernel is ``objects[i]``.
+    """
+
+    def __init__(self, objects, *, name="objects"):
+        objects = np.asarray(objects, dtype=object if _is_text(objects) else None)
+        if objects.ndim != 1 or len(objects) < 2:
+            raise ValueError(f"{name} must be a 1-D sequence of at least 2 object ids, "
+                             f"got shape {objects.shape}.")
+        keys = objects.tolist()
+        self.lookup = {key: row for row, key in enumerate(keys)}
+        if len(self.lookup) != len(keys):
+            seen = set()
+            repeated = next(key for key in keys if key in seen or seen.add(key))
+            raise ValueError(f"{name} must hold distinct ids; {repeated!r} repeats.")
+        self.objects = objects
+
+    @classmethod
+    def from_pairs(cls, values, categories=None):
+        """The ids met in ``values`` (sorted when they can be), or the
+        categories of a categorical pair table."""
+        if categories is not None:
+            return cls(categories)
+        ids = pd.unique(values.ravel())
+        try:
+            ids = np.sort(ids)
+        except TypeError:  # ids of mixed types: order of first appearance
+            pass
+        if len(ids) < 2:
+            raise ValueError(f"The pairs name {len(ids)} distinct object(s); a kernel "
+                             "needs at least 2 (declare them with objects=[...]).")
+        return cls(ids)
+
+    def __len__(self):
+        return len(self.objects)
+
+    def rows(self, values, *, name="X"):
+        """Rows of the ids in ``values`` (any shape), or a ValueError naming the
+        first id that is not an object of the model."""
+        keys = np.asarray(values, dtype=object).ravel().tolist()
+        try:
+            rows = [self.lookup[key] for key in keys]
+        except (KeyError, TypeError):
+            unknown = next(key for key in keys if _missing(self.lookup, key))
+            raise ValueError(
+                f"{name} names the object {unknown!r}, which is not one of the model's "
+                f"{len(self)} objects (objects_). Declare every object up front with "
+                "objects=[...] (partial_fit cannot add objects).") from None
+        return np.asarray(rows, dtype=np.intp).reshape(np.shape(values))
+
+
+def _missing(lookup, key):
+    try:
+        return key not in lookup
+    except TypeError:  # unhashable
+        return True
+
+
+def _is_text(values):
+    return any(isinstance(v, (str, bytes)) for v in np.ravel(np.asarray(values, dtype=object))[:1])
+
+
+def _categories(X):
+    """Categories shared by both columns of a categorical pair table, else None."""
+    if not isinstance(X, pd.DataFrame) or X.shape[1] != 2:
+        return None
+    dtypes = [X[column].dtype for column in X.columns]
+    if not all(isinstance(dtype, pd.CategoricalDtype) for dtype in dtypes):
+        return None
+    first, second = (dtype.categories for dtype in dtypes)
+    return first if first.equals(second) else first.union(second)
+
+
+def _as_index_array(X):
+    """``X`` as numbers if it holds object indices (numbers, or Python ints in an
+    object array), else None (ids of another kind)."""
+    if X.dtype == bool:
+        return None
+    if np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating):
+        return X
+    if X.dtype == object and all(isinstance(v, Integral) and not isinstance(v, bool)
+                                 for v in X.ravel().tolist()):
+        return X.astype(np.int64) if X.size else X.astype(np.intp)
+    return None
+
+
+def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
+                   objects=None):
     """scikit-learn's ``validate_data`` plus the pair checks.
 
-    Accepts a 2-column pandas DataFrame (its column names are remembered as
-    ``feature_names_in_``).
+    Pairs are integer object indices, or ids of any hashable kind (strings,
+    pandas categoricals, ...). Accepts a 2-column pandas DataFrame (its column
+    names are remembered as ``feature_names_in_``).
+
+    Parameters
+    ----------
+    reset : bool
+        First call of a fit (``validate_data``'s ``reset``).
+    n_objects : int, optional
+        Number of objects, if known.
+    index : ObjectIndex, optional
+        The fitted model's ids.
+    objects : array-like, optional
+        The estimator's ``objects`` parameter (ids declared up front).
+
+    Returns
+    -------
+    pairs : ndarray of int, shape (n, 2)
+        Rows of the kernel.
+    y : ndarray or None
+    index : ObjectIndex or None
+        ``None`` when the pairs are plain indices.
     """
+    categories = _categories(X) if reset and objects is None else None
     kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
     with unchanged_on_error(estimator):
         if y is None:
             X = validate_data(estimator, X, **kwargs)
         else:
             X, y = validate_data(estimator, X, y, y_numeric=False, **kwargs)
-        X = check_pair_indices(X, n_objects)
-    return X, y
+        if X.ndim != 2 or X.shape[1] != 2:
+            raise ValueError(
+                "X must be an array of object pairs of shape (n_pairs, 2), "
+                f"got shape {X.shape}.")
+        numbers = _as_index_array(X) if index is None else None
+        if index is None and reset:
+            if objects is not None:
+                index = ObjectIndex(objects)
+            elif numbers is None:
+                index = ObjectIndex.from_pairs(X, categories)
+            if index is not None and n_objects is not None and n_objects != len(index):
+                raise ValueError(f"n_objects={n_objects} does not match the "
+                                 f"{len(index)} objects named by the pairs or objects.")
+        if index is not None:
+            pairs = index.rows(X)
+        else:
+            pairs = check_pair_indices(X if numbers is None else numbers, n_objects)
+    return pairs, y, index
 
 
 def declared_n_objects(estimator):
@@ -80,14 +213,25 @@ def declared_n_objects(estimator):
     return shape[0]
 
 
-def initial_state(estimator, pairs):
+def initial_state(estimator, pairs, index=None):
     """The prior's :class:`ExponentState` (low-rank when ``init_factor`` is set)."""
     if estimator.init_factor is not None:
-        return ExponentState.from_factor(estimator.init_factor, name="init_factor")
-    if isinstance(estimator.init, str):
-        n_objects = estimator.n_objects or max(int(pairs.max()) + 1, 2)
+        state = ExponentState.from_factor(estimator.init_factor, name="init_factor")
+    elif not isinstance(estimator.init, str):
+        state = ExponentState.from_prior(estimator.init, name="init")
+    else:
+        n_objects = (len(index) if index is not None
+                     else estimator.n_objects or max(int(pairs.max()) + 1, 2))
         return ExponentState.identity(n_objects)
-    return ExponentState.from_prior(estimator.init, name="init")
+    if index is not None and len(index) != state.n_objects:
+        raise ValueError(f"The prior is over {state.n_objects} objects, but the pairs "
+                         f"or objects name {len(index)}.")
+    return state
+
+
+def object_ids(state, index):
+    """``objects_``: the ids of the kernel's rows (``0..d-1`` for indices)."""
+    return np.arange(state.n_objects) if index is None else index.objects
 
 
 class KernelViewsMixin:
@@ -152,10 +296,13 @@ class KernelViewsMixin:
         return self.trace_ * self.state_.entries(rows, cols)
 
     def _object_indices(self, indices, name):
-        indices = np.asarray(indices)
+        indices = np.asarray(indices, dtype=object if _is_text(indices) else None)
         if indices.ndim != 1:
-            raise ValueError(f"{name} must be a 1-D array of object indices, "
+            raise ValueError(f"{name} must be a 1-D array of object ids, "
                              f"got shape {indices.shape}.")
+        index = getattr(self, "_object_index", None)
+        if index is not None:
+            return index.rows(indices, name=name)
         pairs = check_pair_indices(np.column_stack([indices, indices]),
                                    self.n_objects_, name=name)
         return pairs[:, 0]

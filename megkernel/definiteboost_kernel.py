@@ -14,6 +14,7 @@ from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
     initial_state,
+    object_ids,
     unchanged_on_error,
     validate_pairs,
 )
@@ -54,8 +55,12 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     n_objects : int, default=None
-        Number of objects ``d``; from ``init`` or ``init_factor`` when given,
-        otherwise, if ``None``, from the largest index in the fitted pairs.
+        Number of objects ``d``; from ``objects``, ``init`` or ``init_factor``
+        when given, otherwise, if ``None``, from the fitted pairs (the largest
+        index, or the distinct ids).
+    objects : array-like of shape (d,), default=None
+        The objects' ids (any hashable values), in the order of the kernel's
+        rows; see :class:`MEGKernelRegressor`.
     gamma : float or "auto", default="auto"
         Threshold of similar pairs on the squared distance, in the units of
         the kernel. ``"auto"``: a tenth of the prior's mean squared distance
@@ -109,6 +114,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     state_ : ExponentState
         Exponent of the learned ``W`` and its eigendecomposition.
     n_objects_ : int
+    objects_ : ndarray of shape (d,)
+        The objects' ids, in the kernel's order (``0..d-1`` for indices).
     gamma_, gamma_dissimilar_ : float
         The thresholds used (kernel units).
     threshold_ : float
@@ -159,6 +166,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_objects": [Interval(Integral, 2, None, closed="left"), None],
+        "objects": ["array-like", None],
         "gamma": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "gamma_dissimilar": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "projection": [StrOptions({"approximate", "exact"})],
@@ -173,11 +181,12 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, n_objects=None, gamma="auto", gamma_dissimilar="auto",
+    def __init__(self, *, n_objects=None, objects=None, gamma="auto", gamma_dissimilar="auto",
                  projection="approximate", corrective=False, slack=None, max_iter=2000,
                  tol=1e-2, init="identity", init_factor=None, trace=1.0, method="auto",
                  verbose=0):
         self.n_objects = n_objects
+        self.objects = objects
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.projection = projection
@@ -198,19 +207,22 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2)
-            Object indices (integer array or 2-column DataFrame).
+            Objects of each pair: integer indices, or ids of any hashable
+            kind (see ``objects``); a 2-column DataFrame works.
         y : array-like of shape (n_pairs,), default=None
-            ``+1`` similar, ``-1`` dissimilar; ``None``: all similar.
+            ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` / ``False``
+            dissimilar; ``None``: all similar.
 
         Returns
         -------
         self : object
         """
         with unchanged_on_error(self):
-            pairs, y = validate_pairs(self, X, y, reset=True,
-                                      n_objects=declared_n_objects(self))
+            pairs, y, index = validate_pairs(self, X, y, reset=True,
+                                             n_objects=declared_n_objects(self),
+                                             objects=self.objects)
             signs = check_pair_signs(y, pairs, name="y")
-            state = initial_state(self, pairs)
+            state = initial_state(self, pairs, index)
             log = fit_pair_constraints(
                 state, pairs, signs, gamma=self.gamma,
                 gamma_dissimilar=self.gamma_dissimilar, trace=self.trace,
@@ -218,12 +230,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                 corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
                 method=self.method, callback=self._progress if self.verbose else None,
             )
-        self._store(state, pairs, signs, log)
+        self._store(state, index, signs, log)
         return self
 
-    def _store(self, state, pairs, signs, log):
+    def _store(self, state, index, signs, log):
         self.state_ = state
         self.n_objects_ = state.n_objects
+        self.objects_ = object_ids(state, index)
+        self._object_index = index
         self.trace_ = float(self.trace)
         self.classes_ = np.array([-1, 1])
         self.gamma_ = log["gamma"]
@@ -261,7 +275,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     def pair_sq_distances(self, X):
         """Squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``."""
         check_is_fitted(self, "state_")
-        pairs, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_)
+        pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
+                                     index=self._object_index)
         return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def pair_distances(self, X):

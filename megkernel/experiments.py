@@ -203,7 +203,7 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
     pairs, y = distance_triples(K, n_trials, random_state=random_state)
     learning_rate = meg_learning_rate(PAIR_EIGENVALUE_RANGE)
     bound = meg_loss_bound(PAIR_EIGENVALUE_RANGE, von_neumann_divergence(K, prior))
-    model = MEGKernelRegressor(n_objects=d, learning_rate=learning_rate, method=method)
+    model = MEGKernelRegressor(trace=1.0, n_objects=d, learning_rate=learning_rate, method=method)
     trials = _checkpoints(n_trials, n_checkpoints)
     errors = [knn_error(prior)]
     seconds = 0.0

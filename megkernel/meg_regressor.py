@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
@@ -17,6 +18,7 @@ from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
     initial_state,
+    object_ids,
     unchanged_on_error,
     validate_pairs,
 )
@@ -27,6 +29,41 @@ __all__ = ["MEGKernelRegressor"]
 
 #: Trials between two progress lines when ``verbose``.
 _PROGRESS_EVERY = 10_000
+
+
+class _Start(NamedTuple):
+    """What a call runs: validated pairs, the state it works on, the units."""
+
+    pairs: np.ndarray
+    y: np.ndarray
+    index: object
+    state: object
+    trace: float
+    learning_rate: float
+
+
+def auto_trace(state, pairs, y):
+    """``trace="auto"``: the trace at which the prior meets the targets on average.
+
+    ``tau = mean(y) / mean(v^T W_1 v)`` over the pairs of distinct objects:
+    the prior ``tau W_1`` then has the targets' mean squared distance (for
+    ``W_1 = I / d``, ``tau = d mean(y) / 2``). Scaling ``y`` by ``c`` scales
+    ``tau`` by ``c``, so the learned kernel scales by ``c`` too: the units of
+    the targets do not matter. ``1.0`` when no pair separates two objects or
+    every target is 0.
+    """
+    moving = pairs[:, 0] != pairs[:, 1]
+    if not np.any(moving):
+        return 1.0
+    prior = state.pair_sq_distances(pairs[moving, 0], pairs[moving, 1]).mean()
+    mean_target = float(np.mean(y[moving]))
+    if not (prior > 0 and mean_target > 0):
+        return 1.0
+    trace = mean_target / prior
+    if not np.isfinite(trace):
+        raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
+                         "large for double precision at this number of objects.")
+    return float(trace)
 
 
 def _warn_unreachable(pairs, y, trace):
@@ -76,16 +113,24 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     Parameters
     ----------
     n_objects : int, default=None
-        Number of objects ``d``. Taken from ``init`` or ``init_factor`` when
-        given; otherwise, if ``None``, from the largest index seen by the
-        first fit.
+        Number of objects ``d``. Taken from ``objects``, ``init`` or
+        ``init_factor`` when given; otherwise, if ``None``, from the pairs of
+        the first fit (the largest index, or the distinct ids).
+    objects : array-like of shape (d,), default=None
+        The objects' ids (any hashable values: strings, numbers, the index
+        of a DataFrame of objects), in the order of the kernel's rows; the
+        pairs then name objects by id. ``None``: the pairs hold integer
+        indices ``0..d-1``, or, if they hold other ids (strings, pandas
+        categoricals), the objects are the distinct ids of the first fit
+        (sorted; a categorical's categories). Later calls refuse an id not
+        among them, naming it.
     learning_rate : float or "auto", default="auto"
         ``eta`` in trace-one units. ``"auto"``: Lemma 3.2's realizable rate
         ``2 / rho^2`` with ``rho`` a bound on the instance range
         ``||v||^2``: ``rho = 2`` in dense mode (so ``eta = 0.5``), the
         largest ``||P[a] - P[b]||^2`` over the pairs of the first
-        ``fit`` / ``partial_fit`` call in low-rank mode. It does not
-        depend on the scale of ``y`` (set ``trace`` for that).
+        ``fit`` / ``partial_fit`` call in low-rank mode. Updates run in
+        trace-one units, so it does not depend on the units of ``y``.
     init : {"identity"} or array-like of shape (d, d), default="identity"
         Prior ``W_1``: ``I / d`` or a symmetric positive definite matrix
         (scaled to trace one).
@@ -94,10 +139,15 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         features, a Nystroem or kernel-PCA map); selects low-rank mode.
         Directions of numerically zero singular value are dropped. Give
         ``init`` or ``init_factor``, not both.
-    trace : float, default=1.0
-        Trace of the learned kernel; squared distances are in its units.
-        Fitting ``trace * y`` with ``trace=tau`` learns ``tau`` times the
-        trace-one kernel learned from ``y``.
+    trace : float or "auto", default="auto"
+        Trace ``tau`` of the learned kernel; squared distances are in its
+        units (at most ``2 tau``). ``"auto"``: from the first call's pairs,
+        the trace at which the prior has the targets' mean squared distance
+        (``tau = mean(y) / mean(v^T W_1 v)``, ``d mean(y) / 2`` for the
+        identity prior), so targets in any units just work: scaling ``y`` by
+        ``c`` scales the learned kernel by ``c``. A float fixes it (fitting
+        ``tau * y`` with ``trace=tau`` learns ``tau`` times the trace-one
+        kernel learned from ``y``).
     n_epochs : int, default=1
         Passes over the training pairs in :meth:`fit`.
     shuffle : bool, default=False
@@ -125,12 +175,17 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         ``state_.basis``) and its eigendecomposition (the model state).
     n_objects_ : int
         Number of objects ``d``.
+    objects_ : ndarray of shape (d,)
+        The objects' ids, in the kernel's order (``0..d-1`` for indices).
+    trace_ : float
+        The trace of the learned kernel (``trace``, or the one ``"auto"``
+        found).
     rank_ : int
         Dimension ``r`` of the range of the kernel (``d`` in dense mode).
     learning_rate_ : float
         The learning rate used.
     kernel_ : ndarray of shape (d, d)
-        The learned kernel ``trace * W``; in low-rank mode only for
+        The learned kernel ``trace_ * W``; in low-rank mode only for
         ``d <= 5000`` (otherwise a ``ValueError`` points to the views below).
     kernel_factor_ : ndarray of shape (d, r)
         ``F`` with ``kernel_ = F F^T``.
@@ -165,10 +220,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_objects": [Interval(Integral, 2, None, closed="left"), None],
+        "objects": ["array-like", None],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "init": [StrOptions({"identity"}), "array-like"],
         "init_factor": ["array-like", None],
-        "trace": [Interval(Real, 0, None, closed="neither")],
+        "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "shuffle": ["boolean"],
         "random_state": ["random_state"],
@@ -176,10 +232,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, n_objects=None, learning_rate="auto", init="identity",
-                 init_factor=None, trace=1.0, n_epochs=1, shuffle=False,
+    def __init__(self, *, n_objects=None, objects=None, learning_rate="auto",
+                 init="identity", init_factor=None, trace="auto", n_epochs=1, shuffle=False,
                  random_state=None, method="auto", verbose=0):
         self.n_objects = n_objects
+        self.objects = objects
         self.learning_rate = learning_rate
         self.init = init
         self.init_factor = init_factor
@@ -198,27 +255,25 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2)
-            Object indices ``(a, b)`` (integer array or 2-column DataFrame).
+            Objects ``(a, b)`` of each pair: integer indices, or ids of any
+            hashable kind (see ``objects``); a 2-column DataFrame works.
         y : array-like of shape (n_pairs,)
-            Squared distances ``||x_a - x_b||^2``.
+            Squared distances ``||x_a - x_b||^2``, in any units.
 
         Returns
         -------
         self : object
         """
         with unchanged_on_error(self):
-            pairs, y = self._validate_trials(X, y, n_objects=declared_n_objects(self),
-                                             reset=True)
-            state = initial_state(self, pairs)
-            learning_rate = self._learning_rate(state, pairs)
-            check_meg_step(learning_rate, self.trace, y)
+            start = self._start(X, y)
             rng = check_random_state(self.random_state)
-            orders = [rng.permutation(len(y)) if self.shuffle else np.arange(len(y))
-                      for _ in range(self.n_epochs)]
-            losses = [self._run(state, pairs[order], y[order], learning_rate,
-                                epoch=epoch, done=epoch * len(y))
+            orders = [rng.permutation(len(start.y)) if self.shuffle
+                      else np.arange(len(start.y)) for _ in range(self.n_epochs)]
+            losses = [self._run(start.state, start.pairs[order], start.y[order],
+                                start.learning_rate, start.trace, epoch=epoch,
+                                done=epoch * len(start.y))
                       for epoch, order in enumerate(orders)]
-        self._commit(state, learning_rate, np.concatenate(losses), first=True)
+        self._commit(start, np.concatenate(losses), first=True)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -229,14 +284,15 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         given order. Every call is a transaction: if it fails (bad input,
         an interrupt mid-way) the model is exactly as before. A numeric
         ``learning_rate`` set between calls takes effect at the next call;
-        ``trace``, ``n_objects``, ``init`` and ``init_factor`` are fixed by
-        the first call (changing them raises: call :meth:`fit` to start
-        again).
+        ``trace``, ``n_objects``, ``objects``, ``init`` and ``init_factor``
+        are fixed by the first call (changing them raises: call :meth:`fit`
+        to start again), and so are the objects: an id the first call did
+        not know (nor ``objects``) is refused, named.
 
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2)
-            Object indices ``(a, b)``.
+            Objects ``(a, b)``, as for :meth:`fit`.
         y : array-like of shape (n_pairs,)
             Squared distances.
 
@@ -246,25 +302,24 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         """
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
-            if not first:
-                self._check_fixed_params()
-            n_objects = declared_n_objects(self) if first else self.n_objects_
-            pairs, y = self._validate_trials(X, y, n_objects=n_objects, reset=first)
             if first:
-                state = initial_state(self, pairs)
-                learning_rate = self._learning_rate(state, pairs)
+                start = self._start(X, y)
             else:
-                state = self.state_.copy()
+                self._check_fixed_params()
+                pairs, y = self._validate_trials(X, y, reset=False)
                 learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
                                  else float(self.learning_rate))
-            check_meg_step(learning_rate, self.trace, y)
-            losses = self._run(state, pairs, y, learning_rate, epoch=None,
+                start = _Start(pairs, y, self._object_index, self.state_.copy(),
+                               self.trace_, learning_rate)
+                self._check_targets(start)
+            losses = self._run(start.state, start.pairs, start.y, start.learning_rate,
+                               start.trace, epoch=None,
                                done=0 if first else self.n_updates_)
-        self._commit(state, learning_rate, losses, first=first)
+        self._commit(start, losses, first=first)
         return self
 
     #: Parameters the first ``partial_fit`` fixes.
-    _FIXED_PARAMS = ("trace", "n_objects", "init", "init_factor")
+    _FIXED_PARAMS = ("trace", "n_objects", "objects", "init", "init_factor")
 
     def _check_fixed_params(self):
         for name, value in self._fixed_params.items():
@@ -279,23 +334,41 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                     f"continues the same model (call fit to start again with "
                     f"{name}={now!r}).")
 
-    def _validate_trials(self, X, y, *, n_objects, reset):
+    def _start(self, X, y):
+        """Validate a first call and make its prior, trace and learning rate."""
+        pairs, y, index = self._validate_trials(X, y, reset=True)
+        state = initial_state(self, pairs, index)
+        trace = (auto_trace(state, pairs, y) if self.trace == "auto"
+                 else float(self.trace))
+        start = _Start(pairs, y, index, state, trace, self._learning_rate(state, pairs))
+        self._check_targets(start)
+        return start
+
+    def _check_targets(self, start):
+        _warn_unreachable(start.pairs, start.y, start.trace)
+        check_meg_step(start.learning_rate, start.trace, start.y)
+
+    def _validate_trials(self, X, y, *, reset):
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 "is None (give the squared distances of the pairs)."
             )
-        pairs, y = validate_pairs(self, X, y, reset=reset, n_objects=n_objects)
-        y = check_squared_distances(y, len(pairs))
-        _warn_unreachable(pairs, y, self.trace)
-        return pairs, y
+        if reset:
+            pairs, y, index = validate_pairs(
+                self, X, y, reset=True, n_objects=declared_n_objects(self),
+                objects=self.objects)
+            return pairs, check_squared_distances(y, len(pairs)), index
+        pairs, y, _ = validate_pairs(self, X, y, reset=False, n_objects=self.n_objects_,
+                                     index=self._object_index)
+        return pairs, check_squared_distances(y, len(pairs))
 
     def _learning_rate(self, state, pairs):
         if self.learning_rate == "auto":
             return auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
         return float(self.learning_rate)
 
-    def _run(self, state, pairs, y, learning_rate, *, epoch, done):
+    def _run(self, state, pairs, y, learning_rate, trace, *, epoch, done):
         """Run the trials on ``state`` (a copy the call owns); return the losses."""
         n = len(y)
         losses = np.empty(n)
@@ -305,7 +378,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             stop = min(start + chunk, n)
             predictions = run_pair_trials(
                 state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                learning_rate=learning_rate, trace=self.trace, method=self.method,
+                learning_rate=learning_rate, trace=trace, method=self.method,
             )
             losses[start:stop] = (predictions - y[start:stop]) ** 2
             if self.verbose:
@@ -315,7 +388,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                       f"{losses[start:stop].sum():.6g}, {time.perf_counter() - clock:.1f} s")
         return losses
 
-    def _commit(self, state, learning_rate, losses, *, first):
+    def _commit(self, start, losses, *, first):
         """Store the result of a call: nothing before it changed the model."""
         done = 0 if first else self.n_updates_
         buffer = np.zeros(0) if first else self._loss_buffer
@@ -325,10 +398,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             grown[:done] = buffer[:done]
             buffer = grown
         buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
-        update = {"state_": state, "learning_rate_": learning_rate,
+        update = {"state_": start.state, "learning_rate_": start.learning_rate,
                   "n_updates_": needed, "_loss_buffer": buffer}
         if first:
-            update.update(n_objects_=state.n_objects, trace_=float(self.trace),
+            update.update(n_objects_=start.state.n_objects, trace_=start.trace,
+                          objects_=object_ids(start.state, start.index),
+                          _object_index=start.index,
                           _fixed_params={name: getattr(self, name)
                                          for name in self._FIXED_PARAMS})
         self.__dict__.update(update)  # one step: an interrupt cannot split it
@@ -348,7 +423,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     def predict(self, X):
         """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs."""
         check_is_fitted(self, "state_")
-        pairs, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_)
+        pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
+                                     index=self._object_index)
         return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def __sklearn_tags__(self):

@@ -580,7 +580,6 @@ def test_unfitted_model_raises_not_fitted():
 _PAIRS = np.array([[0, 1], [1, 2], [3, 4]])
 
 _BAD_FITS = {
-    "labels 0/1": (_PAIRS, np.array([1, 0, 1]), "y must hold \\+1"),
     "labels 1/2": (_PAIRS, np.array([1, 2, 1]), "y must hold \\+1"),
     "continuous labels": (_PAIRS, np.array([0.5, 1.0, -1.0]), "y must hold \\+1|continuous|Unknown label"),
     "string labels": (_PAIRS, np.array(["a", "b", "a"]), "y must hold \\+1"),
@@ -667,3 +666,11 @@ def test_pair_distances_is_a_deprecated_alias_of_pair_sq_distances():
         old = model.pair_distances(pairs)
     assert_array_equal(old, model.pair_sq_distances(pairs))
     assert_allclose(old, _sq_dist(model.kernel_, pairs), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("labels", [[1, 0, 1], [True, False, True], [1.0, 0.0, 1.0]])
+def test_pair_labels_may_be_one_zero_or_boolean(labels):
+    reference = DefiniteBoostKernel(n_objects=6).fit(_PAIRS, [1, -1, 1])
+    model = DefiniteBoostKernel(n_objects=6).fit(_PAIRS, np.array(labels))
+    assert_array_equal(model.kernel_, reference.kernel_)
+    assert_array_equal(model.predict(_PAIRS), reference.predict(_PAIRS))

@@ -352,10 +352,11 @@ def test_index_dtypes(case, dtype):
     _assert_outputs_equal(other, reference)
 
 
-def test_object_dtype_is_refused_clearly(case):
+def test_object_dtype_integer_indices_are_indices(case):
+    # ids of other kinds (strings, ...) are accepted too: see test_objects.py
     estimator, X, y = case
-    with pytest.raises(ValueError, match="integer object indices.*dtype object"):
-        estimator.fit(X.astype(object), y)
+    reference = _outputs(_fit(clone(estimator), X, y), X)
+    _assert_outputs_equal(_outputs(_fit(estimator, X.astype(object), y), X), reference)
 
 
 def test_readonly_input(case):

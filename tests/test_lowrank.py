@@ -87,13 +87,13 @@ def test_auto_rate_uses_the_restricted_range():
 def test_partial_fit_and_pickle_in_low_rank_mode():
     pairs, y = _distance_trials()
     F = np.random.default_rng(4).normal(size=(12, 5))
-    full = MEGKernelRegressor(init_factor=F).fit(pairs, y)
-    online = MEGKernelRegressor(init_factor=F)
+    full = MEGKernelRegressor(trace=1.0, init_factor=F).fit(pairs, y)
+    online = MEGKernelRegressor(trace=1.0, init_factor=F)
     online.partial_fit(pairs[:150], y[:150])
     online = pickle.loads(pickle.dumps(online))
     online.partial_fit(pairs[150:], y[150:])
     # the rate is set by the first call's pairs: force the same rate
-    same = MEGKernelRegressor(init_factor=F, learning_rate=online.learning_rate_)
+    same = MEGKernelRegressor(trace=1.0, init_factor=F, learning_rate=online.learning_rate_)
     np.testing.assert_allclose(same.fit(pairs, y).kernel_factor_ @ same.kernel_factor_.T,
                                online.kernel_, atol=1e-12)
     np.testing.assert_allclose(full.predict(pairs), full.trace * full.state_.pair_sq_distances(

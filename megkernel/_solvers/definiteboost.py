@@ -646,6 +646,9 @@ def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
 def check_pair_signs(signs, pairs, *, name="signs"):
     """``signs`` as floats ``+1`` / ``-1``, one per pair (``None``: all +1).
 
+    Accepts ``+1`` / ``-1``, ``1`` / ``0`` and ``True`` / ``False`` (similar /
+    dissimilar).
+
     Raises
     ------
     ValueError
@@ -655,13 +658,23 @@ def check_pair_signs(signs, pairs, *, name="signs"):
     if signs is None:
         return np.ones(len(pairs))
     signs = np.asarray(signs)
+    if signs.ndim == 2 and signs.shape[1] == 1:
+        signs = signs[:, 0]
     if signs.shape != (len(pairs),):
         raise ValueError(f"{name} must have shape ({len(pairs)},), got {signs.shape}.")
-    labels = set(np.unique(signs).tolist())
-    if not labels <= {1, -1}:
-        raise ValueError(f"{name} must hold +1 (similar) or -1 (dissimilar) pair "
-                         f"labels, got {sorted(labels)}.")
-    signs = signs.astype(float)
+    try:
+        labels = set(np.unique(signs).tolist())
+    except TypeError:
+        labels = {"<mixed types>"}
+    if labels <= {True, False} and signs.dtype == bool or labels <= {0, 1} and 0 in labels:
+        signs = np.where(signs.astype(bool), 1.0, -1.0)  # bool or 0/1: 0 = dissimilar
+    elif labels <= {1, -1}:
+        signs = signs.astype(float)
+    else:
+        shown = sorted(map(str, labels))
+        raise ValueError(f"{name} must hold +1 (similar) or -1 (dissimilar) pair labels "
+                         f"(or 1 / 0, True / False), got {', '.join(shown[:5])}"
+                         f"{', ...' if len(shown) > 5 else ''}.")
     loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
     if np.any(loops):
         raise ValueError(

@@ -1,0 +1,110 @@
+"""Users' own data: object ids of any kind, distances in any units."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+
+def _table(d=8, n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(d, 3))
+    a, b = rng.integers(0, d, n), rng.integers(0, d, n)
+    y = np.sum((features[a] - features[b]) ** 2, axis=1)
+    return a, b, y
+
+
+NAMES = np.array(["P0A7Z4", "Q9HV16", "A0A0B1", "B7MCJ2", "C3TQN8", "D5EXK1",
+                  "E1W2R3", "F8G6H4"])
+
+
+def test_string_ids_give_the_kernel_of_their_indices():
+    a, b, y = _table()
+    order = np.argsort(NAMES)                      # objects_ are the sorted ids
+    rank = np.empty(len(NAMES), int)
+    rank[order] = np.arange(len(NAMES))
+    table = pd.DataFrame({"protein_a": NAMES[a], "protein_b": NAMES[b], "dist": y})
+    by_id = MEGKernelRegressor(trace=40.0).fit(table[["protein_a", "protein_b"]], table["dist"])
+    by_index = MEGKernelRegressor(trace=40.0, n_objects=8).fit(
+        np.column_stack([rank[a], rank[b]]), y)
+    assert_array_equal(by_id.objects_, np.sort(NAMES))
+    assert_allclose(by_id.kernel_, by_index.kernel_, rtol=1e-12, atol=1e-15)
+    assert list(by_id.feature_names_in_) == ["protein_a", "protein_b"]
+    assert_allclose(by_id.predict(table[["protein_a", "protein_b"]]),
+                    by_index.predict(np.column_stack([rank[a], rank[b]])), rtol=1e-12)
+    block = by_id.kernel_entries(["Q9HV16", "P0A7Z4"], ["F8G6H4"])
+    rows = [rank[1], rank[0]]
+    assert_allclose(block, by_index.kernel_[np.ix_(rows, [rank[7]])], rtol=1e-12)
+
+
+def test_declared_objects_fix_the_order_and_unknown_ids_are_refused_named():
+    a, b, y = _table()
+    model = MEGKernelRegressor(objects=NAMES, trace=40.0)
+    model.partial_fit(np.column_stack([NAMES[a[:100]], NAMES[b[:100]]]), y[:100])
+    assert_array_equal(model.objects_, NAMES)       # the declared order
+    reference = MEGKernelRegressor(n_objects=8, trace=40.0).partial_fit(
+        np.column_stack([a[:100], b[:100]]), y[:100])
+    assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match="'Z9Z9Z9'.*not one of the model's 8 objects"):
+        model.partial_fit([["P0A7Z4", "Z9Z9Z9"]], [0.5])
+    assert pickle.dumps(model) == before
+    with pytest.raises(ValueError, match="distinct ids.*'Q9HV16' repeats"):
+        MEGKernelRegressor(objects=["P0A7Z4", "Q9HV16", "Q9HV16"]).fit([["P0A7Z4", "Q9HV16"]], [1.0])
+
+
+def test_categorical_pairs_use_their_categories_and_integer_ids_may_be_named():
+    a, b, y = _table()
+    categories = list("hgfedcba")
+    table = pd.DataFrame({"a": pd.Categorical(np.array(categories)[a], categories=categories),
+                          "b": pd.Categorical(np.array(categories)[b], categories=categories)})
+    model = MEGKernelRegressor(trace=40.0).fit(table, y)
+    assert list(model.objects_) == categories
+    reference = MEGKernelRegressor(n_objects=8, trace=40.0).fit(np.column_stack([a, b]), y)
+    assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
+    # integer ids that are not 0..d-1 (e.g. database keys), declared
+    keys = np.arange(8) * 1000 + 17
+    keyed = MEGKernelRegressor(objects=keys, trace=40.0).fit(np.column_stack([keys[a], keys[b]]), y)
+    assert_allclose(keyed.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
+
+
+def test_definiteboost_takes_ids_too():
+    pairs = np.array([["x", "y"], ["y", "z"], ["u", "v"]])
+    model = DefiniteBoostKernel().fit(pairs, [1, 1, 0])
+    assert_array_equal(model.objects_, ["u", "v", "x", "y", "z"])
+    reference = DefiniteBoostKernel(n_objects=5).fit([[2, 3], [3, 4], [0, 1]], [1, 1, -1])
+    assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
+    assert_array_equal(model.predict([["x", "y"], ["u", "v"]]), reference.predict([[2, 3], [0, 1]]))
+
+
+@pytest.mark.parametrize("factor", [1e-6, 1.0, 1e6, 1e150])
+def test_auto_trace_makes_the_units_irrelevant(factor):
+    a, b, y = _table(d=12, n=3000, seed=3)
+    pairs = np.column_stack([a, b])
+    base = MEGKernelRegressor(n_objects=12).fit(pairs, y)
+    scaled = MEGKernelRegressor(n_objects=12).fit(pairs, factor * y)
+    assert scaled.trace_ == pytest.approx(factor * base.trace_, rel=1e-12)
+    assert_allclose(scaled.kernel_, factor * base.kernel_, rtol=1e-9,
+                    atol=1e-12 * factor * np.abs(base.kernel_).max())
+    assert_allclose(scaled.predict(pairs[:50]), factor * base.predict(pairs[:50]), rtol=1e-9)
+    assert scaled.score(pairs, factor * y) == pytest.approx(base.score(pairs, y), abs=1e-9)
+
+
+def test_auto_trace_is_the_prior_at_the_targets_mean_distance():
+    a, b, y = _table(d=12, n=500, seed=4)
+    model = MEGKernelRegressor(n_objects=12).fit(np.column_stack([a, b]), y)
+    moving = a != b
+    assert model.trace_ == pytest.approx(12 * y[moving].mean() / 2, rel=1e-12)
+    assert np.trace(model.kernel_) == pytest.approx(model.trace_, rel=1e-12)
+    # a fixed trace is used as given, and unreachable targets are named once
+    with pytest.warns(UserWarning, match=r"targets \(up to .*\) exceed 2 \* trace"):
+        MEGKernelRegressor(n_objects=12, trace=1.0, learning_rate=1e-3).fit(
+            np.column_stack([a, b]), 100 * y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MEGKernelRegressor(n_objects=12).fit(np.column_stack([a, b]), 100 * y)
