@@ -146,18 +146,12 @@ def _matrix_problem(seed=3, n=6, d=D):
 
 
 # With keep="best" (the solvers' default, and the estimator's with hard
-# constraints) run_definiteboost returns the iterate with the smallest largest
-# violation; a corrective run that passed through a feasible point (an exact
-# step puts the chosen constraint at 0 up to round-off, below the converged
-# run's last violation) then returns that earlier, non-closest iterate with
-# the final multipliers and dual objective.
-# For the dense matrix solver under I/d the earlier iterate sits exactly on its
-# constraints (strict); elsewhere whether one beats the converged iterate
-# depends on round-off and on the engine's path.
-_KEEP_BEST_REASON = ("keep='best' returns an earlier feasible iterate, not the "
-                     "converged corrective one (pending fix in the private DefiniteBoost solver)")
-KEEP_BEST = pytest.mark.xfail(strict=True, reason=_KEEP_BEST_REASON)
-KEEP_BEST_MAYBE = pytest.mark.xfail(strict=False, reason=_KEEP_BEST_REASON)
+# constraints) a corrective run passes through feasible points (an exact step
+# puts the chosen constraint at 0 up to round-off) that are not the projection;
+# ranking iterates by the largest violation once returned such an earlier one.
+# Fixed: with corrections, "best" ranks iterates by the projection's KKT score,
+# so these cases guard against the earlier, non-closest feasible iterate.
+KEEP_BEST = KEEP_BEST_MAYBE = ()
 
 
 # -- the solver functions -------------------------------------------------------

@@ -294,9 +294,12 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
         for t in range(settings.max_iter + 1):
             values = constraints.values(state)
             largest = float(values.max())
-            if settings.keep == "best" and (best is None or largest < best[0]):
-                best = (largest, state.copy())
             j, violation, direction = _choose(values, multipliers, cap, settings)
+            # "best": the iterate nearest the answer; with corrections the
+            # projection's (KKT) score, else the largest violation
+            quality = violation if settings.corrective else largest
+            if settings.keep == "best" and (best is None or quality < best[0]):
+                best = (quality, largest, state.copy())
             if violation <= settings.tol:
                 converged = True
                 break
@@ -320,7 +323,7 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
                                  "dual_objective": np.exp(log_dual),
                                  "dual_bound": np.exp(log_bound)})
     if settings.keep == "best":
-        max_violation, best_state = best
+        _, max_violation, best_state = best
         state.assign(best_state)
     else:
         max_violation = float(constraints.values(state).max())
