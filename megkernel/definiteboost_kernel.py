@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -281,9 +280,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     def pair_distances(self, X):
         """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
-        warnings.warn("pair_distances is deprecated since megkernel 0.2 (it returns "
-                      "squared distances) and will be removed in 0.3; use "
-                      "pair_sq_distances.", FutureWarning, stacklevel=2)
+        warn_user("pair_distances is deprecated since megkernel 0.2 (it returns "
+                  "squared distances) and will be removed in 0.3; use "
+                  "pair_sq_distances.", FutureWarning)
         return self.pair_sq_distances(X)
 
     def decision_function(self, X):

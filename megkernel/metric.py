@@ -32,7 +32,6 @@ is never silent.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -229,10 +228,10 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
 
     def _deprecated_loss(self, name, old_name):
         check_is_fitted(self, "components_")
-        warnings.warn(
+        warn_user(
             f"{old_name} is deprecated since megkernel 0.2 (it meant a different "
             f"loss in each metric learner) and will be removed in 0.3; use {name}.",
-            FutureWarning, stacklevel=3)
+            FutureWarning)
         return getattr(self, name)
 
     def transform(self, X):
@@ -264,9 +263,9 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
 
     def pair_distances(self, X, pairs):
         """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
-        warnings.warn("pair_distances is deprecated since megkernel 0.2 (it returns "
-                      "squared distances) and will be removed in 0.3; use "
-                      "pair_sq_distances.", FutureWarning, stacklevel=2)
+        warn_user("pair_distances is deprecated since megkernel 0.2 (it returns "
+                  "squared distances) and will be removed in 0.3; use "
+                  "pair_sq_distances.", FutureWarning)
         return self.pair_sq_distances(X, pairs)
 
     @property

@@ -313,7 +313,7 @@ def test_readme_corrective_figures():
     assert "DefiniteBoostKernel(n_objects=52, gamma=gamma)" in block
     claim = re.search(
         r"paper's algorithm stops after (\d+) iterations at `Δ\(K, I/d\) = ([\d.]+)`;\s+"
-        r"corrective steps reach the projection, `Δ = ([\d.]+) = −log ([\d.]+)`, after\s+"
+        r"corrective steps reach the projection, `Δ = ([\d.]+) ≈ −log ([\d.]+)`, after\s+"
         r"(\d+) \(with `max_iter=(\d+)`\)", text)
     assert claim is not None
     n_paper, delta_paper, delta, dual, n_corrective, max_iter = claim.groups()
