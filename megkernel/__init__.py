@@ -6,6 +6,12 @@ Exponentiated Gradient Updates for On-line Learning and Bregman Projection"
 and as plain solver functions.
 """
 
+from ._numerics.spectral import (
+    expm_symmetric,
+    logm_spd,
+    normalized_expm,
+    von_neumann_divergence,
+)
 from ._solvers.bounds import (
     definiteboost_rho,
     definiteboost_step,
@@ -13,12 +19,6 @@ from ._solvers.bounds import (
     meg_loss_bound,
     meg_optimal_c,
     meg_regret_bound,
-)
-from ._numerics.spectral import (
-    expm_symmetric,
-    logm_spd,
-    normalized_expm,
-    von_neumann_divergence,
 )
 from ._solvers.definiteboost import definiteboost, definiteboost_pairs
 from ._solvers.meg import meg, meg_general

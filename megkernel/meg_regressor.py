@@ -212,7 +212,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     >>> K = features @ features.T
     >>> K /= np.trace(K)
     >>> pairs = rng.integers(0, 20, size=(2000, 2))
-    >>> sq_dist = K[pairs[:, 0], pairs[:, 0]] + K[pairs[:, 1], pairs[:, 1]] - 2 * K[pairs[:, 0], pairs[:, 1]]
+    >>> a, b = pairs.T
+    >>> sq_dist = K[a, a] + K[b, b] - 2 * K[a, b]
     >>> model = MEGKernelRegressor(n_objects=20).fit(pairs, sq_dist)
     >>> model.kernel_.shape
     (20, 20)

@@ -51,6 +51,10 @@ __all__ = ["MEGMetric", "DefiniteBoostMetric", "draw_pairs"]
 
 _QUANTILE_POINTS = 1000
 
+#: DefiniteBoostMetric's default slack: no constraint may scale the metric by
+#: more than a factor of two.
+_LOG_2 = math.log(2)
+
 #: Range of the features' total sum of squares (the kernel's trace) within
 #: which squared distances, targets and squared losses stay finite.
 _MIN_TRACE, _MAX_TRACE = 1e-100, 1e100
@@ -455,7 +459,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         "projection": [StrOptions({"approximate", "exact"})],
     }
 
-    def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=math.log(2),
+    def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
                  max_iter=5000, tol=1e-2, projection="approximate", n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma

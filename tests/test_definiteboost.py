@@ -21,7 +21,6 @@ from megkernel import (
     definiteboost_step,
 )
 
-
 # -- helpers -------------------------------------------------------------------
 
 def _pair_matrix(d, a, b, sign, gamma):
@@ -581,11 +580,13 @@ _PAIRS = np.array([[0, 1], [1, 2], [3, 4]])
 
 _BAD_FITS = {
     "labels 1/2": (_PAIRS, np.array([1, 2, 1]), "y must hold \\+1"),
-    "continuous labels": (_PAIRS, np.array([0.5, 1.0, -1.0]), "y must hold \\+1|continuous|Unknown label"),
+    "continuous labels": (_PAIRS, np.array([0.5, 1.0, -1.0]),
+                          "y must hold \\+1|continuous|Unknown label"),
     "string labels": (_PAIRS, np.array(["a", "b", "a"]), "y must hold \\+1"),
     "nan labels": (_PAIRS, np.array([1.0, np.nan, -1.0]), "NaN"),
     "y too short": (_PAIRS, np.array([1, -1]), "inconsistent|shape"),
-    "dissimilar self-pair": (np.array([[0, 1], [2, 2]]), np.array([1, -1]), "itself cannot be dissimilar"),
+    "dissimilar self-pair": (np.array([[0, 1], [2, 2]]), np.array([1, -1]),
+                             "itself cannot be dissimilar"),
     "non-integer index": (np.array([[0, 1.5], [1, 2]]), None, "integer"),
     "negative index": (np.array([[0, -1], [1, 2]]), None, "negative object index"),
     "index out of range": (np.array([[0, 5], [1, 2]]), None, "out of range"),

@@ -29,7 +29,6 @@ from sklearn.utils.validation import check_is_fitted
 
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor
 
-
 # -- Part 1: scikit-learn's checks with the failures that cannot apply -----------
 
 _NOT_PAIRS = (
@@ -47,7 +46,8 @@ _COMMON_FAILURES = {
     "check_fit_score_takes_y": _reason(3, "test_fit_score_takes_y"),
     "check_estimators_overwrite_params": _reason(
         "non-integer values in 2", "test_fit_does_not_change_params_or_inputs"),
-    "check_dont_overwrite_parameters": _reason(3, "test_fit_sets_only_trailing_underscore_attributes"),
+    "check_dont_overwrite_parameters": _reason(
+        3, "test_fit_sets_only_trailing_underscore_attributes"),
     "check_estimators_fit_returns_self": _reason(
         "non-integer values in 2", "test_fit_returns_self"),
     "check_readonly_memmap_input": _reason("non-integer values in 2", "test_readonly_input"),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor, meg_learning_rate
-from megkernel._numerics.state import ExponentState
 from megkernel._engines import ENGINES
+from megkernel._numerics.state import ExponentState
 
 ENGINES = sorted(ENGINES)
 

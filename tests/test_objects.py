@@ -55,7 +55,8 @@ def test_declared_objects_fix_the_order_and_unknown_ids_are_refused_named():
         model.partial_fit([["P0A7Z4", "Z9Z9Z9"]], [0.5])
     assert pickle.dumps(model) == before
     with pytest.raises(ValueError, match="distinct ids.*'Q9HV16' repeats"):
-        MEGKernelRegressor(objects=["P0A7Z4", "Q9HV16", "Q9HV16"]).fit([["P0A7Z4", "Q9HV16"]], [1.0])
+        MEGKernelRegressor(objects=["P0A7Z4", "Q9HV16", "Q9HV16"]).fit(
+            [["P0A7Z4", "Q9HV16"]], [1.0])
 
 
 def test_categorical_pairs_use_their_categories_and_integer_ids_may_be_named():

@@ -205,8 +205,9 @@ def _check_settings(settings, n_constraints):
 def _choose(values, multipliers, cap, settings):
     """The constraint to project on: ``(j, violation, direction)``.
 
-    ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective step how far the constraint
-    is inside its threshold) and ``direction = -1`` for a corrective step.
+    ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective
+    step how far the constraint is inside its threshold) and ``direction =
+    -1`` for a corrective step.
     """
     scores = values
     if settings.corrective:
@@ -229,8 +230,7 @@ def _step(constraints, state, j, violation, direction, limit, projection):
     return min(alpha, limit), lam_max, lam_min
 
 
-def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh",
-                      callback=None):
+def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -238,7 +238,7 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
     constraints : PairConstraints or MatrixConstraints
     state : ExponentState
         Starts at ``log W_1`` with ``tr W_1 = 1``; holds the result.
-    settings : _Settings
+    settings : _Settings, optional
         ``projection`` ("approximate": eq. 13; "exact": eq. 11);
         ``max_iter``; ``tol`` (stop when ``max_j tr(W C_j) <= tol``);
         ``keep`` ("best": leave the iterate with the smallest largest
@@ -278,6 +278,7 @@ def run_definiteboost(constraints, state, settings=_Settings(), *, method="eigh"
         ``max_violation`` of the kept iterate, ``converged``,
         ``infeasible``, ``n_iter``.
     """
+    settings = _Settings() if settings is None else settings
     _check_settings(settings, len(constraints))
     engine = select(method, state, need="update")
     multipliers = np.zeros(len(constraints))
