@@ -364,10 +364,11 @@ def distance_triples(K, n_triples, random_state=None):
 
 
 @validate_params(
-    {"K": ["array-like"], "gamma": [Interval(Real, 0, None, closed="neither")]},
+    {"K": ["array-like"], "gamma": [Interval(Real, 0, None, closed="neither")],
+     "shuffle": ["boolean"], "random_state": ["random_state"]},
     prefer_skip_nested_validation=True,
 )
-def similar_pairs(K, gamma):
+def similar_pairs(K, gamma, *, shuffle=True, random_state=None):
     """All pairs closer than ``gamma`` (the DefiniteBoost experiment).
 
     Parameters
@@ -377,15 +378,20 @@ def similar_pairs(K, gamma):
     gamma : float
         Threshold on the squared distance, in the units of ``K`` (the paper:
         ``0.2 / d`` for a trace-one kernel).
+    shuffle : bool, default=True
+        Return the pairs in random order (so that unshuffled folds of a
+        cross-validation are not blocks of neighbouring objects); ``False``:
+        lexicographic order.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the shuffle.
 
     Returns
     -------
     pairs : ndarray of int, shape (n_pairs, 2)
-        All ``(a, b)``, ``a < b``, with ``K_aa + K_bb - 2 K_ab < gamma``, in
-        lexicographic order.
+        All ``(a, b)``, ``a < b``, with ``K_aa + K_bb - 2 K_ab < gamma``.
     """
     pairs, distances = _all_pair_distances(check_symmetric(K, name="K"))
-    return pairs[distances < gamma]
+    return _order(pairs[distances < gamma], shuffle, random_state)[0]
 
 
 @validate_params(
@@ -425,10 +431,11 @@ def similarity_threshold(K, fraction):
 
 @validate_params(
     {"K": ["array-like"],
-     "gamma_dissimilar": [Interval(Real, 0, None, closed="neither")]},
+     "gamma_dissimilar": [Interval(Real, 0, None, closed="neither")],
+     "shuffle": ["boolean"], "random_state": ["random_state"]},
     prefer_skip_nested_validation=True,
 )
-def dissimilar_pairs(K, gamma_dissimilar):
+def dissimilar_pairs(K, gamma_dissimilar, *, shuffle=True, random_state=None):
     """All pairs farther than ``gamma_dissimilar`` (beyond the paper).
 
     Parameters
@@ -437,23 +444,26 @@ def dissimilar_pairs(K, gamma_dissimilar):
         Symmetric target kernel.
     gamma_dissimilar : float
         Threshold on the squared distance, in the units of ``K``.
+    shuffle, random_state
+        See :func:`similar_pairs`.
 
     Returns
     -------
     pairs : ndarray of int, shape (n_pairs, 2)
         All ``(a, b)``, ``a < b``, with ``K_aa + K_bb - 2 K_ab >
-        gamma_dissimilar``, in lexicographic order.
+        gamma_dissimilar``.
     """
     pairs, distances = _all_pair_distances(check_symmetric(K, name="K"))
-    return pairs[distances > gamma_dissimilar]
+    return _order(pairs[distances > gamma_dissimilar], shuffle, random_state)[0]
 
 
 @validate_params(
     {"K": ["array-like"], "gamma": [Interval(Real, 0, None, closed="neither")],
-     "gamma_dissimilar": [Interval(Real, 0, None, closed="neither")]},
+     "gamma_dissimilar": [Interval(Real, 0, None, closed="neither")],
+     "shuffle": ["boolean"], "random_state": ["random_state"]},
     prefer_skip_nested_validation=True,
 )
-def labelled_pairs(K, gamma, gamma_dissimilar):
+def labelled_pairs(K, gamma, gamma_dissimilar, *, shuffle=True, random_state=None):
     """Similar (+1) and dissimilar (-1) pairs, for ``DefiniteBoostKernel.fit``.
 
     Parameters
@@ -465,11 +475,16 @@ def labelled_pairs(K, gamma, gamma_dissimilar):
     gamma_dissimilar : float
         Pairs with squared distance above it are dissimilar (``-1``); must
         be at least ``gamma``.
+    shuffle : bool, default=True
+        Mix the two kinds in random order, so that any folds of a
+        cross-validation hold both; ``False``: similar pairs first, then
+        dissimilar ones, each in lexicographic order.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the shuffle.
 
     Returns
     -------
     pairs : ndarray of int, shape (n_pairs, 2)
-        Similar pairs first, then dissimilar ones.
     y : ndarray of int, shape (n_pairs,)
         ``+1`` or ``-1``.
     """
@@ -478,7 +493,15 @@ def labelled_pairs(K, gamma, gamma_dissimilar):
             f"gamma_dissimilar ({gamma_dissimilar!r}) must be at least gamma "
             f"({gamma!r}), or a pair could be both similar and dissimilar."
         )
-    similar = similar_pairs(K, gamma)
-    dissimilar = dissimilar_pairs(K, gamma_dissimilar)
+    similar = similar_pairs(K, gamma, shuffle=False)
+    dissimilar = dissimilar_pairs(K, gamma_dissimilar, shuffle=False)
     y = np.concatenate([np.ones(len(similar), int), -np.ones(len(dissimilar), int)])
-    return np.concatenate([similar, dissimilar]), y
+    return _order(np.concatenate([similar, dissimilar]), shuffle, random_state, y)
+
+
+def _order(pairs, shuffle, random_state, *labels):
+    """``(pairs, *labels)`` permuted together when ``shuffle``."""
+    if not shuffle:
+        return (pairs, *labels)
+    order = check_random_state(random_state).permutation(len(pairs))
+    return (pairs[order], *(values[order] for values in labels))

@@ -271,7 +271,7 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
     def knn_error(kernel):
         return nearest_neighbor_error(kernel, labels, random_state=random_state).mean
 
-    pairs = similar_pairs(K, gamma)
+    pairs = similar_pairs(K, gamma, shuffle=False)  # the paper: lexicographic order
     if len(pairs) == 0:
         raise ValueError(
             f"No pair is closer than gamma={gamma:.4g} in the target kernel; "

@@ -213,13 +213,34 @@ def test_similar_and_dissimilar_pairs_partition_by_threshold():
 def test_labelled_pairs():
     K = load_wine_kernel(20).kernel
     gamma, gamma_dissimilar = 0.5 / 20, 1.5 / 20
-    pairs, y = labelled_pairs(K, gamma, gamma_dissimilar)
+    pairs, y = labelled_pairs(K, gamma, gamma_dissimilar, shuffle=False)
     n_similar = len(similar_pairs(K, gamma))
-    np.testing.assert_array_equal(pairs[:n_similar], similar_pairs(K, gamma))
-    np.testing.assert_array_equal(pairs[n_similar:], dissimilar_pairs(K, gamma_dissimilar))
+    np.testing.assert_array_equal(pairs[:n_similar], similar_pairs(K, gamma, shuffle=False))
+    np.testing.assert_array_equal(pairs[n_similar:],
+                                  dissimilar_pairs(K, gamma_dissimilar, shuffle=False))
     np.testing.assert_array_equal(y, np.r_[np.ones(n_similar), -np.ones(len(y) - n_similar)])
     with pytest.raises(ValueError, match="at least gamma"):
         labelled_pairs(K, gamma_dissimilar, gamma)
+
+
+def test_pair_helpers_shuffle_under_random_state():
+    """No cross-validation trap: every fold of a plain KFold holds both kinds."""
+    K = load_wine_kernel(20).kernel
+    gamma, gamma_dissimilar = similarity_threshold(K, 0.3), similarity_threshold(K, 0.6)
+    ordered, y_ordered = labelled_pairs(K, gamma, gamma_dissimilar, shuffle=False)
+    pairs, y = labelled_pairs(K, gamma, gamma_dissimilar, random_state=0)
+    again, y_again = labelled_pairs(K, gamma, gamma_dissimilar, random_state=0)
+    np.testing.assert_array_equal(pairs, again)
+    np.testing.assert_array_equal(y, y_again)
+    # the same labelled pairs, in another order
+    key = {tuple(p): label for p, label in zip(ordered.tolist(), y_ordered)}
+    assert {tuple(p): label for p, label in zip(pairs.tolist(), y)} == key
+    for fold in np.array_split(y, 3):
+        assert set(fold) == {-1, 1}
+    assert set(np.array_split(y_ordered, 3)[0]) == {1}   # the trap without shuffling
+    similar = similar_pairs(K, gamma, random_state=1)
+    assert sorted(map(tuple, similar.tolist())) == sorted(
+        map(tuple, similar_pairs(K, gamma, shuffle=False).tolist()))
 
 
 @pytest.mark.parametrize("gamma", [0.0, -1.0, np.nan])
