@@ -26,7 +26,8 @@ from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from .meg_regressor import MEGKernelRegressor
 from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
-from .neighbors import KernelKNeighborsClassifier
+from .neighbors import KernelKNeighborsClassifier, kernel_to_distances
+from .objects import KernelDistances
 
 __version__ = "0.2.0"
 
@@ -41,6 +42,8 @@ __all__ = [
     "draw_pairs",
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",
+    "KernelDistances",
+    "kernel_to_distances",
     "make_knn_kernel_scorer",
     "nearest_neighbor_error",
     "definiteboost",

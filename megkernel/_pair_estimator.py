@@ -269,6 +269,16 @@ class KernelViewsMixin:
         return self.kernel_entries(np.arange(d))
 
     @property
+    def distances_(self):
+        """Distances ``sqrt(K_aa + K_bb - 2 K_ab)`` between all objects under
+        ``kernel_`` (for scikit-learn's ``metric="precomputed"``)."""
+        kernel = self.kernel_
+        diagonal = np.diag(kernel)
+        squared = np.maximum(diagonal[:, None] + diagonal[None, :] - 2.0 * kernel, 0.0)
+        np.fill_diagonal(squared, 0.0)
+        return np.sqrt(squared)
+
+    @property
     def kernel_factor_(self):
         """``F`` of shape (d, r) with ``kernel_ = F F^T`` (``O(d r)`` memory)."""
         check_is_fitted(self, "state_")

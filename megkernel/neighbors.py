@@ -22,7 +22,37 @@ from ._numerics.spectral import check_symmetric
 from ._pair_estimator import unchanged_on_error
 from ._warnings import warn_user
 
-__all__ = ["KernelKNeighborsClassifier", "kernel_distances"]
+__all__ = ["KernelKNeighborsClassifier", "kernel_to_distances", "kernel_distances"]
+
+
+def kernel_to_distances(K, *, squared=False):
+    """Distances between all objects of a kernel: ``sqrt(K_ii + K_jj - 2 K_ij)``.
+
+    What scikit-learn's ``metric="precomputed"`` estimators take, so a
+    learned kernel goes straight into them::
+
+        D = kernel_to_distances(model.kernel_)
+        KNeighborsClassifier(metric="precomputed").fit(D[train][:, train], y[train])
+        ... .predict(D[test][:, train])
+
+    Parameters
+    ----------
+    K : array-like of shape (n, n)
+        Symmetric kernel (positive semidefinite for true distances; negative
+        squared distances of an indefinite one are clipped at 0).
+    squared : bool, default=False
+        Return squared distances.
+
+    Returns
+    -------
+    D : ndarray of shape (n, n)
+        Symmetric, zero diagonal.
+    """
+    K = check_symmetric(K, name="K")
+    diagonal = np.diag(K)
+    squared_distances = np.maximum(diagonal[:, None] + diagonal[None, :] - 2.0 * K, 0.0)
+    np.fill_diagonal(squared_distances, 0.0)
+    return squared_distances if squared else np.sqrt(squared_distances)
 
 
 def kernel_distances(kernel_rows, row_diagonal, column_diagonal):

@@ -32,7 +32,7 @@ def _layer(module):
     if top == "_solvers":
         return LAYERS["solvers"]
     if top in ("_pair_estimator", "meg_regressor", "definiteboost_kernel", "neighbors",
-               "metric"):
+               "metric", "objects"):
         return LAYERS["estimators"]
     if top in ("evaluation", "datasets", "experiments", "plotting", "cli", "__main__",
                "__init__"):

@@ -8,7 +8,19 @@ import pandas as pd
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+from sklearn.model_selection import GridSearchCV, ShuffleSplit, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import Pipeline
+
+from megkernel import (
+    DefiniteBoostKernel,
+    KernelDistances,
+    MEGKernelRegressor,
+    kernel_to_distances,
+    nearest_neighbor_error,
+)
+from megkernel.datasets import load_wine_kernel
+from megkernel.objects import cache_info, clear_cache
 
 
 def _table(d=8, n=400, seed=0):
@@ -109,3 +121,76 @@ def test_auto_trace_is_the_prior_at_the_targets_mean_distance():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MEGKernelRegressor(n_objects=12).fit(np.column_stack([a, b]), 100 * y)
+
+
+# -- the learned kernel in scikit-learn's own k-NN --------------------------------
+
+def test_kernel_to_distances_feeds_sklearn_precomputed_knn():
+    wine = load_wine_kernel(40, random_state=0)
+    D = kernel_to_distances(wine.kernel)
+    K = wine.kernel
+    expected = np.sqrt(np.maximum(np.diag(K)[:, None] + np.diag(K)[None, :] - 2 * K, 0))
+    np.fill_diagonal(expected, 0)
+    assert_allclose(D, expected, rtol=0, atol=1e-15)
+    assert_allclose(kernel_to_distances(K, squared=True), expected ** 2, atol=1e-15)
+    cv = ShuffleSplit(10, test_size=0.5, random_state=0)
+    ids = np.arange(40)
+    pipe = Pipeline([("distances", KernelDistances(kernel=K)),
+                     ("knn", KNeighborsClassifier(1, metric="precomputed"))])
+    errors = 1 - cross_val_score(pipe, ids, wine.labels, cv=cv)
+    reference = nearest_neighbor_error(K, wine.labels, random_state=0)
+    assert_allclose(errors, reference.errors, atol=1e-12)
+
+
+def test_distance_weights_work_under_cross_validation():
+    wine = load_wine_kernel(40, random_state=1)
+    names = np.array([f"wine-{i}" for i in range(40)])
+    pipe = Pipeline([("distances", KernelDistances(kernel=wine.kernel, objects=names)),
+                     ("knn", KNeighborsClassifier(3, weights="distance", metric="precomputed"))])
+    cv = ShuffleSplit(5, test_size=0.5, random_state=0)
+    scores = cross_val_score(pipe, names, wine.labels, cv=cv)
+    assert np.all(np.isfinite(scores))
+    D = kernel_to_distances(wine.kernel)
+    for (train, test), score in zip(cv.split(names), scores):
+        knn = KNeighborsClassifier(3, weights="distance", metric="precomputed")
+        knn.fit(D[np.ix_(train, train)], wine.labels[train])
+        assert score == knn.score(D[np.ix_(test, train)], wine.labels[test])
+
+
+def test_grid_search_learns_each_kernel_once_without_the_labels():
+    clear_cache()
+    wine = load_wine_kernel(30, random_state=2)
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 30, (2, 1500))
+    K = wine.kernel
+    y = K[a, a] + K[b, b] - 2 * K[a, b]
+    names = np.array([f"w{i:02d}" for i in range(30)])
+    learner = MEGKernelRegressor(objects=names)
+    side = dict(pairs=np.c_[names[a], names[b]], targets=1e3 * y)
+    pipe = Pipeline([("distances", KernelDistances(learner=learner, **side)),
+                     ("knn", KNeighborsClassifier(metric="precomputed"))])
+    search = GridSearchCV(pipe, {"distances__learner__learning_rate": [0.5, 5.0],
+                                 "knn__n_neighbors": [1, 3]},
+                          cv=ShuffleSplit(10, test_size=0.5, random_state=0)).fit(names, wine.labels)
+    # 2 learning rates: 2 fits, whatever the 40 fits of the search (and the refit)
+    assert cache_info()["misses"] == 2
+    best = search.best_estimator_.named_steps["distances"]
+    rate = search.best_params_["distances__learner__learning_rate"]
+    direct = MEGKernelRegressor(objects=names, learning_rate=rate).fit(
+        np.c_[names[a], names[b]], 1e3 * y)
+    assert_allclose(best.kernel_, direct.kernel_, rtol=1e-12)
+    assert_allclose(best.distances(), direct.distances_, rtol=1e-12, atol=1e-15)
+    assert 0 <= search.best_score_ <= 1
+
+
+def test_kernel_distances_speak_pandas_and_refuse_unknown_ids():
+    wine = load_wine_kernel(10, random_state=3)
+    names = [f"o{i}" for i in range(10)]
+    step = KernelDistances(kernel=wine.kernel, objects=names).set_output(transform="pandas")
+    frame = step.fit(pd.Series(names[:4])).transform(names[4:6])
+    assert list(frame.columns) == [f"distance_to_o{i}" for i in range(4)]
+    assert frame.shape == (2, 4)
+    with pytest.raises(ValueError, match="'zz'.*not one of"):
+        step.transform(["zz"])
+    with pytest.raises(ValueError, match="either kernel .* or learner"):
+        KernelDistances().fit(names)
