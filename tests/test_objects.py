@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
-
 from sklearn.model_selection import GridSearchCV, ShuffleSplit, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
@@ -169,9 +168,9 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     side = dict(pairs=np.c_[names[a], names[b]], targets=1e3 * y)
     pipe = Pipeline([("distances", KernelDistances(learner=learner, **side)),
                      ("knn", KNeighborsClassifier(metric="precomputed"))])
-    search = GridSearchCV(pipe, {"distances__learner__learning_rate": [0.5, 5.0],
-                                 "knn__n_neighbors": [1, 3]},
-                          cv=ShuffleSplit(10, test_size=0.5, random_state=0)).fit(names, wine.labels)
+    grid = {"distances__learner__learning_rate": [0.5, 5.0], "knn__n_neighbors": [1, 3]}
+    cv = ShuffleSplit(10, test_size=0.5, random_state=0)
+    search = GridSearchCV(pipe, grid, cv=cv).fit(names, wine.labels)
     # 2 learning rates: 2 fits, whatever the 40 fits of the search (and the refit)
     assert cache_info()["misses"] == 2
     best = search.best_estimator_.named_steps["distances"]
