@@ -25,7 +25,13 @@ from ._solvers.meg import meg, meg_general
 from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from .meg_regressor import MEGKernelRegressor
-from .metric import DefiniteBoostMetric, MEGMetric, draw_pairs
+from .metric import (
+    DefiniteBoostMetric,
+    DefiniteBoostPairMetric,
+    MEGMetric,
+    MEGPairMetric,
+    draw_pairs,
+)
 from .neighbors import KernelKNeighborsClassifier, kernel_to_distances
 from .objects import KernelDistances
 
@@ -39,6 +45,8 @@ __all__ = [
     "DefiniteBoostKernel",
     "DefiniteBoostMetric",
     "MEGMetric",
+    "MEGPairMetric",
+    "DefiniteBoostPairMetric",
     "draw_pairs",
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",

@@ -35,7 +35,13 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.metrics import roc_auc_score
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -43,11 +49,18 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.validation import check_pair_indices
+from ._solvers.definiteboost import check_pair_signs
 from ._warnings import warn_user
 from .definiteboost_kernel import DefiniteBoostKernel
 from .meg_regressor import MEGKernelRegressor
 
-__all__ = ["MEGMetric", "DefiniteBoostMetric", "draw_pairs"]
+__all__ = [
+    "MEGMetric",
+    "DefiniteBoostMetric",
+    "MEGPairMetric",
+    "DefiniteBoostPairMetric",
+    "draw_pairs",
+]
 
 _QUANTILE_POINTS = 1000
 
@@ -109,7 +122,7 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
     return np.vstack(kinds), pair_labels
 
 
-class _FeatureMetric(TransformerMixin, BaseEstimator):
+class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared fitting from labels or pairs and the inductive transform."""
 
     _parameter_constraints: dict = {
@@ -271,6 +284,11 @@ class _FeatureMetric(TransformerMixin, BaseEstimator):
                   "squared distances) and will be removed in 0.3; use "
                   "pair_sq_distances.", FutureWarning)
         return self.pair_sq_distances(X, pairs)
+
+    @property
+    def _n_features_out(self):
+        """Columns of :meth:`transform` (``get_feature_names_out``, ``set_output``)."""
+        return self.components_.shape[0]
 
     @property
     def n_components_(self):
@@ -500,3 +518,153 @@ def _pair_sq_distance_quantiles(centred, quantiles, rng):
         centred = centred[rng.choice(len(centred), _QUANTILE_POINTS, replace=False)]
     sq_distances = euclidean_distances(centred, squared=True)
     return tuple(np.quantile(sq_distances[np.triu_indices(len(centred), k=1)], quantiles))
+
+
+def _pair_labels(y, n_pairs):
+    """Pair labels as +1 / -1 (distinct objects assumed: no self-pair check)."""
+    return check_pair_signs(y, np.tile([0, 1], (n_pairs, 1)), name="y")
+
+
+class _PairInput:
+    """Pairs of points as ``X`` (shape (n_pairs, 2, n_features), metric-learn's
+    convention) with pair labels as ``y``, so that scikit-learn's
+    cross-validation splits the pairs: ``fit``, ``decision_function``,
+    ``predict``, ``score`` (ROC AUC) and ``calibrate_threshold`` on pairs;
+    ``transform`` embeds single points as for the supervised learner."""
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Learn from labelled pairs of points, then calibrate ``threshold_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
+        y : array-like of shape (n_pairs,)
+            ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` / ``False``
+            dissimilar.
+
+        Returns
+        -------
+        self : object
+        """
+        pairs_of_points = self._check_pairs(X, reset=True)
+        n_pairs, _, n_features = pairs_of_points.shape
+        points, inverse = np.unique(pairs_of_points.reshape(-1, n_features), axis=0,
+                                    return_inverse=True)
+        pairs = inverse.reshape(n_pairs, 2)
+        signs = check_pair_signs(y, pairs, name="y").astype(int)
+        if len(points) < 2:
+            raise ValueError("The pairs hold fewer than 2 distinct points.")
+        self._fit_pairs(points, pairs, signs)
+        self.classes_ = np.array([-1, 1])
+        return self.calibrate_threshold(X, y)
+
+    def _check_pairs(self, X, *, reset):
+        pairs_of_points = np.asarray(X, dtype=float)
+        if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
+            raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
+                             f"got shape {pairs_of_points.shape}.")
+        if len(pairs_of_points) == 0:
+            raise ValueError("X holds no pairs.")
+        if not np.all(np.isfinite(pairs_of_points)):
+            raise ValueError("X contains NaN or infinite values.")
+        n_features = pairs_of_points.shape[2]
+        if reset:
+            self.n_features_in_ = n_features
+        elif n_features != self.n_features_in_:
+            raise ValueError(f"X has {n_features} features per point, but "
+                             f"{type(self).__name__} was fitted with {self.n_features_in_}.")
+        return pairs_of_points
+
+    def pair_score(self, X):
+        """Learned squared distances of pairs of points, shape (n_pairs,)."""
+        check_is_fitted(self, "components_")
+        pairs_of_points = self._check_pairs(X, reset=False)
+        difference = (pairs_of_points[:, 0] - pairs_of_points[:, 1]) @ self.components_.T
+        return np.einsum("ij,ij->i", difference, difference)
+
+    def decision_function(self, X):
+        """``threshold_ - squared distance``: positive for pairs called similar."""
+        return self.threshold_ - self.pair_score(X)
+
+    def predict(self, X):
+        """``+1`` (similar) where the squared distance is ``<= threshold_``, else ``-1``."""
+        return np.where(self.decision_function(X) >= 0, 1, -1)
+
+    def score(self, X, y):
+        """ROC AUC of :meth:`decision_function` on labelled pairs (metric-learn's)."""
+        signs = _pair_labels(y, len(np.asarray(X)))
+        return float(roc_auc_score(signs, self.decision_function(X)))
+
+    def calibrate_threshold(self, X, y, *, strategy="accuracy"):
+        """Set ``threshold_`` to the squared distance that best separates the pairs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+        y : array-like of shape (n_pairs,)
+            Pair labels.
+        strategy : {"accuracy"}, default="accuracy"
+            Maximise the accuracy of :meth:`predict` on ``(X, y)``; ties go
+            to the midpoint between neighbouring distances.
+
+        Returns
+        -------
+        self : object
+        """
+        if strategy != "accuracy":
+            raise ValueError(f"strategy must be 'accuracy', got {strategy!r}.")
+        distances = self.pair_score(X)
+        signs = _pair_labels(y, len(distances))
+        order = np.argsort(distances, kind="stable")
+        ordered, similar = distances[order], signs[order] > 0
+        # threshold between ordered[k - 1] and ordered[k]: the k closest are similar
+        correct = (np.r_[0, np.cumsum(similar)]
+                   + np.r_[np.cumsum((~similar)[::-1])[::-1], 0])
+        k = int(np.argmax(correct))
+        edges = np.r_[ordered[0] - 1.0, ordered, ordered[-1] + 1.0]
+        self.threshold_ = float(0.5 * (edges[k] + edges[k + 1]))
+        return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.three_d_array = True
+        return tags
+
+
+class MEGPairMetric(_PairInput, MEGMetric):
+    """:class:`MEGMetric` learned from labelled pairs of points.
+
+    ``X`` holds pairs of points, shape (n_pairs, 2, n_features), and ``y``
+    their labels, as metric-learn's pair learners (``ITML``): scikit-learn's
+    ``GridSearchCV`` / ``cross_val_score`` then split the pairs. The distinct
+    points of the pairs are the objects; :meth:`transform` embeds any point.
+    After fitting, ``threshold_`` is calibrated on the training pairs
+    (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
+
+    Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import MEGPairMetric
+    >>> rng = np.random.default_rng(0)
+    >>> points = rng.normal(size=(40, 3))
+    >>> labels = (points[:, 0] > 0).astype(int)
+    >>> a, b = rng.integers(0, 40, (2, 200))
+    >>> pairs = np.stack([points[a], points[b]], axis=1)
+    >>> model = MEGPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
+    >>> model.predict(pairs[:3]).shape
+    (3,)
+    """
+
+
+class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
+    """:class:`DefiniteBoostMetric` learned from labelled pairs of points.
+
+    As :class:`MEGPairMetric`: ``X`` of shape (n_pairs, 2, n_features),
+    ``y`` the pair labels; ``threshold_`` calibrated on the training pairs,
+    :meth:`score` the ROC AUC.
+    """

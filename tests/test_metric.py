@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn import config_context
 from sklearn.datasets import load_iris
 from sklearn.kernel_approximation import Nystroem
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
@@ -15,8 +16,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from megkernel import (
     DefiniteBoostMetric,
+    DefiniteBoostPairMetric,
     MEGKernelRegressor,
     MEGMetric,
+    MEGPairMetric,
     draw_pairs,
 )
 
@@ -232,3 +235,67 @@ def test_loss_attributes_have_one_meaning_and_old_names_are_deprecated():
         with pytest.warns(FutureWarning, match="pair_sq_distances"):
             np.testing.assert_array_equal(model.pair_distances(X, pairs),
                                           model.pair_sq_distances(X, pairs))
+
+
+def _iris_pairs(n=150, seed=0):
+    X, labels = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    pairs, pair_labels = draw_pairs(labels, n, random_state=seed)
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    pairs, pair_labels = pairs[order], pair_labels[order]
+    return X, pairs, pair_labels, np.stack([X[pairs[:, 0]], X[pairs[:, 1]]], axis=1)
+
+
+@pytest.mark.parametrize("pair_class, point_class", [(MEGPairMetric, MEGMetric),
+                                                     (DefiniteBoostPairMetric,
+                                                      DefiniteBoostMetric)])
+def test_pair_input_learners_are_the_point_learners_on_the_pairs_points(pair_class,
+                                                                        point_class):
+    X, pairs, pair_labels, pairs_of_points = _iris_pairs()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dropped")
+        model = pair_class(random_state=0).fit(pairs_of_points, pair_labels == 1)
+        # the same problem posed on the distinct points, pairs as row indices
+        points, inverse = np.unique(pairs_of_points.reshape(-1, 4), axis=0,
+                                    return_inverse=True)
+        reference = point_class(random_state=0).fit_pairs(
+            points, inverse.reshape(-1, 2), pair_labels)
+    np.testing.assert_allclose(model.get_mahalanobis_matrix(),
+                               reference.get_mahalanobis_matrix(), rtol=1e-9, atol=1e-12)
+    distances = model.pair_score(pairs_of_points)
+    np.testing.assert_allclose(distances, reference.pair_sq_distances(X, pairs), rtol=1e-9)
+    # the calibrated threshold is the best single cut on the training pairs
+    accuracy = np.mean(model.predict(pairs_of_points) == pair_labels)
+    for cut in np.unique(distances):
+        assert accuracy >= np.mean(np.where(distances <= cut, 1, -1) == pair_labels) - 1e-12
+    assert model.score(pairs_of_points, pair_labels) > 0.85   # ROC AUC
+    np.testing.assert_array_equal(model.classes_, [-1, 1])
+
+
+def test_pair_input_learners_cross_validate_the_pairs():
+    _, _, pair_labels, pairs_of_points = _iris_pairs(seed=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dropped")
+        search = GridSearchCV(DefiniteBoostPairMetric(), {"slack": [0.3, 2.0]}, cv=3)
+        search.fit(pairs_of_points, pair_labels)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    assert search.best_score_ > 0.85
+    model = search.best_estimator_
+    pickle.loads(pickle.dumps(model)).predict(pairs_of_points[:5])
+    with pytest.raises(ValueError, match=r"shape \(n_pairs, 2, n_features\)"):
+        model.predict(pairs_of_points[:, 0])
+    with pytest.raises(ValueError, match="3 features per point|4"):
+        model.predict(pairs_of_points[:, :, :3])
+
+
+def test_metric_transformers_speak_pandas():
+    X, labels = load_iris(return_X_y=True)
+    model = MEGMetric(random_state=0).set_output(transform="pandas").fit(X, labels)
+    frame = model.transform(X[:3])
+    assert list(frame.columns) == [f"megmetric{i}" for i in range(model.n_components_)]
+    assert list(model.get_feature_names_out()) == list(frame.columns)
+    pipe = Pipeline([("metric", DefiniteBoostMetric()), ("knn", KNeighborsClassifier(1))])
+    with config_context(transform_output="pandas"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dropped")
+        pipe.fit(X, labels)
+        assert hasattr(pipe[:-1].transform(X[:2]), "columns")
