@@ -166,9 +166,8 @@ def test_vectorised_secular_solver_matches_lapack(seed):
     for rho in (1e-6, 0.3, 1e6):
         roots, delta = np.empty(k), np.empty((k, k))
         converged = np.zeros(k, dtype=np.intp)
-        reals = np.empty((5, k))
         kernels._secular_roots_vectorised(d, z, rho, roots, delta, converged,
-                                           np.empty(k, dtype=np.intp), reals)
+                                           kernels.make_workspace(k, 1).secular)
         ref_roots, ref_delta = np.empty(k), np.empty((k, k))
         info = kernels._secular_roots(d, z, rho, ref_roots, ref_delta,
                                        np.zeros(k, dtype=np.intp),

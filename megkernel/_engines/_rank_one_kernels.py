@@ -1,19 +1,28 @@
 """Compiled (numba) kernels of the rank-one eigen-update.
 
-Imported by :mod:`megkernel._rank_one` only when numba is importable. The
+The compiled half of :mod:`megkernel._engines.rank_one`. The
 eigendecomposition of ``diag(lam) + s z z^T`` follows LAPACK's divide and
 conquer merge step: deflation of tiny ``z`` components and of near-equal
 eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4``'s
 iteration with the sums over the poles vectorised (LAPACK's own ``dlaed4``,
 called from compiled code through ``scipy.linalg.cython_lapack``, takes over
 any root that does not converge), and Gu & Eisenstat's recomputed ``z`` for
-numerically orthogonal eigenvectors (``dlaed3``/``dlaed9``). Eigenvectors are stored as the *rows* of ``Vt``
-(``Vt = V^T``, C-contiguous), so that the rows touched by one update are
-contiguous and the eigenvector product is one GEMM over the rows that did
-not deflate.
+numerically orthogonal eigenvectors (``dlaed3``/``dlaed9``). Eigenvectors
+are stored as the *rows* of ``Vt`` (``Vt = V^T``, C-contiguous), so that the
+rows touched by one update are contiguous and the eigenvector product is one
+GEMM over the rows that did not deflate.
+
+Arguments come in small named structures: :class:`Eigenpairs` (eigenvalues,
+eigenvector rows and a spare buffer they trade places with) and
+:class:`Workspace` (named scratch arrays, :func:`make_workspace`; in it, the
+per-root state of the secular solver is a record array of dtype
+:data:`SECULAR_STATE`).
+:func:`pair_trials` runs MEG trials, :func:`rank_one_update` one update.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import llvmlite.binding as llvm_binding
 import numpy as np
@@ -33,22 +42,116 @@ _dlaed4 = types.ExternalFunction(_DLAED4_SYMBOL, types.void(*[types.voidptr] * 8
 _EPS = np.finfo(np.float64).eps / 2
 
 
-@njit(cache=True)
-def make_workspace(n, m):
-    """Buffers for updates of ``n`` eigenpairs with eigenvectors of length ``m``.
+class Eigenpairs(NamedTuple):
+    """Eigenpairs ``Vt^T diag(values) Vt`` being updated.
 
-    Returns a tuple ``(ints, lapack_ints, reals, square, rows)``: index
-    scratch ``(6, n)``, LAPACK's integer arguments, real scratch ``(12, n)``,
-    two ``n*n`` blocks for the secular deltas and the small eigenvector
-    matrix, and two ``n*m`` blocks for the gathered and the updated
-    eigenvector rows.
+    Attributes
+    ----------
+    values : ndarray of shape (n,)
+        Ascending eigenvalues, updated in place.
+    rows : ndarray of shape (n, m), C-contiguous
+        The eigenvectors, as rows (``Vt``).
+    spare : ndarray of shape (n, m), C-contiguous
+        A buffer of the same shape: an update that rotates every row writes
+        the new rows into it, and the two trade places.
     """
-    ints = np.empty((6, n), dtype=np.intp)
-    lapack_ints = np.empty(3, dtype=np.int32)
-    reals = np.empty((12, max(n, 2)))
-    square = np.empty((2, n * n))
-    rows = np.empty((2, n * m))
-    return ints, lapack_ints, reals, square, rows
+
+    values: np.ndarray
+    rows: np.ndarray
+    spare: np.ndarray
+
+
+#: Record type of the per-root state of :func:`_secular_roots_vectorised`
+#: (``dlaed4``'s), one record per root: ``origin``, the pole the root is
+#: measured from (the nearer one); ``tau``, its distance from that pole;
+#: ``lower`` and ``upper``, the bracket of ``tau``; ``w_prev``, the secular
+#: function at the previous step; ``middle_way``, 1.0 while the root takes
+#: middle-way steps and 0.0 while fixed-weight ones (``dlaed4``'s switch).
+SECULAR_STATE = np.dtype([("origin", np.intp), ("tau", np.float64),
+                          ("lower", np.float64), ("upper", np.float64),
+                          ("w_prev", np.float64), ("middle_way", np.float64)])
+
+
+class Workspace(NamedTuple):
+    """Scratch of :func:`rank_one_update` for ``n`` eigenpairs of length ``m``.
+
+    Entries are in *working order*: eigenvalues sign-adjusted (negated for
+    a negative update) and ascending.
+
+    Attributes
+    ----------
+    pos : ndarray of intp, shape (n,)
+        Eigenpair index of each working entry.
+    kept : ndarray of intp, shape (n,)
+        Working indices of the entries that did not deflate (first ``k``).
+    order, done : ndarray of intp, shape (n,)
+        Permutation and visited marks of the final sort.
+    converged : ndarray of intp, shape (n,)
+        1 for the secular roots the vectorised solver found.
+    lapack_ints : ndarray of int32, shape (3,)
+        ``dlaed4``'s integer arguments (``k``, root index, ``info``).
+    lapack_reals : ndarray of shape (2,)
+        ``dlaed4``'s real scalars (``rho``, the root).
+    dw, zw : ndarray of shape (n,)
+        Working eigenvalues and update vector (unit norm).
+    dk, zk : ndarray of shape (n,)
+        The same for the ``k`` kept entries (``zk`` of unit norm again).
+    roots : ndarray of shape (n,)
+        The new eigenvalues of the kept block.
+    zhat : ndarray of shape (n,)
+        Gu & Eisenstat's recomputed update vector.
+    secular : ndarray of dtype SECULAR_STATE, shape (n,)
+        Per-root state of the secular solver.
+    delta : ndarray of shape (n * n,)
+        ``delta[j, i] = dk_i - roots_j`` as a ``(k, k)`` block (then, for a
+        negative update rotating every row, the reordered eigenvectors).
+    small : ndarray of shape (n * n,)
+        Eigenvectors of the kept block, as rows of a ``(k, k)`` block.
+    gathered : ndarray of shape (n * m,)
+        The kept eigenvector rows, as a ``(k, m)`` block (its first ``m``
+        entries also buffer one row in the final sort).
+    updated : ndarray of shape (n * m,)
+        Their products with ``small``, as a ``(k, m)`` block.
+    """
+
+    pos: np.ndarray
+    kept: np.ndarray
+    order: np.ndarray
+    done: np.ndarray
+    converged: np.ndarray
+    lapack_ints: np.ndarray
+    lapack_reals: np.ndarray
+    dw: np.ndarray
+    zw: np.ndarray
+    dk: np.ndarray
+    zk: np.ndarray
+    roots: np.ndarray
+    zhat: np.ndarray
+    secular: np.ndarray
+    delta: np.ndarray
+    small: np.ndarray
+    gathered: np.ndarray
+    updated: np.ndarray
+
+
+def make_workspace(n, m):
+    """A :class:`Workspace` for ``n`` eigenpairs of length ``m`` (uninitialised).
+
+    Plain Python (no compilation); :func:`pair_trials` makes its own by the
+    compiled twin :func:`_make_workspace`.
+    """
+    return Workspace(
+        np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp),
+        np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp),
+        np.empty(n, dtype=np.intp), np.empty(3, dtype=np.int32), np.empty(2),
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
+        np.empty(n),
+        np.empty(n, dtype=SECULAR_STATE),
+        np.empty(n * n), np.empty(n * n), np.empty(n * m), np.empty(n * m),
+    )
+
+
+_make_workspace = njit(cache=True)(make_workspace)
 
 
 @njit(cache=True)
@@ -171,42 +274,42 @@ def _sum_squares(x):
 
 
 @_strict
-def _secular_step(dk, zk, rho, j, first, row, origin, tau, bounds, state):
+def _secular_step(dk, zk, rho, j, first, row, scratch):
     """One safeguarded rational step for root ``j`` (``dlaed4``'s rules).
 
-    ``row`` holds ``dk - root`` at the current ``tau[j]``; ``bounds[:, j]``
-    brackets ``tau[j]``; ``state[:, j]`` is the previous ``w`` and the
-    fixed-weight / middle-way switch. The ``first`` step, taken from
-    mid-interval, also picks the nearer pole as origin. Returns True if the
-    root converged.
+    ``row`` holds ``dk - root`` at the current ``scratch[j].tau``; the
+    other fields of its record ``scratch[j]`` (:data:`SECULAR_STATE`)
+    are updated. The ``first`` step, taken from mid-interval, also picks the
+    nearer pole as origin. Returns True if the root converged.
     """
+    state = scratch[j]
     k = dk.size
     p = min(j, k - 2)
     psi, dpsi, phi, dphi = _row_sums(zk, row, p)
     w = 1.0 / rho + psi + phi
     dw = dpsi + dphi
     erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
-              + abs(tau[j]) * dw)
+              + abs(state.tau) * dw)
     if abs(w) <= _EPS * erretm:
         return True
     if w < 0:
-        bounds[0, j] = max(bounds[0, j], tau[j])
+        state.lower = max(state.lower, state.tau)
     else:
-        bounds[1, j] = min(bounds[1, j], tau[j])
+        state.upper = min(state.upper, state.tau)
     if first and w < 0 and j < k - 1:
         # first step, root in the upper half: measure from the upper pole
         gap = dk[j + 1] - dk[j]
-        origin[j] = j + 1
-        tau[j] -= gap
-        bounds[0, j] -= gap
-        bounds[1, j] -= gap
+        state.origin = j + 1
+        state.tau -= gap
+        state.lower -= gap
+        state.upper -= gap
     left = row[p]
     right = row[p + 1]
     a = (left + right) * w - left * right * dw
     b = left * right * w
-    if j == k - 1 or state[1, j] != 0.0:
+    if j == k - 1 or state.middle_way != 0.0:
         c = w - left * dpsi - right * dphi
-    elif origin[j] == p:
+    elif state.origin == p:
         c = w - right * dw - (left - right) * (zk[p] / left) ** 2
     else:
         c = w - left * dw - (right - left) * (zk[p + 1] / right) ** 2
@@ -214,7 +317,7 @@ def _secular_step(dk, zk, rho, j, first, row, origin, tau, bounds, state):
     if j == k - 1:
         c = abs(c)
         if c == 0.0:
-            eta = bounds[1, j] - tau[j]
+            eta = state.upper - state.tau
         elif a >= 0:
             eta = (a + disc) / (2.0 * c)
         else:
@@ -227,33 +330,33 @@ def _secular_step(dk, zk, rho, j, first, row, origin, tau, bounds, state):
         eta = 2.0 * b / (a + disc)
     if w * eta >= 0:
         eta = -w / dw
-    if not bounds[0, j] < tau[j] + eta < bounds[1, j]:
-        eta = (bounds[1 if w < 0 else 0, j] - tau[j]) / 2
-    tau[j] += eta
-    if abs(eta) <= 2.0 * _EPS * abs(tau[j]):
+    if not state.lower < state.tau + eta < state.upper:
+        eta = ((state.upper if w < 0 else state.lower) - state.tau) / 2
+    state.tau += eta
+    if abs(eta) <= 2.0 * _EPS * abs(state.tau):
         return True  # a rational step at round-off size: converged
-    if state[0, j] * w > 0 and abs(w) > abs(state[0, j]) / 10:
-        state[1, j] = 1.0 - state[1, j]
-    state[0, j] = w
+    if state.w_prev * w > 0 and abs(w) > abs(state.w_prev) / 10:
+        state.middle_way = 1.0 - state.middle_way
+    state.w_prev = w
     return False
 
 
 @_strict
-def _secular_start(dk, rho, j, origin, tau, bounds, state):
+def _secular_start(dk, rho, j, scratch):
     """Root ``j`` starts mid-interval, bracketed by its two poles."""
     k = dk.size
     gap = dk[j + 1] - dk[j] if j < k - 1 else rho
-    origin[j] = j
-    tau[j] = gap / 2
-    bounds[0, j] = 0.0
-    bounds[1, j] = gap
-    state[0, j] = 0.0
-    state[1, j] = 0.0
+    state = scratch[j]
+    state.origin = j
+    state.tau = gap / 2
+    state.lower = 0.0
+    state.upper = gap
+    state.w_prev = 0.0
+    state.middle_way = 0.0
 
 
 @_strict
-def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, origin,
-                              reals):
+def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, scratch):
     """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
 
     ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
@@ -262,22 +365,21 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, origin,
     ``delta`` (``delta[j, i] = dk_i - roots_j``) and the secular sums
     vectorised over the poles. Roots not converged after
     :data:`_MAX_STEPS` steps keep ``converged[j] == 0`` for ``dlaed4``.
+    ``scratch`` (record array of dtype :data:`SECULAR_STATE`) holds at least
+    ``k`` roots.
     """
     k = dk.size
-    tau = reals[0, :k]
-    bounds = reals[1:3, :k]
-    state = reals[3:5, :k]
     for j in range(k):
         row = delta[j]
-        _secular_start(dk, rho, j, origin, tau, bounds, state)
+        state = scratch[j]  # a reference: sees the updates of the steps
+        _secular_start(dk, rho, j, scratch)
         converged[j] = 0
         for step in range(_MAX_STEPS):
-            _delta_row(dk, dk[origin[j]], tau[j], row)
-            if _secular_step(dk, zk, rho, j, step == 0, row, origin, tau,
-                             bounds, state):
-                _delta_row(dk, dk[origin[j]], tau[j], row)
+            _delta_row(dk, dk[state.origin], state.tau, row)
+            if _secular_step(dk, zk, rho, j, step == 0, row, scratch):
+                _delta_row(dk, dk[state.origin], state.tau, row)
                 converged[j] = 1
-                roots[j] = dk[origin[j]] + tau[j]
+                roots[j] = dk[state.origin] + state.tau
                 break
 
 
@@ -348,39 +450,43 @@ def _sort_in_place(lam, Vt, order, done, tmp):
 
 
 @njit(cache=True)
-def rank_one_update(lam, Vt, spare, z, s, work):
+def rank_one_update(pairs, z, s, work):
     """Eigenpairs of ``Vt^T diag(lam) Vt + s (Vt^T z)(Vt^T z)^T``, in place.
 
     Parameters
     ----------
-    lam : ndarray (n,)
-        Ascending eigenvalues; overwritten with the new ones (ascending).
-    Vt : ndarray (n, m), C-contiguous
-        Eigenvectors as rows.
-    spare : ndarray (n, m), C-contiguous
-        Buffer that may receive the new rows (see Returns).
+    pairs : Eigenpairs
+        ``lam`` (``pairs.values``), overwritten with the new eigenvalues
+        (ascending), and ``Vt`` (``pairs.rows``).
     z : ndarray (n,)
         Coordinates of the update vector in the eigenbasis (not modified).
     s : float
         Signed weight of the update.
-    work : tuple
-        From :func:`make_workspace`.
+    work : Workspace
+        From :func:`make_workspace` with ``n`` and ``m``.
 
     Returns
     -------
     swapped : bool
-        True if ``spare`` now holds the new eigenvectors.
+        True if ``pairs.spare`` now holds the new eigenvectors.
     info : int
         Nonzero if LAPACK's root finder failed; ``lam`` and ``Vt`` are then
         inconsistent and must be recomputed from the exact matrix.
     """
+    lam = pairs.values
+    Vt = pairs.rows
+    spare = pairs.spare
     n = lam.size
     m = Vt.shape[1]
-    ints, lapack_ints, reals, square, rows_buf = work
-    pos, kept, order, done = ints[0], ints[1], ints[2], ints[3]
-    dw, zw, dk, zk, roots = (reals[0, :n], reals[1, :n], reals[2, :n],
-                             reals[3, :n], reals[4, :n])
-    rbuf = reals[5]
+    pos = work.pos
+    kept = work.kept
+    order = work.order
+    done = work.done
+    dw = work.dw
+    zw = work.zw
+    dk = work.dk
+    zk = work.zk
+    roots = work.roots
     if s == 0.0:
         return False, 0
     sign = 1.0 if s > 0 else -1.0
@@ -403,7 +509,7 @@ def rank_one_update(lam, Vt, spare, z, s, work):
     for w in range(n):
         lam[pos[w]] = sign * dw[w]
     if k == 0:
-        _sort_in_place(lam, Vt, order, done, rows_buf[0, :m])
+        _sort_in_place(lam, Vt, order, done, work.gathered[:m])
         return False, 0
     knorm2 = 0.0
     for i in range(k):
@@ -414,25 +520,25 @@ def rank_one_update(lam, Vt, spare, z, s, work):
     for i in range(k):
         zk[i] /= knorm
     rho_k = rho * knorm2
-    delta = square[0, :k * k].reshape((k, k))
-    small = square[1, :k * k].reshape((k, k))
-    converged = ints[5, :k]
+    delta = work.delta[:k * k].reshape((k, k))
+    small = work.small[:k * k].reshape((k, k))
+    converged = work.converged[:k]
     converged[:] = 0
     if k >= 3:
         _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta,
-                                  converged, ints[4, :k], reals[6:11])
+                                  converged, work.secular)
     info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
-                          lapack_ints, rbuf)
+                          work.lapack_ints, work.lapack_reals)
     if info != 0:
         return False, info
-    _secular_vectors(dk[:k], zk[:k], delta, reals[11, :k], small)
+    _secular_vectors(dk[:k], zk[:k], delta, work.zhat[:k], small)
     for j in range(k):
         lam[pos[kept[j]]] = sign * roots[j]
     swapped = k == n
     if swapped:
         target = spare
         if sign < 0:  # working order is reversed: reverse both axes
-            full = square[0, :n * n].reshape((n, n))
+            full = work.delta[:n * n].reshape((n, n))
             for j in range(n):
                 for i in range(n):
                     full[pos[j], pos[i]] = small[j, i]
@@ -440,27 +546,57 @@ def rank_one_update(lam, Vt, spare, z, s, work):
         np.dot(small, Vt, target)
     else:
         target = Vt
-        gathered = rows_buf[0, :k * m].reshape((k, m))
-        updated = rows_buf[1, :k * m].reshape((k, m))
+        gathered = work.gathered[:k * m].reshape((k, m))
+        updated = work.updated[:k * m].reshape((k, m))
         for i in range(k):
             gathered[i] = Vt[pos[kept[i]]]
         np.dot(small, gathered, updated)
         for j in range(k):
             Vt[pos[kept[j]]] = updated[j]
-    _sort_in_place(lam, target, order, done, rows_buf[0, :m])
+    _sort_in_place(lam, target, order, done, work.gathered[:m])
     return swapped, 0
 
 
 @njit(cache=True)
-def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, learning_rate,
-                trace, predictions, start, budget, work):
+def pair_trials(pairs, exponent, basis, a, b, y, learning_rate, trace,
+                predictions, start, budget):
     """MEG trials from ``start`` until the end or ``budget`` updates.
 
-    ``basis`` of shape ``(0, 0)`` means dense mode (``v = e_a - e_b``).
-    Returns ``(next_trial, updates, Vt, spare, info)``; ``Vt`` and
-    ``spare`` may come back swapped.
+    Parameters
+    ----------
+    pairs : Eigenpairs
+        Eigendecomposition of ``exponent`` (in the coordinates of
+        ``basis``); ``pairs.values`` is updated in place.
+    exponent : ndarray of shape (n, n)
+        The exponent, updated exactly in place.
+    basis : ndarray of shape (n_objects, n), or (0, 0) in dense mode
+        Rows are the objects' coordinates; dense mode: ``v = e_a - e_b``.
+    a, b, y, learning_rate, trace, predictions
+        The trials and the output, as for every engine
+        (:mod:`megkernel._engines`).
+    start : int
+        First trial to run.
+    budget : int
+        Most updates to make (the refresh policy stays in Python).
+
+    Returns
+    -------
+    next_trial : int
+        The first trial not run.
+    updates : int
+        Updates made (trials with a nonzero step).
+    pairs : Eigenpairs
+        The updated eigenpairs: ``rows`` and ``spare`` may have traded
+        places.
+    info : int
+        Nonzero if the root finder failed in the last update: the
+        eigenpairs must then be recomputed from ``exponent``.
     """
+    lam = pairs.values
+    Vt = pairs.rows
+    spare = pairs.spare
     n = lam.size
+    work = _make_workspace(n, Vt.shape[1])
     dense = basis.shape[0] == 0
     z = np.empty(n)
     v = np.empty(n)
@@ -502,10 +638,11 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, learning_rate,
             for i in range(n):
                 for j in range(n):
                     exponent[i, j] += scale * (v[i] * v[j])
-        swapped, info = rank_one_update(lam, Vt, spare, z, scale, work)
+        swapped, info = rank_one_update(Eigenpairs(lam, Vt, spare), z, scale,
+                                        work)
         if info != 0:
-            return t, updates, Vt, spare, info
+            return t, updates, Eigenpairs(lam, Vt, spare), info
         if swapped:
             Vt, spare = spare, Vt
         updates += 1
-    return t, updates, Vt, spare, 0
+    return t, updates, Eigenpairs(lam, Vt, spare), 0

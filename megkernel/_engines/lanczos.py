@@ -32,7 +32,8 @@ instead, and so does a trial whose quadrature is too noisy to trust
 (round-off level above :data:`MAX_TOL`: exponents of enormous spread). The
 exponent itself is updated exactly, in four entries per trial,
 and with the identity prior it stays sparse: products ``A x`` then cost
-``O(nnz)`` through per-row column lists (see :mod:`._lanczos_compiled`).
+``O(nnz)`` through per-row column lists (see :mod:`._lanczos_kernels`,
+which runs the trials; this module holds the policy).
 
 At the end of each call the eigendecomposition of the state is refreshed
 (one ``eigh``), so ``kernel_``, ``predict`` and the other engines see a
@@ -77,9 +78,10 @@ PANEL_HALF = 8.0
 #: Sparse products while the column lists hold at most this fraction of d^2.
 DENSE_FRACTION = 0.25
 
-#: Counters :func:`pair_trials` adds to its ``stats``.
-STATS = ("trials", "steps", "max_steps", "breakdowns", "too_long", "nodes",
-         "endpoint_steps", "fallbacks", "anchors")
+#: Counters :func:`pair_trials` adds to its ``stats``: those of the compiled
+#: kernel (:data:`._lanczos_kernels.COUNTERS`), then ``fallbacks`` (trials
+#: declined) and ``anchors`` (exact re-anchorings of ``log Z``).
+STATS = (*kernels.COUNTERS.names, "fallbacks", "anchors")
 
 
 def _gauss_legendre_table(size=24):
@@ -93,6 +95,21 @@ def _gauss_legendre_table(size=24):
 
 
 _GL_NODES, _GL_WEIGHTS = _gauss_legendre_table()
+
+
+def _settings():
+    """The module constants as the kernel's :class:`~._lanczos_kernels.Settings`.
+
+    Read at each call (tests patch the constants); converted to ``int`` and
+    ``float`` so that the compiled kernel always sees the same types.
+    """
+    return kernels.Settings(
+        anchor_every=int(ANCHOR_EVERY), kmax=int(MAX_STEPS), tol=float(TOL),
+        noise=float(NOISE), max_tol=float(MAX_TOL), ratio_min=float(RATIO_MIN),
+        gl_limit=float(GL_LIMIT), panel_half=float(PANEL_HALF),
+        gl_nodes=_GL_NODES, gl_weights=_GL_WEIGHTS,
+        dense_fraction=float(DENSE_FRACTION),
+    )
 
 
 def _stamp(state):
@@ -142,22 +159,25 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     if start >= n:
         return n
     state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
+    settings = _settings()
     log_z, since = _start(state)
-    nbr, deg, dense = kernels.build_structure(state.exponent, DENSE_FRACTION)
-    workspace = kernels.make_workspace(state.size, MAX_STEPS)
-    t = start
+    columns, dense = kernels.build_structure(state.exponent, settings.dense_fraction)
+    progress = kernels.Progress(t=int(start), log_z=log_z, since_anchor=int(since),
+                                dense=bool(dense))
+    workspace = kernels.make_workspace(state.size, settings.kmax)
+    counters = kernels.make_counters()
     while True:
-        t, status, log_z, since, dense = kernels.run_trials(
-            state.exponent, nbr, deg, dense, DENSE_FRACTION, a, b, y,
-            learning_rate, trace, predictions, t, log_z, since, ANCHOR_EVERY,
-            MAX_STEPS, TOL, NOISE, MAX_TOL, RATIO_MIN, GL_LIMIT, PANEL_HALF,
-            _GL_NODES, _GL_WEIGHTS, workspace,
+        status, progress = kernels.pair_trials(
+            state.exponent, columns, a, b, y, learning_rate, trace, predictions,
+            progress, settings, workspace, counters,
         )
-        if status != kernels.REANCHOR or t >= n:
+        if status != kernels.REANCHOR or progress.t >= n:
             break
         state.refresh()
         counts["anchors"] += 1
-        log_z, since = float(log_trace_exp(state.eigenvalues)), 0
+        progress = progress._replace(log_z=float(log_trace_exp(state.eigenvalues)),
+                                     since_anchor=0)
+    t, log_z, since, dense = progress
     state.refresh()
     if status == kernels.REANCHOR:  # the final refresh anchors
         counts["anchors"] += 1
@@ -165,9 +185,8 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     declined = status in (kernels.NOT_CONVERGED, kernels.QL_FAILED)
     counts["fallbacks"] = int(declined)
     state.partition_anchor = PartitionAnchor(log_z, since, _stamp(state))
-    kernel_counts = workspace[2]
-    for i, name in enumerate(STATS[:7]):
-        counts[name] = int(kernel_counts[i])
+    for name in kernels.COUNTERS.names:
+        counts[name] = int(counters[0][name])
     if stats is not None:
         for name, value in counts.items():
             stats[name] = (max(stats.get(name, 0), value) if name == "max_steps"
