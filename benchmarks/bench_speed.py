@@ -183,7 +183,7 @@ def per_trial_table(sizes, repeats):
         if "lanczos" in times:
             cells[3] += f" ({counts[3]})"
 
-        def ratio(slow, fast):
+        def ratio(slow, fast, times=times):
             if slow in times and fast in times:
                 return f"{times[slow][0] / times[fast][0]:.1f}x"
             return "–"

@@ -16,7 +16,6 @@ from megkernel._engines.rank_one import (
 from megkernel._numerics.state import ExponentState
 
 
-
 def _problem(name, rng):
     """``(lam, z, s)`` for the named eigenproblem."""
     n = 30
@@ -140,7 +139,7 @@ def test_rank_one_update_state_and_line_search(monkeypatch):
     rng = np.random.default_rng(6)
     state = ExponentState.identity(9)
     reference = state.copy()
-    for step in range(7):
+    for _ in range(7):
         a, b = rng.choice(9, 2, replace=False)
         scale = rng.normal()
         z = state.pair_coordinates(a, b)[0]

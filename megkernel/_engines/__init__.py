@@ -21,7 +21,8 @@ should ever be picked by ``"auto"``, a rule in :func:`select`).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,9 +37,9 @@ class Engine(NamedTuple):
 
     name: str
     pair_trials: Callable
-    pair_update: Optional[Callable]
+    pair_update: Callable | None
     low_rank: bool
-    fallback: Optional[str] = None  # runs the trials this engine declines
+    fallback: str | None = None  # runs the trials this engine declines
 
 
 #: The engines by ``method`` name.

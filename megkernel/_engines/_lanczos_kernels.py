@@ -290,30 +290,30 @@ def tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz):
     dd[0] = (alpha[0] + bump) - shift
     zz[0] = 1.0
     ok = True
-    for l in range(k):
+    for low in range(k):
         it = 0
         while True:
-            m = l
+            m = low
             while m < k - 1:
                 tst1 = abs(dd[m]) + abs(dd[m + 1])
                 if tst1 + abs(ee[m]) == tst1:
                     break
                 m += 1
-            if m == l:
+            if m == low:
                 break
             if it == 60:
                 ok = False
                 break
             it += 1
-            p = dd[l]
-            g = (dd[l + 1] - p) / (2.0 * ee[l])
+            p = dd[low]
+            g = (dd[low + 1] - p) / (2.0 * ee[low])
             r = math.hypot(g, 1.0)
-            g = dd[m] - p + ee[l] / (g + math.copysign(r, g))
+            g = dd[m] - p + ee[low] / (g + math.copysign(r, g))
             s = 1.0
             c = 1.0
             p = 0.0
             underflow = False
-            for i in range(m - 1, l - 1, -1):
+            for i in range(m - 1, low - 1, -1):
                 f = s * ee[i]
                 b = c * ee[i]
                 r = math.hypot(f, g)
@@ -335,8 +335,8 @@ def tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz):
                 zz[i] = c * zz[i] - s * f
             if underflow:
                 continue
-            dd[l] -= p
-            ee[l] = g
+            dd[low] -= p
+            ee[low] = g
             ee[m] = 0.0
         if not ok:
             break
