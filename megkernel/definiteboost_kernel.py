@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
@@ -9,6 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ._engines import select
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -17,6 +19,9 @@ from ._pair_estimator import (
     unchanged_on_error,
     validate_pairs,
 )
+from ._progress import bar as progress_bar
+from ._progress import detail as progress_detail
+from ._progress import note_compiling
 from ._solvers.definiteboost import check_pair_signs, fit_pair_constraints
 from ._warnings import warn_user
 
@@ -106,7 +111,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     method : {"auto", "eigh", "rank-one"}, default="auto"
         Engine of each projection; same result up to round-off.
     verbose : int, default=0
-        Print progress when positive.
+        ``1``: a progress bar on stderr over the iterations (rate, ETA
+        against ``max_iter``), and a one-line note while numba compiles the
+        engine for the first time; ``2``: plus a detail line (largest
+        violation, dual objective and bound) at every 20th of ``max_iter``.
 
     Attributes
     ----------
@@ -222,13 +230,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                                              objects=self.objects)
             signs = check_pair_signs(y, pairs, name="y")
             state = initial_state(self, pairs, index)
-            log = fit_pair_constraints(
-                state, pairs, signs, gamma=self.gamma,
-                gamma_dissimilar=self.gamma_dissimilar, trace=self.trace,
-                slack=self.slack, projection=self.projection,
-                corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
-                method=self.method, callback=self._progress if self.verbose else None,
-            )
+            with self._progress(state) as callback:
+                log = fit_pair_constraints(
+                    state, pairs, signs, gamma=self.gamma,
+                    gamma_dissimilar=self.gamma_dissimilar, trace=self.trace,
+                    slack=self.slack, projection=self.projection,
+                    corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
+                    method=self.method, callback=callback,
+                )
         self._store(state, index, signs, log)
         return self
 
@@ -263,12 +272,30 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.max_violation_ = max(log["max_violation"], 0.0)
         self.converged_ = log["converged"]
 
-    def _progress(self, t, record):
+    @contextmanager
+    def _progress(self, state):
+        """The fit's progress callback (``None`` unless ``verbose``): a bar
+        over iterations (at most ``max_iter``) on stderr; ``verbose=2`` adds
+        a detail line at every 20th of ``max_iter``."""
+        if not self.verbose:
+            yield None
+            return
+        note_compiling([select(self.method, state, need="update").name])
         every = max(1, self.max_iter // 20)
-        if t % every == 0 or t == 1:
-            print(f"[DefiniteBoostKernel] iter {t}: largest violation "
-                  f"{record['violation']:.4g}, dual objective "
-                  f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
+        with progress_bar(total=self.max_iter, desc="DefiniteBoostKernel",
+                          unit="iter") as iterations:
+            def callback(t, record):
+                iterations.update(t - iterations.n)
+                if self.verbose >= 2 and (t % every == 0 or t == 1):
+                    progress_detail(
+                        f"[DefiniteBoostKernel] iter {t}: largest violation "
+                        f"{record['violation']:.4g}, dual objective "
+                        f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
+                iterations.set_postfix_str(f"violation {record['violation']:.3g}",
+                                           refresh=False)
+
+            yield callback
+            iterations.total = iterations.n  # stopped early: the bar ends full
 
     # -- fitted views ----------------------------------------------------------
     def pair_sq_distances(self, X):

@@ -12,7 +12,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._engines import run_pair_trials
+from ._engines import run_pair_trials, select
 from ._numerics.validation import check_meg_step, check_squared_distances
 from ._pair_estimator import (
     KernelViewsMixin,
@@ -22,13 +22,22 @@ from ._pair_estimator import (
     unchanged_on_error,
     validate_pairs,
 )
+from ._progress import bar as progress_bar
+from ._progress import detail as progress_detail
+from ._progress import note_compiling
 from ._solvers.meg import auto_learning_rate
 from ._warnings import warn_user
 
 __all__ = ["MEGKernelRegressor"]
 
-#: Trials between two progress lines when ``verbose``.
+#: Trials between two updates of the progress bar when ``verbose``.
 _PROGRESS_EVERY = 10_000
+
+#: ``verbose=1`` draws a bar for calls of at least this many trials (shorter
+#: ones end before a bar says anything; on-line use, one pair per
+#: ``partial_fit``, would otherwise print a bar per call); ``verbose=2``
+#: draws one for every call.
+_BAR_FROM = 1000
 
 
 class _Start(NamedTuple):
@@ -166,7 +175,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         available (Lanczos in dense mode from ``d = 200`` on, for calls of
         at least 8 trials).
     verbose : int, default=0
-        Print progress every 10,000 trials when positive.
+        ``1``: a progress bar on stderr (trials, rate, ETA) for each call of
+        :meth:`fit` (each epoch) or :meth:`partial_fit` with at least 1,000
+        trials, and a one-line note while numba compiles the engine for the
+        first time; ``2``: a bar for every call, plus a detail line (loss,
+        time) every 10,000 trials. ``0``: nothing.
 
     Attributes
     ----------
@@ -370,23 +383,35 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return float(self.learning_rate)
 
     def _run(self, state, pairs, y, learning_rate, trace, *, epoch, done):
-        """Run the trials on ``state`` (a copy the call owns); return the losses."""
+        """Run the trials on ``state`` (a copy the call owns); return the losses.
+
+        ``verbose=1``: a progress bar (stderr) for calls of at least
+        ``_BAR_FROM`` trials; ``verbose=2``: a bar for every call, and a
+        detail line every ``_PROGRESS_EVERY`` trials.
+        """
         n = len(y)
         losses = np.empty(n)
-        chunk = _PROGRESS_EVERY if self.verbose else max(n, 1)
+        show = bool(self.verbose) and (self.verbose >= 2 or n >= _BAR_FROM)
+        chunk = _PROGRESS_EVERY if show else max(n, 1)
+        if show:
+            note_compiling([select(self.method, state, n).name])
+        where = f" epoch {epoch + 1}/{self.n_epochs}" if epoch is not None else ""
         clock = time.perf_counter()
-        for start in range(0, n, chunk):
-            stop = min(start + chunk, n)
-            predictions = run_pair_trials(
-                state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                learning_rate=learning_rate, trace=trace, method=self.method,
-            )
-            losses[start:stop] = (predictions - y[start:stop]) ** 2
-            if self.verbose:
-                where = f"epoch {epoch + 1}/{self.n_epochs}, " if epoch is not None else ""
-                print(f"[MEGKernelRegressor] {where}trial {done + stop}: "
-                      f"loss of the last {stop - start} trials "
-                      f"{losses[start:stop].sum():.6g}, {time.perf_counter() - clock:.1f} s")
+        with progress_bar(total=n, desc=f"MEGKernelRegressor{where}", unit="trial",
+                          enabled=show) as trials:
+            for start in range(0, n, chunk):
+                stop = min(start + chunk, n)
+                predictions = run_pair_trials(
+                    state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
+                    learning_rate=learning_rate, trace=trace, method=self.method,
+                )
+                losses[start:stop] = (predictions - y[start:stop]) ** 2
+                trials.update(stop - start)
+                if show and self.verbose >= 2:
+                    progress_detail(
+                        f"[MEGKernelRegressor]{where} trial {done + stop}: loss of the "
+                        f"last {stop - start} trials {losses[start:stop].sum():.6g}, "
+                        f"{time.perf_counter() - clock:.1f} s")
         return losses
 
     def _commit(self, start, losses, *, first):

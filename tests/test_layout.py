@@ -31,8 +31,8 @@ def _layer(module):
         return LAYERS["engines"]
     if top == "_solvers":
         return LAYERS["solvers"]
-    if top in ("_pair_estimator", "meg_regressor", "definiteboost_kernel", "neighbors",
-               "metric", "objects"):
+    if top in ("_pair_estimator", "_progress", "meg_regressor", "definiteboost_kernel",
+               "neighbors", "metric", "objects"):
         return LAYERS["estimators"]
     if top in ("evaluation", "datasets", "experiments", "plotting", "cli", "__main__",
                "__init__"):
