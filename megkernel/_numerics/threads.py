@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["SINGLE_THREAD_BELOW", "blas_threads"]
 
@@ -19,6 +19,7 @@ SINGLE_THREAD_BELOW = 1000
 _lock = threading.Lock()
 _holders = 0  # calls inside blas_threads, across threads
 _limiter = None  # the one active limit, entered by the first holder
+_controller = None  # made once: finding the BLAS libraries costs milliseconds
 
 
 @contextmanager
@@ -31,13 +32,15 @@ def blas_threads(size):
     (nested calls count: the outermost sets, it restores); calls from other
     threads, and large exponents, run with the BLAS as configured.
     """
-    global _holders, _limiter
+    global _holders, _limiter, _controller
     if size >= SINGLE_THREAD_BELOW or threading.current_thread() is not threading.main_thread():
         yield
         return
     with _lock:
         if _holders == 0:
-            _limiter = threadpool_limits(limits=1, user_api="blas")
+            if _controller is None:
+                _controller = ThreadpoolController()
+            _limiter = _controller.limit(limits=1, user_api="blas")
         _holders += 1
     try:
         yield
