@@ -27,6 +27,8 @@ import pandas as pd
 from sklearn.utils._param_validation import Interval, validate_params
 
 from ._numerics.spectral import check_symmetric, normalized_expm, von_neumann_divergence
+from ._progress import bar as progress_bar
+from ._progress import detail as progress_detail
 from ._solvers.bounds import meg_learning_rate, meg_loss_bound
 from .datasets import distance_triples, similar_pairs
 from .definiteboost_kernel import DefiniteBoostKernel
@@ -55,6 +57,9 @@ class OnlineExperiment:
         Checkpoints (trials done), starting at 0 (the prior ``I/d``).
     knn_errors : ndarray
         Mean 1-NN test error of the kernel at each checkpoint.
+    knn_split_errors : ndarray of shape (n_checkpoints + 1, n_splits)
+        The 1-NN test error of every split at each checkpoint (the spread
+        behind ``knn_errors``).
     cumulative_loss : ndarray of shape (n_trials,)
         Total loss ``L_MEG`` after each trial.
     loss_bound : float
@@ -64,20 +69,27 @@ class OnlineExperiment:
         The bound-optimal rate used, ``2 / r^2 = 1/2``.
     target_error, identity_error : float
         Mean 1-NN error of the target kernel and of the prior.
+    target_split_errors : ndarray of shape (n_splits,)
+        The target kernel's 1-NN error on every split.
     seconds : float
         Wall time of the MEG trials (evaluation excluded).
+    wall_seconds : float
+        Wall time of the whole experiment (examples, trials, evaluations).
     model : MEGKernelRegressor
         The fitted model.
     """
 
     trials: np.ndarray
     knn_errors: np.ndarray
+    knn_split_errors: np.ndarray
     cumulative_loss: np.ndarray
     loss_bound: float
     learning_rate: float
     target_error: float
     identity_error: float
+    target_split_errors: np.ndarray
     seconds: float
+    wall_seconds: float
     model: MEGKernelRegressor
 
 
@@ -95,21 +107,32 @@ class BatchExperiment:
         Checkpoints (projections done), from 0 (the prior) to ``n_iter_``.
     knn_errors : ndarray
         Mean 1-NN test error of the iterate at each checkpoint.
+    knn_split_errors : ndarray of shape (n_checkpoints + 1, n_splits)
+        The 1-NN test error of every split at each checkpoint.
     target_error, identity_error : float
         Mean 1-NN error of the target kernel and of the prior.
+    target_split_errors : ndarray of shape (n_splits,)
+        The target kernel's 1-NN error on every split.
     seconds : float
         Wall time of the fit (evaluation excluded).
+    wall_seconds : float
+        Wall time of the whole experiment (pairs, fit, evaluations).
     model : DefiniteBoostKernel
         The fitted model (``dual_objective_``, ``dual_bound_``, ``n_iter_``).
+        Its dual objective is on the trace-one scale (``W_1 = I/d``, starting
+        at 1); times ``d`` it is the paper's (``W_1 = I``, starting at ``d``).
     """
 
     gamma: float
     n_constraints: int
     iterations: np.ndarray
     knn_errors: np.ndarray
+    knn_split_errors: np.ndarray
     target_error: float
     identity_error: float
+    target_split_errors: np.ndarray
     seconds: float
+    wall_seconds: float
     model: DefiniteBoostKernel
 
 
@@ -129,6 +152,14 @@ def _check_target(K, labels):
 
 def _checkpoints(total, n_checkpoints):
     return np.unique(np.linspace(0, total, n_checkpoints + 1).round().astype(int))
+
+
+def _log_checkpoints(total, n_checkpoints, first=100):
+    """0, then ``n_checkpoints`` points log-spaced from ``min(first, total)``
+    to ``total`` (rounded, duplicates dropped)."""
+    first = min(first, total)
+    points = np.geomspace(first, total, n_checkpoints).round().astype(int)
+    return np.unique(np.concatenate([[0], points, [total]]))
 
 
 def _definiteboost_iterate(model, pairs, t):
@@ -153,7 +184,9 @@ def _definiteboost_iterate(model, pairs, t):
     return model.trace * normalized_expm(exponent)
 
 
-def _report(progress, message):
+def _report(progress, verbose, message):
+    if verbose >= 2:
+        progress_detail(message)
     if progress is not None:
         progress(message)
 
@@ -165,11 +198,12 @@ def _report(progress, message):
         "n_checkpoints": [Interval(Integral, 1, None, closed="left")],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "method": [str], "progress": [callable, None],
+        "verbose": [Interval(Integral, 0, None, closed="left")],
     },
     prefer_skip_nested_validation=True,
 )
 def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state=0,
-                          method="auto", progress=None):
+                          method="auto", progress=None, verbose=0):
     """On-line MEG from random entries of a target kernel (Figure 2).
 
     Parameters
@@ -181,45 +215,60 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
     n_trials : int
         Number of distance examples (the paper: about 3 x 10^5).
     n_checkpoints : int, default=40
-        Evaluations of the 1-NN error, evenly spaced over the trials.
+        Evaluations of the 1-NN error over the trials, spaced evenly on a
+        log scale from 100 trials on (so that a log-scaled axis shows the
+        early learning), plus the last trial.
     random_state : int, default=0
         Seed of the examples and of the 1-NN splits.
     method : str, default="auto"
         Engine of :class:`~megkernel.MEGKernelRegressor`.
     progress : callable, optional
         Called with a one-line message at each checkpoint.
+    verbose : int, default=0
+        ``1``: a progress bar over the trials on stderr (rate, ETA);
+        ``2``: plus a detail line at each checkpoint.
 
     Returns
     -------
     result : OnlineExperiment
     """
+    wall = time.perf_counter()
     K = _check_target(K, labels)
     d = len(K)
     prior = np.eye(d) / d
 
-    def knn_error(kernel):
-        return nearest_neighbor_error(kernel, labels, random_state=random_state).mean
+    def knn_errors(kernel):
+        return nearest_neighbor_error(kernel, labels, random_state=random_state).errors
 
     pairs, y = distance_triples(K, n_trials, random_state=random_state)
     learning_rate = meg_learning_rate(PAIR_EIGENVALUE_RANGE)
     bound = meg_loss_bound(PAIR_EIGENVALUE_RANGE, von_neumann_divergence(K, prior))
     model = MEGKernelRegressor(trace=1.0, n_objects=d, learning_rate=learning_rate, method=method)
-    trials = _checkpoints(n_trials, n_checkpoints)
-    errors = [knn_error(prior)]
+    trials = _log_checkpoints(n_trials, n_checkpoints)
+    errors = [knn_errors(prior)]
     seconds = 0.0
-    for start, stop in zip(trials[:-1], trials[1:]):
-        clock = time.perf_counter()
-        model.partial_fit(pairs[start:stop], y[start:stop])
-        seconds += time.perf_counter() - clock
-        errors.append(knn_error(model.kernel_))
-        _report(progress, f"MEG: {stop}/{n_trials} trials, total loss "
-                          f"{model.cumulative_loss_:.4f} (bound {bound:.4f}), 1-NN "
-                          f"error {errors[-1]:.3f}, {seconds:.1f} s")
+    with progress_bar(total=n_trials, desc="MEG (Figure 2)", unit="trial",
+                      enabled=verbose >= 1) as bar:
+        for start, stop in zip(trials[:-1], trials[1:]):
+            clock = time.perf_counter()
+            model.partial_fit(pairs[start:stop], y[start:stop])
+            seconds += time.perf_counter() - clock
+            errors.append(knn_errors(model.kernel_))
+            bar.update(stop - start)
+            bar.set_postfix_str(f"loss {model.cumulative_loss_:.3f}/{bound:.3f}, "
+                                f"1-NN {errors[-1].mean():.3f}", refresh=False)
+            _report(progress, verbose,
+                    f"MEG: {stop}/{n_trials} trials, total loss "
+                    f"{model.cumulative_loss_:.4f} (bound {bound:.4f}), 1-NN "
+                    f"error {errors[-1].mean():.3f}, {seconds:.1f} s")
+    errors = np.array(errors)
+    target = knn_errors(K)
     return OnlineExperiment(
-        trials=trials, knn_errors=np.array(errors),
+        trials=trials, knn_errors=errors.mean(axis=1), knn_split_errors=errors,
         cumulative_loss=np.cumsum(model.losses_), loss_bound=bound,
-        learning_rate=learning_rate, target_error=knn_error(K),
-        identity_error=errors[0], seconds=seconds, model=model,
+        learning_rate=learning_rate, target_error=float(target.mean()),
+        identity_error=float(errors[0].mean()), target_split_errors=target,
+        seconds=seconds, wall_seconds=time.perf_counter() - wall, model=model,
     )
 
 
@@ -231,11 +280,12 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
         "n_checkpoints": [Interval(Integral, 1, None, closed="left")],
         "random_state": [Interval(Integral, 0, None, closed="left")],
         "progress": [callable, None],
+        "verbose": [Interval(Integral, 0, None, closed="left")],
     },
     prefer_skip_nested_validation=True,
 )
 def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
-                         random_state=0, progress=None):
+                         random_state=0, progress=None, verbose=0):
     """DefiniteBoost from the similar pairs of a target kernel (Figure 3).
 
     All pairs closer than ``gamma`` in the target become constraints
@@ -261,15 +311,19 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
         Seed of the 1-NN splits.
     progress : callable, optional
         Called with a one-line message after the fit.
+    verbose : int, default=0
+        ``1``: a progress bar over the iterations on stderr (the fit's, see
+        :class:`~megkernel.DefiniteBoostKernel`); ``2``: plus detail lines.
 
     Returns
     -------
     result : BatchExperiment
     """
+    wall = time.perf_counter()
     K = _check_target(K, labels)
 
-    def knn_error(kernel):
-        return nearest_neighbor_error(kernel, labels, random_state=random_state).mean
+    def knn_errors(kernel):
+        return nearest_neighbor_error(kernel, labels, random_state=random_state).errors
 
     pairs = similar_pairs(K, gamma, shuffle=False)  # the paper: lexicographic order
     if len(pairs) == 0:
@@ -278,18 +332,24 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
             "raise gamma (see similarity_threshold)."
         )
     clock = time.perf_counter()
-    model = DefiniteBoostKernel(n_objects=len(K), gamma=gamma, max_iter=max_iter).fit(pairs)
+    model = DefiniteBoostKernel(n_objects=len(K), gamma=gamma, max_iter=max_iter,
+                                verbose=verbose).fit(pairs)
     seconds = time.perf_counter() - clock
-    _report(progress, f"DefiniteBoost: {len(pairs)} constraints, {model.n_iter_} "
-                      f"iterations, dual objective {model.dual_objective_[-1]:.4f} "
-                      f"(bound {model.dual_bound_[-1]:.4f}), {seconds:.1f} s")
+    _report(progress, verbose,
+            f"DefiniteBoost: {len(pairs)} constraints, {model.n_iter_} "
+            f"iterations, dual objective {model.dual_objective_[-1]:.4f} "
+            f"(bound {model.dual_bound_[-1]:.4f}), {seconds:.1f} s")
     iterations = _checkpoints(model.n_iter_, n_checkpoints)
-    errors = [knn_error(_definiteboost_iterate(model, pairs, t)) for t in iterations]
-    _report(progress, f"DefiniteBoost: 1-NN error {errors[-1]:.3f}")
+    errors = np.array([knn_errors(_definiteboost_iterate(model, pairs, t))
+                       for t in iterations])
+    _report(progress, verbose, f"DefiniteBoost: 1-NN error {errors[-1].mean():.3f}")
+    target = knn_errors(K)
     return BatchExperiment(
         gamma=gamma, n_constraints=len(pairs), iterations=iterations,
-        knn_errors=np.array(errors), target_error=knn_error(K),
-        identity_error=errors[0], seconds=seconds, model=model,
+        knn_errors=errors.mean(axis=1), knn_split_errors=errors,
+        target_error=float(target.mean()), identity_error=float(errors[0].mean()),
+        target_split_errors=target, seconds=seconds,
+        wall_seconds=time.perf_counter() - wall, model=model,
     )
 
 
@@ -311,12 +371,14 @@ def summary_table(online, batch):
         ("objects d", d),
         ("1-NN error, identity kernel I/d", online.identity_error),
         ("1-NN error, target kernel", online.target_error),
+        ("1-NN error, target kernel, std over splits", online.target_split_errors.std()),
         ("MEG trials", online.model.n_updates_),
         ("MEG learning rate (bound-optimal)", online.learning_rate),
         ("MEG total loss", online.cumulative_loss[-1]),
         ("Lemma 3.2 bound on the total loss", online.loss_bound),
         ("bound / total loss", online.loss_bound / online.cumulative_loss[-1]),
         ("1-NN error, MEG kernel", online.knn_errors[-1]),
+        ("1-NN error, MEG kernel, std over splits", online.knn_split_errors[-1].std()),
         ("MEG seconds per 1000 trials", 1000 * online.seconds / online.model.n_updates_),
         ("DefiniteBoost gamma x d", batch.gamma * d),
         ("DefiniteBoost constraints", batch.n_constraints),
@@ -324,7 +386,14 @@ def summary_table(online, batch):
         ("DefiniteBoost converged", batch.model.converged_),
         ("DefiniteBoost final dual objective", batch.model.dual_objective_[-1]),
         ("Theorem 4.1 bound on it", batch.model.dual_bound_[-1]),
+        ("DefiniteBoost final dual objective x d (the paper's scale)",
+         d * batch.model.dual_objective_[-1]),
+        ("Theorem 4.1 bound x d", d * batch.model.dual_bound_[-1]),
         ("1-NN error, DefiniteBoost kernel", batch.knn_errors[-1]),
+        ("1-NN error, DefiniteBoost kernel, std over splits",
+         batch.knn_split_errors[-1].std()),
         ("DefiniteBoost seconds", batch.seconds),
+        ("on-line experiment wall seconds", online.wall_seconds),
+        ("batch experiment wall seconds", batch.wall_seconds),
     ]
     return pd.DataFrame(rows, columns=["quantity", "value"])

@@ -17,7 +17,8 @@ GYRB_DIR = Path(os.environ.get(
     Path(__file__).resolve().parents[2] / "shared" / "data" / "gyrb"))
 GYRB_SET_A = GYRB_DIR / "gyrB_setA_Acinetobacter_Pseudomonas_Vibrio.protein.faa"
 SMALL_RUN = ["--trials", "1500", "--checkpoints", "3", "--n-objects", "24"]
-OUTPUTS = ["figure2_online.png", "figure3_batch.png", "summary.md", "summary.csv"]
+OUTPUTS = ["figure2_online.png", "figure2_online.pdf", "figure3_batch.png",
+           "figure3_batch.pdf", "summary.md", "summary.csv"]
 
 
 def _run(out, *extra):
@@ -25,31 +26,68 @@ def _run(out, *extra):
     return pd.read_csv(out / "summary.csv").set_index("quantity")["value"]
 
 
-def test_reproduce_on_embedded_wine_data(tmp_path, capsys):
-    table = _run(tmp_path)
+def test_reproduce_on_wine(tmp_path, capsys):
+    table = _run(tmp_path, "--data", "wine")
     for name in OUTPUTS:
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "figure2_online.png").read_bytes()[:4] == b"\x89PNG"
-    printed = capsys.readouterr().out
-    assert "MEG: 1500/1500 trials" in printed and "DefiniteBoost:" in printed
-    assert "wines sampled 8/8/8" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "figure3_batch.pdf").read_bytes()[:5] == b"%PDF-"
+    captured = capsys.readouterr()
+    # stdout: a few result lines, no wall of checkpoints, no table
+    assert "MEG: 1500 trials" in captured.out and "DefiniteBoost: " in captured.out
+    assert "MEG: 100/1500" not in captured.out and "| quantity |" not in captured.out
+    assert ("204 of 276 pairs similar (the paper's share, 980 of 1326), so gamma = "
+            in captured.out)
+    assert len(captured.out.splitlines()) <= 6
+    # stderr: one progress bar per experiment, with a rate
+    assert "MEG (Figure 2)" in captured.err and "trial/s" in captured.err
+    assert "DefiniteBoostKernel" in captured.err and "iter/s" in captured.err
+    summary = (tmp_path / "summary.md").read_text()
+    assert "wines sampled 8/8/8" in summary
+    for row in ["| seed | 0 |", "version: numpy", "version: scikit-learn", "version: numba",
+                "version: megkernel", "wall seconds: total", "--data wine"]:
+        assert row in summary
     assert float(table["objects d"]) == 24
     assert float(table["MEG trials"]) == 1500
+    assert float(table["seed"]) == 0 and "--data wine" in table["command"]
     assert float(table["MEG total loss"]) <= float(table["Lemma 3.2 bound on the total loss"])
     assert float(table["DefiniteBoost final dual objective"]) <= float(
         table["Theorem 4.1 bound on it"])
+    assert float(table["DefiniteBoost final dual objective x d (the paper's scale)"]) == \
+        pytest.approx(24 * float(table["DefiniteBoost final dual objective"]))
+    # the paper's share of pairs: 980 of 1326, here ceil(0.739 * 276) = 204
+    assert float(table["DefiniteBoost constraints"]) == 204
+
+
+def test_reproduce_verbose_details_and_table(tmp_path, capsys):
+    _run(tmp_path, "--data", "wine", "--verbose")
+    captured = capsys.readouterr()
+    assert "MEG: 1500/1500 trials" in captured.err  # a detail line per checkpoint
+    assert "| quantity | value |" in captured.out
+
+
+def test_reproduce_default_is_bundled_gyrb_and_quiet_prints_nothing(tmp_path, capsys):
+    table = _run(tmp_path, "--quiet")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Acinetobacter, Pseudomonas, Vibrio" in summary and "PubMLST" in summary
+    assert "Wellcome Open Res" in summary
+    assert float(table["1-NN error, target kernel"]) < float(
+        table["1-NN error, identity kernel I/d"])
 
 
 @pytest.mark.slow
 def test_reproduce_gamma_options(tmp_path):
-    by_fraction = _run(tmp_path / "fraction", "--similar-fraction", "0.2", "--quiet")
+    by_fraction = _run(tmp_path / "fraction", "--data", "wine", "--similar-fraction", "0.2",
+                       "--quiet")
     assert float(by_fraction["DefiniteBoost constraints"]) == 56  # ceil(0.2 * 276)
-    by_gamma = _run(tmp_path / "gamma", "--gamma", "0.06", "--quiet")
+    by_gamma = _run(tmp_path / "gamma", "--data", "wine", "--gamma", "0.06", "--quiet")
     assert float(by_gamma["DefiniteBoost gamma x d"]) == pytest.approx(0.06 * 24)
 
 
 @pytest.mark.skipif(not GYRB_SET_A.is_file(), reason=f"gyrB data not found at {GYRB_DIR}")
-def test_reproduce_on_gyrb(tmp_path):
+def test_reproduce_on_a_fasta_file(tmp_path):
     table = _run(tmp_path, "--fasta", str(GYRB_SET_A), "--quiet")
     assert "Acinetobacter, Pseudomonas, Vibrio" in (tmp_path / "summary.md").read_text()
     assert float(table["1-NN error, target kernel"]) < float(
@@ -60,7 +98,8 @@ def test_reproduce_on_gyrb(tmp_path):
     ("arguments", "message"),
     [(["--fasta", "/nonexistent/file.faa"], "No such file"),
      (["--gamma", "1e-9"], "No pair is closer"),
-     (["--n-objects", "400"], "fewer than the")],
+     (["--n-objects", "400"], "fewer than the"),
+     (["--data", "wine", "--n-objects", "400"], "fewer than the")],
 )
 def test_reproduce_reports_errors(tmp_path, capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -84,3 +123,4 @@ def test_python_dash_m_entry_point():
                             capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[1])
     assert "--fasta" in result.stdout and "--trials" in result.stdout
+    assert "--data {gyrb,wine}" in result.stdout

@@ -48,7 +48,8 @@ def test_online_experiment_is_one_uninterrupted_meg_run(wine, online):
     np.testing.assert_allclose(online.model.kernel_, single.kernel_, atol=1e-12)
     np.testing.assert_allclose(online.cumulative_loss, np.cumsum(single.losses_),
                                rtol=1e-9, atol=1e-15)
-    np.testing.assert_array_equal(online.trials, [0, 500, 1000, 1500, 2000, 2500, 3000])
+    # log-spaced checkpoints from 100 trials on, and the prior at 0
+    np.testing.assert_array_equal(online.trials, [0, 100, 197, 390, 770, 1519, 3000])
 
 
 def test_online_experiment_loss_stays_under_lemma_3_2(wine, online):
@@ -68,6 +69,14 @@ def test_online_experiment_errors_use_the_protocol(wine, online):
     assert online.target_error == error(wine.kernel)
     assert online.knn_errors[-1] == error(online.model.kernel_)
     assert online.knn_errors[-1] < online.identity_error
+    # the spread over the splits behind every mean
+    assert online.knn_split_errors.shape == (len(online.trials), 10)
+    np.testing.assert_allclose(online.knn_split_errors.mean(axis=1), online.knn_errors)
+    np.testing.assert_array_equal(
+        online.knn_split_errors[-1],
+        nearest_neighbor_error(online.model.kernel_, wine.labels, random_state=3).errors)
+    assert online.target_split_errors.shape == (10,)
+    assert online.wall_seconds >= online.seconds > 0
 
 
 def test_batch_experiment_records_the_iterates(wine, batch):
@@ -79,6 +88,8 @@ def test_batch_experiment_records_the_iterates(wine, batch):
     assert np.all(model.dual_objective_ <= model.dual_bound_ + 1e-12)
     error = nearest_neighbor_error(model.kernel_, wine.labels, random_state=3).mean
     assert batch.knn_errors[-1] == error
+    assert batch.knn_split_errors.shape == (len(batch.iterations), 10)
+    assert batch.wall_seconds >= batch.seconds > 0
     np.testing.assert_allclose(_definiteboost_iterate(model, similar_pairs(
         wine.kernel, batch.gamma, shuffle=False), model.n_iter_), model.kernel_, atol=1e-14)
 
@@ -113,17 +124,30 @@ def test_summary_table(online, batch):
     assert table["bound / total loss"] > 1
     assert table["DefiniteBoost iterations"] == batch.model.n_iter_
     assert table["1-NN error, target kernel"] == online.target_error
+    assert table["DefiniteBoost final dual objective x d (the paper's scale)"] == \
+        24 * batch.model.dual_objective_[-1]
+    assert table["1-NN error, MEG kernel, std over splits"] == online.knn_split_errors[-1].std()
 
 
 def test_figures_render(online, batch, tmp_path):
     pytest.importorskip("matplotlib")
     from megkernel.plotting import plot_batch_experiment, plot_online_experiment
 
-    for figure, name in [(plot_online_experiment(online), "online.png"),
-                         (plot_batch_experiment(batch), "batch.png")]:
-        assert len(figure.axes) == 2
-        figure.savefig(tmp_path / name)
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    online_figure, batch_figure = plot_online_experiment(online), plot_batch_experiment(batch)
+    for figure, name in [(online_figure, "online"), (batch_figure, "batch")]:
+        loss_ax, error_ax = figure.axes[:2]
+        texts = [text.get_text() for ax in (loss_ax, error_ax) for text in ax.texts]
+        assert texts == ["(a)", "(b)"]  # panel letters
+        assert len(error_ax.collections) == 1  # the band over the splits
+        figure.savefig(tmp_path / f"{name}.png")
+        figure.savefig(tmp_path / f"{name}.pdf")
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+    assert [ax.get_xscale() for ax in online_figure.axes] == ["log", "log"]
+    dual_ax = batch_figure.axes[0]
+    assert "\\mathrm{tr}" in dual_ax.get_ylabel()  # mathtext
+    # the dual objective on the paper's scale: from d down
+    assert dual_ax.lines[0].get_ydata()[0] == pytest.approx(24)
 
 
 @pytest.mark.parametrize(
