@@ -418,12 +418,13 @@ def test_warning_and_progress_report_the_violation_in_kernel_units(trace, capsys
     # the same figure as max_violation_ / violations_, whatever the trace
     pairs = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
     signs = np.array([1, 1, 1, 1, 1, 1, -1])
-    model = DefiniteBoostKernel(n_objects=6, trace=trace, max_iter=3, verbose=1)
+    model = DefiniteBoostKernel(n_objects=6, trace=trace, max_iter=3, verbose=2)
     with pytest.warns(ConvergenceWarning) as record:
         model.fit(pairs, signs)
     assert f"largest violation {model.max_violation_:.3g})" in str(record[0].message)
-    first = capsys.readouterr().out.splitlines()[0]
-    assert f"largest violation {model.violations_[0]:.4g}," in first
+    detail = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines()
+              if line.startswith("[DefiniteBoostKernel] iter 1:")]  # verbose=2, stderr
+    assert f"largest violation {model.violations_[0]:.4g}," in detail[0]
 
 
 def test_infeasible_constraints_end_with_a_warning_and_finite_numbers():
@@ -561,10 +562,14 @@ def test_verbose_prints_prefixed_progress(capsys):
     d = 12
     pairs = _close_pairs(_target_kernel(d, 2, 64), 0.5 / d)
     DefiniteBoostKernel(n_objects=d).fit(pairs)
-    assert capsys.readouterr().out == ""
-    DefiniteBoostKernel(n_objects=d, verbose=1).fit(pairs)
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines and all(line.startswith("[DefiniteBoostKernel]") for line in lines)
+    assert capsys.readouterr() == ("", "")
+    DefiniteBoostKernel(n_objects=d, verbose=1).fit(pairs)  # a bar on stderr
+    captured = capsys.readouterr()
+    assert captured.out == "" and "DefiniteBoostKernel" in captured.err
+    DefiniteBoostKernel(n_objects=d, verbose=2).fit(pairs)  # plus detail lines
+    lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines()
+             if line.startswith("[")]
+    assert lines and all(line.startswith("[DefiniteBoostKernel] iter") for line in lines)
 
 
 def test_unfitted_model_raises_not_fitted():
