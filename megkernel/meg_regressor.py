@@ -395,7 +395,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         chunk = _PROGRESS_EVERY if show else max(n, 1)
         if show:
             note_compiling([select(self.method, state, n).name])
-        where = f" epoch {epoch + 1}/{self.n_epochs}" if epoch is not None else ""
+        where = (f" epoch {epoch + 1}/{self.n_epochs}"
+                 if epoch is not None and self.n_epochs > 1 else "")
         clock = time.perf_counter()
         with progress_bar(total=n, desc=f"MEGKernelRegressor{where}", unit="trial",
                           enabled=show) as trials:
