@@ -32,8 +32,30 @@ _NUMBA_ENGINES = {
 _NOTED = set()
 
 
+class _NoBar:
+    """What :func:`bar` returns when disabled: nothing drawn, nothing paid
+    (a disabled tqdm costs ~40 us, as much as a MEG trial at d = 52)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+_NO_BAR = _NoBar()
+
+
 def bar(*, total, desc, unit, enabled=True, leave=True):
-    """A tqdm progress bar on stderr (``disable``\\ d when not ``enabled``)."""
+    """A tqdm progress bar on stderr (a no-op stand-in when not ``enabled``)."""
+    if not enabled:
+        return _NO_BAR
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,
                 file=sys.stderr, dynamic_ncols=True, mininterval=0.2, smoothing=0.1)
 

@@ -13,7 +13,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import run_pair_trials, select
-from ._numerics.validation import check_meg_step, check_squared_distances
+from ._numerics.validation import (
+    check_meg_step,
+    check_pair_indices,
+    check_squared_distances,
+)
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -78,13 +82,13 @@ def auto_trace(state, pairs, y):
 def _warn_unreachable(pairs, y, trace):
     """One warning per call for targets no kernel of this trace can meet."""
     loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
-    if np.any(loops):
+    if loops.any():
         warn_user(
             f"{np.count_nonzero(loops)} of {len(y)} pairs join an object with itself "
             f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
             "distance of an object to itself is always 0.", UserWarning)
     beyond = y > 2.0 * trace
-    if np.any(beyond):
+    if beyond.any():
         warn_user(
             f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
             f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "
@@ -288,9 +292,9 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                                 done=epoch * len(start.y))
                       for epoch, order in enumerate(orders)]
         self._commit(start, np.concatenate(losses), first=True)
+        self._validated_params = self._param_values()
         return self
 
-    @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y):
         """Continue the on-line sequence with the trials of ``(X, y)``.
 
@@ -314,6 +318,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
+        if self._fast_call(X, y):
+            return self._partial_fit_fast(X, y)
+        return self._partial_fit(X, y)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def _partial_fit(self, X, y):
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
             if first:
@@ -330,6 +340,41 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                                start.trace, epoch=None,
                                done=0 if first else self.n_updates_)
         self._commit(start, losses, first=first)
+        self._validated_params = self._param_values()
+        return self
+
+    # -- the on-line fast path: one example per call, as river's learn_one ------
+    def _param_values(self):
+        return tuple(self.__dict__[name] for name in _PARAM_NAMES)
+
+    def _fast_call(self, X, y):
+        """Whether a ``partial_fit`` call may skip scikit-learn's validation.
+
+        A later call on plain integer index arrays, with every parameter the
+        very object validated by the previous call (``set_params`` makes new
+        ones), no feature names and no ids to map: the checks that matter
+        (shape, indices, targets, step bound) still run, before any change.
+        """
+        params = self.__dict__.get("_validated_params")
+        return (params is not None and type(X) is np.ndarray and type(y) is np.ndarray
+                and X.ndim == 2 and X.shape[1] == 2 and len(X) > 0
+                and X.dtype.kind in "iu" and y.ndim == 1 and y.dtype.kind == "f"
+                and not self.verbose
+                and self.__dict__.get("_object_index") is None
+                and "feature_names_in_" not in self.__dict__
+                and all(now is then for now, then in zip(self._param_values(), params)))
+
+    def _partial_fit_fast(self, X, y):
+        with unchanged_on_error(self):
+            pairs = check_pair_indices(X, self.n_objects_)
+            y = check_squared_distances(y, len(pairs))
+            learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
+                             else float(self.learning_rate))
+            start = _Start(pairs, y, None, self.state_.copy(), self.trace_, learning_rate)
+            self._check_targets(start)
+            losses = self._run(start.state, pairs, y, learning_rate, start.trace,
+                               epoch=None, done=self.n_updates_)
+        self._commit(start, losses, first=False)
         return self
 
     #: Parameters the first ``partial_fit`` fixes.
@@ -450,8 +495,13 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     def predict(self, X):
         """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs."""
         check_is_fitted(self, "state_")
-        pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
-                                     index=self._object_index)
+        if (type(X) is np.ndarray and X.ndim == 2 and X.shape[1] == 2
+                and X.dtype.kind in "iu" and self._object_index is None
+                and "feature_names_in_" not in self.__dict__):
+            pairs = check_pair_indices(X, self.n_objects_)  # plain indices: fast
+        else:
+            pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
+                                         index=self._object_index)
         return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def __sklearn_tags__(self):
@@ -459,3 +509,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         tags.input_tags.positive_only = True
         tags.regressor_tags.poor_score = True
         return tags
+
+
+#: The parameter names, once (``_get_param_names`` inspects the signature).
+_PARAM_NAMES = tuple(MEGKernelRegressor._get_param_names())

@@ -591,3 +591,34 @@ def test_package_exports_the_solver_functions():
 def test_solver_validates_pairs_and_distances(method, pairs, y, match):
     with pytest.raises(ValueError, match=match):
         meg(np.array(pairs), y, n_objects=4, method=method)
+
+
+def test_one_pair_partial_fit_fast_path_is_the_validated_path():
+    """Later calls on plain index arrays skip scikit-learn's validation, not its checks."""
+    _, pairs, y = _problem(d=12, n=300, seed=81)
+    fast = MEGKernelRegressor(n_objects=12, trace=1.0)
+    slow = MEGKernelRegressor(n_objects=12, trace=1.0)
+    for t in range(300):
+        fast.partial_fit(pairs[t:t + 1], y[t:t + 1])                    # ndarray: fast path
+        slow.partial_fit(pairs[t:t + 1].tolist(), y[t:t + 1].tolist())  # lists: validated
+    assert fast._validated_params is not None
+    np.testing.assert_array_equal(fast.losses_, slow.losses_)
+    np.testing.assert_array_equal(fast.kernel_, slow.kernel_)
+    np.testing.assert_array_equal(fast.predict(pairs), slow.predict(pairs.tolist()))
+    before = _state_bytes(fast)
+    for bad_pairs, bad_y, message in [
+        (np.array([[0, 12]]), np.array([0.1]), "out of range"),
+        (np.array([[0, -1]]), np.array([0.1]), "negative"),
+        (np.array([[0, 1]]), np.array([np.nan]), "NaN"),
+        (np.array([[0, 1]]), np.array([-0.1]), "negative squared"),
+        (np.array([[0, 1], [2, 3]]), np.array([0.1]), "shape"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            fast.partial_fit(bad_pairs, bad_y)
+        assert _state_bytes(fast) == before
+    # a changed parameter goes through the validated path again
+    fast.set_params(learning_rate=-1.0)
+    before = _state_bytes(fast)
+    with pytest.raises(ValueError, match="learning_rate"):
+        fast.partial_fit(pairs[:1], y[:1])
+    assert _state_bytes(fast) == before

@@ -22,6 +22,7 @@ should ever be picked by ``"auto"``, a rule in :func:`select`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import numpy as np
@@ -70,6 +71,10 @@ AUTO_LANCZOS_MIN_TRIALS = 8
 #: call runs by the rank-one engine (at a learning rate of 1e6, Lanczos
 #: declined 1483 of 1500 trials at d = 500: 10.6 s against 0.7 s).
 AUTO_MAX_DECLINED = 4
+
+#: Calls of fewer trials leave the BLAS threads as they are (setting and
+#: restoring a limit costs about 40 us, two rank-one trials at d = 52).
+PIN_FROM_TRIALS = 8
 
 #: The rank-one eigenproblem needs at least this many eigenpairs.
 RANK_ONE_FROM = 3
@@ -148,7 +153,9 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     engine = select(method, state, n_trials=len(y))
     predictions = np.empty(len(y))
     t = declined = 0
-    with blas_threads(state.size):
+    # pinning the BLAS costs about two trials at d = 52: not for a few trials
+    pin = blas_threads(state.size) if len(y) >= PIN_FROM_TRIALS else nullcontext()
+    with pin:
         while t < len(y):
             t = engine.pair_trials(state, a, b, y, learning_rate, trace,
                                    predictions, t, stats)
