@@ -45,6 +45,9 @@ class _NoBar:
     def update(self, n=1):
         pass
 
+    def set_postfix_str(self, s="", refresh=True):
+        pass
+
     def close(self):
         pass
 

@@ -59,6 +59,7 @@ def test_reproduce_on_wine(tmp_path, capsys):
     assert float(table["DefiniteBoost constraints"]) == 204
 
 
+@pytest.mark.slow
 def test_reproduce_verbose_details_and_table(tmp_path, capsys):
     _run(tmp_path, "--data", "wine", "--verbose")
     captured = capsys.readouterr()
@@ -86,6 +87,7 @@ def test_reproduce_gamma_options(tmp_path):
     assert float(by_gamma["DefiniteBoost gamma x d"]) == pytest.approx(0.06 * 24)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GYRB_SET_A.is_file(), reason=f"gyrB data not found at {GYRB_DIR}")
 def test_reproduce_on_a_fasta_file(tmp_path):
     table = _run(tmp_path, "--fasta", str(GYRB_SET_A), "--quiet")
