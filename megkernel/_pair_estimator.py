@@ -10,6 +10,7 @@ formed unless asked for explicitly.
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from numbers import Integral
 
@@ -26,12 +27,17 @@ __all__ = [
     "object_ids",
     "declared_n_objects",
     "initial_state",
+    "transactional",
     "unchanged_on_error",
     "validate_pairs",
 ]
 
 #: Largest ``d`` for which ``kernel_`` forms the d x d kernel in low-rank mode.
 MAX_DENSE_OBJECTS = 5000
+
+#: Largest number of objects inferred from the pairs' largest index (a larger
+#: model must be asked for with ``n_objects``).
+MAX_INFERRED_OBJECTS = 5000
 
 
 @contextmanager
@@ -141,6 +147,15 @@ def _as_index_array(X):
     return None
 
 
+def transactional(method):
+    """Decorate an estimator method: if it raises, the estimator is as before."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with unchanged_on_error(self):
+            return method(self, *args, **kwargs)
+    return call
+
+
 def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
                    objects=None):
     """scikit-learn's ``validate_data`` plus the pair checks.
@@ -220,8 +235,18 @@ def initial_state(estimator, pairs, index=None):
     elif not isinstance(estimator.init, str):
         state = ExponentState.from_prior(estimator.init, name="init")
     else:
-        n_objects = (len(index) if index is not None
-                     else estimator.n_objects or max(int(pairs.max()) + 1, 2))
+        if index is not None:
+            n_objects = len(index)
+        elif estimator.n_objects is not None:
+            n_objects = estimator.n_objects
+        else:
+            n_objects = max(int(pairs.max()) + 1, 2)
+            if n_objects > MAX_INFERRED_OBJECTS:
+                raise ValueError(
+                    f"The pairs name object index {n_objects - 1}: with n_objects unset "
+                    f"the model would hold {n_objects} objects (a dense {n_objects} x "
+                    f"{n_objects} kernel). Give n_objects (or objects=[...] for ids, "
+                    "init_factor for a low-rank model) to mean it.")
         return ExponentState.identity(n_objects)
     if index is not None and len(index) != state.n_objects:
         raise ValueError(f"The prior is over {state.n_objects} objects, but the pairs "

@@ -49,6 +49,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.validation import check_pair_indices
+from ._pair_estimator import transactional
 from ._solvers.definiteboost import check_pair_signs
 from ._warnings import warn_user
 from .definiteboost_kernel import DefiniteBoostKernel
@@ -136,6 +137,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Learn from pairs drawn from class labels.
 
@@ -163,6 +165,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self._fit_pairs(X, pairs, pair_labels)
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit_pairs(self, X, pairs, pair_labels):
         """Learn from explicit pairs of training points.
 
@@ -533,6 +536,7 @@ class _PairInput:
     ``transform`` embeds single points as for the supervised learner."""
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
     def fit(self, X, y):
         """Learn from labelled pairs of points, then calibrate ``threshold_``.
 

@@ -190,13 +190,14 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         self : KernelKNeighborsClassifier
         """
         with unchanged_on_error(self):
-            X, y = validate_data(self, X, y)
+            X, y = validate_data(self, X, y, dtype=np.float64)
             X = check_symmetric(X, name="Training kernel X")
             # neighbours do not change with the kernel's scale: work at largest
             # entry near 1, so kernels anywhere in the float range give finite
             # distances; a power of 4 scales them (and the distances) exactly
             magnitude = float(np.abs(X).max()) or 1.0
-            scale = 4.0 ** round(np.log(magnitude) / np.log(4.0))
+            exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
+            scale = float(np.ldexp(1.0, 2 * exponent))
             X = X / scale
             diagonal = np.diag(X).copy()
             _warn_if_not_psd(X, diagonal)
@@ -254,7 +255,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         """What the neighbour search ranks: distances, or a row-wise
         order-preserving substitute when ``K_ii`` is unknown."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False) / self.kernel_scale_
+        X = validate_data(self, X, reset=False, dtype=np.float64) / self.kernel_scale_
         if test_diagonal is not None:
             test_diagonal = self._check_test_diagonal(test_diagonal, len(X))
             test_diagonal = test_diagonal / self.kernel_scale_

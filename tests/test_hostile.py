@@ -12,11 +12,9 @@ the normal run) and ``ci`` (many more examples); choose with the environment
 variable ``MEGKERNEL_HYPOTHESIS_PROFILE``. Statistics:
 ``pytest tests/test_hostile.py --hypothesis-show-statistics``.
 
-Known bugs have an explicit ``xfail(strict=True)`` test each (see
-``test_known_bug_*``); the property tests keep them out of their input space
-(see ``_KNOWN_BUG_REGIONS``) so that they keep finding new ones. When a bug
-is fixed its xfail test XPASSes (and fails, being strict): remove the test's
-mark and the matching exclusion.
+Every bug the suite found has a minimal reproduction below
+(``test_regression_*``, all fixed); the property tests search the whole input
+space again, bugs included.
 """
 
 from __future__ import annotations
@@ -298,122 +296,6 @@ SIGNS = st.sampled_from([1, -1])
 sizes = st.integers(2, 6)
 
 
-# -- known bugs: each has an xfail test below; the properties step around them ------
-
-def _trace_out_of_range(trace):
-    """Known bugs 1/2: traces near the ends of the float range."""
-    try:
-        trace = float(trace)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(trace) and trace > 0 and not 1e-300 <= trace <= 1e150
-
-
-def _huge_inferred_size(pairs):
-    """Known bug 3: with n_objects unset a huge index makes a huge dense model."""
-    try:
-        values = np.asarray(pairs, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    return values.size > 0 and bool(np.nanmax(np.where(np.isfinite(values), values, 0)) > 200)
-
-
-def _huge_entries(array, limit):
-    """Known bugs 6/7: numeric arrays with entries beyond ``limit``."""
-    try:
-        values = np.asarray(array, dtype=float)
-    except (TypeError, ValueError, OverflowError):
-        return False
-    finite = values[np.isfinite(values)]
-    return finite.size > 0 and float(np.abs(finite).max()) >= limit
-
-
-def _self_pair_with_slack(pairs, slack):
-    """Known bug 8: a pair (a, a) under soft constraints (slack)."""
-    if slack is None:
-        return False
-    try:
-        values = np.asarray(pairs)
-        return values.ndim == 2 and values.shape[1:] == (2,) and bool(
-            np.any(values[:, 0] == values[:, 1]))
-    except (TypeError, ValueError):
-        return False
-
-
-def _tiny_trace(trace):
-    """Known bug 9: DefiniteBoost thresholds / trace overflow for tiny traces."""
-    try:
-        trace = float(trace)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(trace) and 0 < trace < 1e-100
-
-
-def _one_signed_constraint(constraints):
-    """Known bug 10: a constraint whose eigenvalues have one sign up to round-off."""
-    try:
-        C = np.asarray(constraints, dtype=float)
-        if C.ndim != 3 or C.shape[1] != C.shape[2] or C.size == 0 or not np.isfinite(C).all():
-            return False
-        lam = np.linalg.eigvalsh(0.5 * (C + C.transpose(0, 2, 1)))
-    except (TypeError, ValueError, np.linalg.LinAlgError):
-        return False
-    top = np.abs(lam).max(axis=1)
-    return bool(np.any((lam[:, 0] > -1e-6 * top) | (lam[:, -1] < 1e-6 * top)))
-
-
-def _huge_float_index(pairs):
-    """Known bug 11: float indices >= 2**63 pass the range check, then overflow."""
-    try:
-        values = np.asarray(pairs)
-    except (TypeError, ValueError):
-        return False
-    return values.dtype.kind == "f" and values.size > 0 and bool(
-        np.any(np.abs(values[np.isfinite(values)]) >= 2.0**63))
-
-
-def _largest(y):
-    try:
-        values = np.asarray(y, dtype=float)
-        finite = values[np.isfinite(values)]
-        return float(np.abs(finite).max()) if finite.size else 1.0
-    except (TypeError, ValueError):
-        return 1.0
-
-
-def _float32(*values):
-    """Known bug 13: a float32 trace / learning rate overflows in the step check."""
-    return any(isinstance(value, np.float32) for value in values)
-
-
-def _step_overflows(learning_rate, trace, y, norm=2.0):
-    """Known bug 6: check_meg_step's own bound 2 eta (norm + max|y| / trace) norm
-    overflows (a RuntimeWarning instead of its ValueError)."""
-    try:
-        eta, tau = float(learning_rate), float(trace)
-    except (TypeError, ValueError):
-        return False
-    if not (math.isfinite(eta) and math.isfinite(tau) and eta > 0 and tau > 0):
-        return False
-    norm = max(float(norm), 1e-300)
-    return math.log10(eta) + max(math.log10(norm), math.log10(max(_largest(y), 1e-300))
-                                 - math.log10(tau)) + math.log10(norm) > 300
-
-
-def _tiny_entries(array):
-    """Known bug 10b: constraints at a scale below ~1e-100."""
-    try:
-        values = np.asarray(array, dtype=float)
-    except (TypeError, ValueError, OverflowError):
-        return False
-    finite = np.abs(values[np.isfinite(values)])
-    return finite.size > 0 and 0 < float(finite.max()) < 1e-3
-
-
-_KNOWN_BUG_REGIONS = ("_trace_out_of_range, _huge_inferred_size, _knn_scale_out_of_range, "
-                      "_huge_entries, _self_pair_with_slack")
-
-
 # -- (a)+(b): solver functions ------------------------------------------------------------
 
 @HOSTILE
@@ -429,13 +311,6 @@ def test_meg_solver(data):
     learning_rate = data.draw(positive_params(typical=[0.5, 1e-3, 2.0, 1e6]), label="eta")
     trace = data.draw(positive_params(typical=[1.0, 3.0, 1e-3]), label="trace")
     method = data.draw(st.one_of(methods, junk), label="method")
-    assume(not _trace_out_of_range(trace))
-    assume(not _huge_float_index(pairs))
-    # known bug 12: n_objects unvalidated (-inf, 0, -1: RuntimeWarning in log)
-    assume(not (isinstance(n_objects, (int, float, np.number)) and not n_objects >= 1))
-    assume(_largest(y) < 1e150)  # known bug 1b: squared losses overflow
-    assume(not _float32(learning_rate, trace))
-    assume(not _step_overflows(learning_rate, trace, y))
     ok, out = call(meg, pairs, y, n_objects=n_objects, prior=prior,
                    learning_rate=learning_rate, trace=trace, method=method)
     if ok:
@@ -459,17 +334,10 @@ def test_meg_general_solver(data):
             st.sampled_from([m for m in MAGNITUDES if m < 1e150]))
     else:
         instances = data.draw(hostile_arrays(max_dims=4))
-        assume(not _huge_entries(instances, 1e150))
     y = targets_for(data.draw, n)
     prior = data.draw(prior_matrices(d), label="prior")
     learning_rate = data.draw(positive_params(typical=[0.5, 1e-3, 2.0]), label="eta")
     trace = data.draw(positive_params(typical=[1.0, 3.0]), label="trace")
-    assume(not _trace_out_of_range(trace))
-    assume(_largest(y) < 1e150)  # known bug 1b: squared losses overflow
-    assume(not _float32(learning_rate, trace))
-    norm = d * _largest(instances) if isinstance(instances, np.ndarray) and \
-        instances.dtype.kind == "f" else 2.0
-    assume(not _step_overflows(learning_rate, trace, y, norm))
     ok, out = call(meg_general, instances, y, prior=prior, learning_rate=learning_rate,
                    trace=trace)
     if ok:
@@ -497,8 +365,6 @@ def test_definiteboost_pairs_solver(data):
     elif prior_kind == "factor":
         kwargs = {"prior_factor": data.draw(factors(d), label="factor")}
     trace = data.draw(positive_params(typical=[1.0, 3.0]), label="trace")
-    assume(not _trace_out_of_range(trace) and not _tiny_trace(trace))
-    assume(not _float32(trace))  # known bug 13
     kwargs.update(
         gamma=data.draw(st.one_of(st.just("auto"), magnitudes, junk), label="gamma"),
         gamma_dissimilar=data.draw(st.one_of(st.just("auto"), magnitudes), label="gamma_d"),
@@ -512,9 +378,6 @@ def test_definiteboost_pairs_solver(data):
         keep=data.draw(st.sampled_from([None, "best", "last"]), label="keep"),
         method=data.draw(st.sampled_from(["auto", "eigh", "rank-one"]), label="method"),
     )
-    assume(not _self_pair_with_slack(pairs, kwargs["slack"]))
-    assume(not (kwargs["slack"] is not None and prior_kind == "factor"))  # bug 8, ||v|| = 0
-    assume(not _huge_float_index(pairs))
     ok, out = call(definiteboost_pairs, pairs, signs, thresholds, **kwargs)
     if ok:
         K, log = out
@@ -535,9 +398,6 @@ def test_definiteboost_general_solver(data):
             st.sampled_from([m for m in MAGNITUDES if 1e-3 <= m < 1e100 or m == 0]))  # 10b
     else:
         constraints = data.draw(hostile_arrays(max_dims=4))
-        assume(not _huge_entries(constraints, 1e100))
-        assume(not _tiny_entries(constraints))
-    assume(not _one_signed_constraint(constraints))
     prior = data.draw(prior_matrices(d), label="prior")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -631,26 +491,15 @@ def _check_regressor(model, pairs_for_predict):
 def test_meg_regressor(data):
     d = data.draw(sizes, label="d")
     params = data.draw(regressor_params(d), label="params")
-    assume(not _trace_out_of_range(params.get("trace", 1.0)))
-    assume(not _float32(params.get("trace"), params.get("learning_rate")))
     model = MEGKernelRegressor(**params)
     for step in range(data.draw(st.integers(1, 3), label="calls")):
         pairs = data.draw(pair_arrays(d), label=f"pairs{step}")
-        if params.get("n_objects") is None and "init" not in params and "init_factor" not in params:
-            assume(not _huge_inferred_size(pairs))
         n = len(pairs) if np.ndim(pairs) >= 1 else 1
         y = targets_for(data.draw, n)
-        if isinstance(model.trace, str):  # trace="auto" is chosen from the targets
-            assume(not _trace_out_of_range(_largest(y)))
-        assume(not _huge_float_index(pairs))
-        eta, tau = params.get("learning_rate", "auto"), params.get("trace", "auto")
-        assume(not _step_overflows(1e6 if isinstance(eta, str) else eta,
-                                   1.0 if isinstance(tau, str) else tau, y))
         fit = model.fit if step == 0 and data.draw(st.booleans()) else model.partial_fit
         ok, _ = call(fit, pairs, y)
         if hasattr(model, "state_"):
-            _check_regressor(model, data.draw(pair_arrays(d).filter(
-                lambda p: not _huge_float_index(p)), label="predict"))
+            _check_regressor(model, data.draw(pair_arrays(d), label="predict"))
 
 
 @HOSTILE
@@ -670,15 +519,7 @@ def test_definiteboost_kernel(data):
         "max_iter": st.one_of(st.integers(0, 300), junk),
         "tol": st.one_of(st.sampled_from([0.0, 1e-2, 1.5, 1.999, 2.0]), junk),
     }), label="db_params"))
-    assume(not _trace_out_of_range(params.get("trace", 1.0)))
-    assume(not _tiny_trace(params.get("trace", 1.0)))
-    assume(not (params.get("slack") is not None and "init_factor" in params))  # bug 8
-    assume(not _float32(params.get("trace")))  # known bug 13
     pairs = data.draw(pair_arrays(d), label="pairs")
-    assume(not _self_pair_with_slack(pairs, params.get("slack")))
-    assume(not _huge_float_index(pairs))
-    if params.get("n_objects") is None and "init" not in params and "init_factor" not in params:
-        assume(not _huge_inferred_size(pairs))
     n = len(pairs) if np.ndim(pairs) >= 1 else 1
     labels = data.draw(st.one_of(st.none(), hnp.arrays(np.int64, n, elements=SIGNS),
                                  hostile_arrays(max_dims=2)), label="labels")
@@ -689,21 +530,11 @@ def test_definiteboost_kernel(data):
     if ok:
         assert_kernel(model.kernel_, fitted_trace(model))
         assert math.isfinite(model.max_violation_)
-        query = data.draw(pair_arrays(d).filter(lambda p: not _huge_float_index(p)),
+        query = data.draw(pair_arrays(d),
                           label="query")
         ok, out = call(model.decision_function, query)
         if ok:
             assert_finite(out, "decision_function")
-
-
-def _knn_scale_out_of_range(K):
-    """Known bug 4: kernels whose largest entry is near the top of the float range."""
-    try:
-        values = np.asarray(K, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    finite = values[np.isfinite(values)] if values.size else values
-    return finite.size > 0 and float(np.abs(finite).max()) > 1e300
 
 
 @st.composite
@@ -732,7 +563,6 @@ def kernel_matrices(draw, n):
 def test_kernel_knn(data):
     n = data.draw(st.integers(1, 6), label="n")
     K = data.draw(kernel_matrices(n), label="K")
-    assume(not _knn_scale_out_of_range(K))
     labels = data.draw(st.one_of(hnp.arrays(np.int64, n, elements=st.integers(0, 2)),
                                  hnp.arrays(np.dtype("U1"), n, elements=st.sampled_from("ab")),
                                  hostile_arrays(max_dims=2)), label="labels")
@@ -749,10 +579,6 @@ def test_kernel_knn(data):
         hnp.arrays(np.float64, (m, n), elements=st.floats(-1, 1)).map(
             lambda q: q * float(model.kernel_scale_)),
         hostile_arrays(max_dims=3)), label="query")
-    assume(not _knn_scale_out_of_range(Q))
-    # known bug 15: float32 queries against a kernel scaled beyond float32's range
-    assume(not (isinstance(Q, np.ndarray) and Q.dtype == np.float32
-                and not 1e-30 < model.kernel_scale_ < 1e30))
     diagonal = data.draw(st.one_of(st.none(), hnp.arrays(
         np.float64, m, elements=st.floats(0, 1)).map(
         lambda q: q * float(model.kernel_scale_))), label="test_diagonal")
@@ -767,7 +593,6 @@ def test_kernel_knn(data):
 def test_nearest_neighbor_error(data):
     n = data.draw(st.integers(1, 8), label="n")
     K = data.draw(kernel_matrices(n), label="K")
-    assume(not _knn_scale_out_of_range(K))
     labels = data.draw(st.one_of(hnp.arrays(np.int64, n, elements=st.integers(0, 2)),
                                  hostile_arrays(max_dims=2)), label="labels")
     ok, out = call(nearest_neighbor_error, K, labels,
@@ -973,11 +798,8 @@ _FEATURES = np.random.default_rng(0).normal(size=(12, 3))
 _CLASSES = np.repeat([0, 1, 2], 4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 5: MEGMetric / DefiniteBoostMetric fit and fit_pairs are not "
-    "transactional: a refused call leaves mean_ (and n_features_in_) changed"))
 @pytest.mark.parametrize("cls", [MEGMetric, DefiniteBoostMetric])
-def test_known_bug_metric_failed_fit_changes_model(cls):
+def test_regression_metric_failed_fit_changes_model(cls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = cls(random_state=0, n_constraints=5).fit(_FEATURES, _CLASSES)
@@ -1163,32 +985,23 @@ def test_threads_leave_blas_thread_count(main_thread_too):
             assert _blas_threads() == expected, (repetition, _blas_threads(), expected)
 
 
-# -- known bugs: minimal reproductions ------------------------------------------------
+# -- bugs the suite found (fixed): minimal reproductions ---------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 1: trace near the top of the float range: the rank-one engine raises "
-    "ZeroDivisionError (eigh / lanczos: a ValueError about an overflowed exponent)"))
-def test_known_bug_huge_trace_zero_division():
+def test_regression_huge_trace_zero_division():
     ok, out = call(meg, [[0, 1], [1, 2]], [0.0, 0.0], n_objects=3, trace=1e308,
                    method="rank-one")
     if ok:
         assert_kernel(out[0], 1e308)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 1b: trace above ~1e154: squared losses overflow (RuntimeWarning from "
-    "megkernel, an error under the project's pytest configuration; inf losses)"))
-def test_known_bug_huge_trace_loss_overflow():
+def test_regression_huge_trace_loss_overflow():
     ok, out = call(meg, [[0, 1]], [0.1], n_objects=3, trace=1e300)
     if ok:
         assert_finite(out[1]["losses"], "losses")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 2: a subnormal trace (5e-324) returns an all-zero kernel silently "
-    "(MEG), or raises ZeroDivisionError / RuntimeWarning (DefiniteBoostKernel)"))
 @pytest.mark.parametrize("which", ["meg", "definiteboost"])
-def test_known_bug_subnormal_trace(which):
+def test_regression_subnormal_trace(which):
     if which == "meg":
         ok, out = call(meg, [[0, 1]], [0.0], n_objects=3, trace=5e-324)
         K = out[0] if ok else None
@@ -1200,20 +1013,13 @@ def test_known_bug_subnormal_trace(which):
         assert_kernel(K, 5e-324)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 3: with n_objects unset, one huge object index makes fit allocate a "
-    "dense (index+1)^2 model: MemoryError at 1e6 (and minutes of eigh at 1e4) "
-    "instead of a ValueError"))
-def test_known_bug_huge_index_inferred_model():
+def test_regression_huge_index_inferred_model():
     ok, _ = call(MEGKernelRegressor().fit, np.array([[10**6, 0]]), [1.0])
     assert not ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 4: KernelKNeighborsClassifier.fit / nearest_neighbor_error raise "
-    "OverflowError for kernels with entries near 1.7e308 (4.0 ** 512 overflows)"))
 @pytest.mark.parametrize("which", ["fit", "nearest_neighbor_error"])
-def test_known_bug_knn_kernel_near_float_max(which):
+def test_regression_knn_kernel_near_float_max(which):
     K = np.array([[1.7e308, 0.0], [0.0, 1.7e308]])
     if which == "fit":
         call(KernelKNeighborsClassifier().fit, K, [0, 1])
@@ -1222,103 +1028,69 @@ def test_known_bug_knn_kernel_near_float_max(which):
              [0, 0, 1, 1], random_state=0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 6: meg_general with an instance of entries ~1e300 overflows in its "
-    "step check (RuntimeWarning from megkernel) instead of a clean ValueError"))
-def test_known_bug_meg_general_huge_instance():
+def test_regression_meg_general_huge_instance():
     call(meg_general, [[[1e300]]], [0.0], prior=[[1.0]], learning_rate=0.5)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 7: definiteboost with a constraint of entries ~1e100 and "
-    "projection='exact' overflows in exp (RuntimeWarning from megkernel)"))
-def test_known_bug_definiteboost_huge_constraint_exact():
+def test_regression_definiteboost_huge_constraint_exact():
     call(definiteboost, [1e100 * np.ones((3, 3))], prior=np.eye(3), projection="exact",
          max_iter=1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 8: DefiniteBoostKernel(slack=...) with a pair of ||v||^2 = 0 (a pair "
-    "(a, a), or objects with equal rows of a low-rank factor): the multiplier cap "
-    "slack / max(||v||^2, tiny) overflows (RuntimeWarning from megkernel)"))
-def test_known_bug_self_pair_with_slack():
+def test_regression_self_pair_with_slack():
     call(DefiniteBoostKernel(slack=4.0).fit, [[0, 0], [0, 1]])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 9: definiteboost_pairs with a tiny trace and a large threshold: "
-    "thresholds / trace overflow (RuntimeWarning from megkernel), no clear ValueError"))
-def test_known_bug_tiny_trace_threshold_overflow():
+def test_regression_tiny_trace_threshold_overflow():
     call(definiteboost_pairs, [[0, 1]], None, 1e12, n_objects=2, trace=1e-300)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 10: definiteboost accepts a constraint whose eigenvalues have one sign "
-    "up to round-off (-ones(3, 3) * 1e-300: 0, 0, -3e-300) and then takes log1p of an "
-    "invalid value (RuntimeWarning from megkernel)"))
-def test_known_bug_one_signed_constraint():
+def test_regression_one_signed_constraint():
     call(definiteboost, [-1e-300 * np.ones((3, 3))], prior=np.eye(3), max_iter=1,
          tol=-np.inf)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 11: a float object index of 2**63 passes the range check (it equals "
-    "float(intp max)) and overflows in the cast: RuntimeWarning from megkernel, then a "
-    "message about a negative index"))
-def test_known_bug_float_index_2_pow_63():
+def test_regression_float_index_2_pow_63():
     ok, error = call(meg, np.array([[2.0**63, 0.0]]), [0.5], n_objects=3)
     assert not ok and "negative" not in str(error)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 12: the solver functions do not validate n_objects: -inf gives a "
-    "RuntimeWarning from megkernel (log), 0 / -1 / '4' give numpy's messages"))
-def test_known_bug_solver_n_objects_unvalidated():
+def test_regression_solver_n_objects_unvalidated():
     call(meg, [[0, 1]], [0.5], n_objects=-np.inf)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 2b: MEGKernelRegressor(trace='auto') on subnormal targets picks a "
-    "subnormal trace_ and returns an all-zero kernel"))
-def test_known_bug_auto_trace_subnormal_targets():
+def test_regression_auto_trace_subnormal_targets():
     model = MEGKernelRegressor()
     ok, _ = call(model.fit, [[0, 1]], [5e-324])
     if ok:
         assert_kernel(model.kernel_, model.trace_)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 13: a numpy float32 trace or learning_rate (meg, and DefiniteBoost's "
-    "trace) computes in float32 and overflows (e.g. MAX_STEP = 1e100 in the cast): "
-    "RuntimeWarning from megkernel"))
-def test_known_bug_float32_trace():
+def test_regression_float32_trace():
     call(meg, [[0, 0]], [0.0], n_objects=2, trace=np.float32(0.5))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 14: DefiniteBoost over a single object (a 1 x 1 prior / init): the "
-    "prior's mean squared distance divides by d (d - 1) = 0 (RuntimeWarning from "
-    "megkernel, then 'thresholds contain NaN')"))
-def test_known_bug_definiteboost_one_object():
+def test_regression_definiteboost_one_object():
     call(DefiniteBoostKernel(init=[[1.0]]).fit, [[0, 0]])
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 10b: definiteboost with a small constraint (scale 1e-300, also seen at "
-    "1e-12 with a 1e-310 * I prior; eigenvalues of both signs): the step of eq. 13 "
-    "takes log1p of an invalid value in bounds.py (RuntimeWarning from megkernel)"))
-def test_known_bug_definiteboost_tiny_constraint():
+def test_regression_definiteboost_tiny_constraint():
     call(definiteboost, [1e-300 * np.array([[-2.0, 1.0], [1.0, 0.0]])], prior=np.eye(2),
          max_iter=1, tol=-np.inf)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug 15: KernelKNeighborsClassifier.predict divides a float32 query by "
-    "kernel_scale_ in float32: for a training kernel of scale 1e-300 the scale "
-    "underflows to 0 and 0 / 0 gives NaN (RuntimeWarning from megkernel)"))
-def test_known_bug_knn_float32_query_tiny_kernel():
+def test_regression_knn_float32_query_tiny_kernel():
     model = KernelKNeighborsClassifier().fit([[1e-300]], [0])
     ok, out = call(model.predict, np.zeros((1, 1), dtype=np.float32))
     if ok:
         assert out.tolist() == [0]
+
+
+def test_regression_satisfied_constraints_take_no_step():
+    """With tol=-inf and every constraint already met, a step of eq. 13 would take
+    log1p of an invalid value; the run stops instead (nothing to project)."""
+    C = 0.001 * np.array([[[-2.0, 1.0], [1.0, 0.0]]])
+    W, log = definiteboost(C, np.eye(2), max_iter=1, tol=-np.inf)
+    assert log["converged"] and log["n_iter"] == 0
+    assert_kernel(W, 1.0)

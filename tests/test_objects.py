@@ -94,7 +94,7 @@ def test_definiteboost_takes_ids_too():
     assert_array_equal(model.predict([["x", "y"], ["u", "v"]]), reference.predict([[2, 3], [0, 1]]))
 
 
-@pytest.mark.parametrize("factor", [1e-6, 1.0, 1e6, 1e150])
+@pytest.mark.parametrize("factor", [1e-6, 1.0, 1e6, 1e60])
 def test_auto_trace_makes_the_units_irrelevant(factor):
     a, b, y = _table(d=12, n=3000, seed=3)
     pairs = np.column_stack([a, b])

@@ -23,6 +23,7 @@ from .spectral import (
     log_trace_exp,
     normalized_exp_weights,
 )
+from .validation import check_n_objects
 
 __all__ = ["ExponentState", "PartitionAnchor", "prior_state"]
 
@@ -247,4 +248,4 @@ def prior_state(n_objects=None, prior=None, prior_factor=None):
         return ExponentState.from_prior(prior, name="prior")
     if n_objects is None:
         raise ValueError("Give n_objects or a prior matrix.")
-    return ExponentState.identity(n_objects)
+    return ExponentState.identity(check_n_objects(n_objects))

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["check_pair_indices", "check_squared_distances", "check_meg_step"]
+__all__ = [
+    "check_pair_indices",
+    "check_squared_distances",
+    "check_meg_step",
+    "check_trace",
+    "check_n_objects",
+]
+
+#: Traces (and targets) of kernels within this range keep squared distances,
+#: their squared errors and every threshold in double precision.
+MIN_TRACE, MAX_TRACE = 1e-100, 1e100
 
 #: Largest exponent change one MEG trial may make: far below overflow of the
 #: exponent, its eigenvalues and the rank-one eigenproblem (whose arithmetic
@@ -37,7 +49,8 @@ def check_pair_indices(pairs, n_objects=None, *, name="X"):
             raise ValueError(f"{name} contains NaN or infinite object indices.")
         if np.any(pairs != np.round(pairs)):
             raise ValueError(f"{name} must hold integer object indices; found non-integer values.")
-    if pairs.size and pairs.max() > np.iinfo(np.intp).max:
+    if pairs.size and (pairs.max() >= 2.0**63 if np.issubdtype(pairs.dtype, np.floating)
+                       else pairs.max() > np.iinfo(np.intp).max):
         raise ValueError(f"{name} contains an object index ({pairs.max():.6g}) beyond any "
                          "model's range.")
     pairs = pairs.astype(np.intp)
@@ -67,23 +80,63 @@ def check_squared_distances(y, n_pairs, *, name="y"):
     return y
 
 
+def check_trace(trace, *, name="trace"):
+    """``trace`` as a float in ``[MIN_TRACE, MAX_TRACE]``, or a ValueError."""
+    try:
+        trace = float(trace)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {trace!r}.") from None
+    if not MIN_TRACE <= trace <= MAX_TRACE:
+        raise ValueError(
+            f"{name}={trace:.3g} is outside [{MIN_TRACE:g}, {MAX_TRACE:g}], where squared "
+            "distances, their squared errors and thresholds stay in double precision; "
+            "rescale the distances.")
+    return trace
+
+
+def check_n_objects(n_objects, *, name="n_objects"):
+    """``n_objects`` as an int >= 2, or a ValueError."""
+    if isinstance(n_objects, bool) or not isinstance(n_objects, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= 2, got {n_objects!r}.")
+    if n_objects < 2:
+        raise ValueError(f"{name} must be at least 2 (a kernel's distances need two "
+                         f"objects), got {n_objects}.")
+    return int(n_objects)
+
+
 def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     """Refuse a learning rate, trace or targets whose MEG steps overflow.
 
     A trial changes the exponent by ``2 eta (yhat - y) / tau X_t`` with
     ``|yhat| <= tau ||X_t||``, so ``2 eta (||X|| + max |y| / tau) ||X||``
     bounds every step (``||X_t|| = 2`` for a pair, ``u u^T``); it must stay
-    below :data:`MAX_STEP`.
+    below :data:`MAX_STEP` (checked in logarithms: the bound itself may not
+    be representable). Targets beyond ``MAX_TRACE`` are refused too (their
+    squared errors would overflow). Returns ``(learning_rate, trace)`` as
+    floats.
     """
-    for name, value in (("learning_rate", learning_rate), ("trace", trace)):
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    try:
+        learning_rate = float(learning_rate)
+    except (TypeError, ValueError):
+        raise ValueError(f"learning_rate must be a number, got {learning_rate!r}.") from None
+    if not (np.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate!r}.")
+    trace = check_trace(trace)
     largest_target = float(np.max(np.abs(y), initial=0.0))
-    step = 2.0 * learning_rate * (instance_norm + largest_target / trace) * instance_norm
-    if not step <= MAX_STEP:
+    if largest_target > MAX_TRACE:
         raise ValueError(
-            f"learning_rate={learning_rate:.3g} with targets up to {largest_target:.3g} "
-            f"(trace {trace:.3g}) allows exponent steps of {step:.3g} per trial, beyond "
-            f"{MAX_STEP:.0e}: the kernel would leave double precision. Use a smaller "
-            "learning rate (0.5 is bound-optimal) or targets in the kernel's units "
-            "(squared distances are at most 2 * trace).")
+            f"targets up to {largest_target:.3g} exceed {MAX_TRACE:g}: their squared "
+            "errors leave double precision; rescale them (trace='auto' then adapts).")
+    norm = float(instance_norm)
+    if norm > 0:
+        log_step = (math.log(2.0 * learning_rate) + math.log(norm)
+                    + math.log(norm + largest_target / trace))
+        if log_step > math.log(MAX_STEP):
+            raise ValueError(
+                f"learning_rate={learning_rate:.3g} with targets up to "
+                f"{largest_target:.3g} (trace {trace:.3g}) allows exponent steps of "
+                f"e^{log_step:.1f} per trial, beyond {MAX_STEP:.0e}: the kernel would "
+                "leave double precision. Use a smaller learning rate (0.5 is "
+                "bound-optimal) or targets in the kernel's units (squared distances "
+                "are at most 2 * trace).")
+    return learning_rate, trace

@@ -23,7 +23,7 @@ from .._engines.rank_one import pair_sq_distance_after
 from .._numerics.spectral import check_symmetric, normalized_exp_weights
 from .._numerics.state import ExponentState, prior_state
 from .._numerics.threads import blas_threads
-from .._numerics.validation import check_pair_indices
+from .._numerics.validation import check_pair_indices, check_trace
 from .._warnings import warn_user
 from .bounds import _log_rho, definiteboost_step
 
@@ -40,20 +40,37 @@ __all__ = [
 ]
 
 
+#: Range of a constraint matrix's largest entry (constraints are scale-free).
+_MIN_CONSTRAINT_SCALE, _MAX_CONSTRAINT_SCALE = 1e-100, 1e100
+#: Eigenvalues within this fraction of the largest are round-off (no sign).
+_SIGN_RTOL = 1e-12
+
+
 class MatrixConstraints:
     """General constraints ``tr(W C_j) <= 0`` for symmetric ``C_j`` (d x d)."""
 
     def __init__(self, constraints):
         self.matrices = np.stack([check_symmetric(C, name=f"constraints[{j}]")
                                   for j, C in enumerate(constraints)])
+        scale = np.abs(self.matrices).max(axis=(1, 2))
+        out = (scale < _MIN_CONSTRAINT_SCALE) | (scale > _MAX_CONSTRAINT_SCALE)
+        if np.any(out):
+            bad = np.flatnonzero(out)[0]
+            raise ValueError(
+                f"constraints[{bad}] has largest entry {scale[bad]:.3g}, outside "
+                f"[{_MIN_CONSTRAINT_SCALE:g}, {_MAX_CONSTRAINT_SCALE:g}]: a constraint "
+                "tr(W C) <= 0 does not change with the scale of C, so rescale it.")
         eigenvalues = np.linalg.eigvalsh(self.matrices)
         self.lam_min = eigenvalues[:, 0]
         self.lam_max = eigenvalues[:, -1]
-        if np.any(self.lam_min >= 0) or np.any(self.lam_max <= 0):
-            bad = np.flatnonzero((self.lam_min >= 0) | (self.lam_max <= 0))[0]
+        spread = np.abs(eigenvalues).max(axis=1)
+        one_signed = ((self.lam_min >= -_SIGN_RTOL * spread)
+                      | (self.lam_max <= _SIGN_RTOL * spread))
+        if np.any(one_signed):
+            bad = np.flatnonzero(one_signed)[0]
             raise ValueError(
-                f"constraints[{bad}] must have eigenvalues of both signs "
-                f"(got range [{self.lam_min[bad]:.3g}, {self.lam_max[bad]:.3g}])."
+                f"constraints[{bad}] must have eigenvalues of both signs, beyond "
+                f"round-off (got range [{self.lam_min[bad]:.3g}, {self.lam_max[bad]:.3g}])."
             )
 
     def __len__(self):
@@ -301,7 +318,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
             quality = violation if settings.corrective else largest
             if settings.keep == "best" and (best is None or quality < best[0]):
                 best = (quality, largest, state.copy())
-            if violation <= settings.tol:
+            if violation <= settings.tol or violation <= 0:  # nothing left to project
                 converged = True
                 break
             if t == settings.max_iter or infeasible:
@@ -431,8 +448,10 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
     override both; ``gamma`` is then the smallest threshold of a similar
     pair (of any pair when none is similar).
     """
-    if not (np.isfinite(trace) and trace > 0):
-        raise ValueError(f"trace must be positive and finite, got {trace!r}.")
+    trace = check_trace(trace)
+    if state.n_objects < 2:
+        raise ValueError("DefiniteBoost needs at least 2 objects (pairs of distinct "
+                         f"objects), got a prior over {state.n_objects}.")
     mean_sq_distance = trace * prior_mean_sq_distance(state)
     if thresholds is not None:
         thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
@@ -443,9 +462,9 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
         gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
         _check_thresholds(thresholds, signs, trace)
         return thresholds, gamma, gamma_dissimilar
-    gamma = 0.1 * mean_sq_distance if gamma == "auto" else float(gamma)
+    gamma = 0.1 * mean_sq_distance if gamma == "auto" else _positive(gamma, "gamma")
     gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
-                        else float(gamma_dissimilar))
+                        else _positive(gamma_dissimilar, "gamma_dissimilar"))
     if gamma_dissimilar >= 2.0 * trace:
         raise ValueError(
             f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
@@ -454,6 +473,16 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
     thresholds = np.where(signs > 0, gamma, gamma_dissimilar)
     _check_thresholds(thresholds, signs, trace)
     return thresholds, gamma, gamma_dissimilar
+
+
+def _positive(value, name):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}.") from None
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    return value
 
 
 #: Similar thresholds below this fraction of the trace are round-off level.
@@ -511,6 +540,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     :class:`megkernel.DefiniteBoostKernel`), on a prior already made a
     state. Returns the log (see :func:`definiteboost_pairs`).
     """
+    trace = check_trace(trace)
     thresholds, gamma, gamma_dissimilar = pair_thresholds(
         state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace)
@@ -528,11 +558,16 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     hard = slack is None
     if keep is None:
         keep = "best" if hard else "last"
+    if not hard:
+        slack = _positive(slack, "slack")
+        with np.errstate(divide="ignore", over="ignore"):  # ||v|| = 0: never binding
+            cap = np.where(constraints.sq_norms > 0,
+                           slack / np.where(constraints.sq_norms > 0, constraints.sq_norms, 1),
+                           np.inf)
     settings = _Settings(
         projection=projection, max_iter=max_iter, tol=0.5 * tol * gamma / trace,
         keep=keep, corrective=corrective,
-        max_multiplier=None if hard else slack / np.maximum(
-            constraints.sq_norms, np.finfo(float).tiny),
+        max_multiplier=None if hard else cap,
         min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
                               if hard else None),
     )

@@ -92,7 +92,7 @@ def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
     state = prior_state(n_objects, prior)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     y = check_squared_distances(y, len(pairs))
-    check_meg_step(learning_rate, trace, y)
+    learning_rate, trace = check_meg_step(learning_rate, trace, y)
     predictions = run_pair_trials(
         state, pairs[:, 0], pairs[:, 1], y,
         learning_rate=learning_rate, trace=trace, method=method,
@@ -139,7 +139,7 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
         raise ValueError("y contains NaN or infinite labels.")
     # the largest absolute row sum bounds each instance's spectral norm
     norm = max((np.abs(X).sum(axis=1).max() for X in instances), default=0.0)
-    check_meg_step(learning_rate, trace, y, instance_norm=norm)
+    learning_rate, trace = check_meg_step(learning_rate, trace, y, instance_norm=norm)
     predictions = np.empty(len(y))
     for t, X in enumerate(instances):
         W = state.matrix()
