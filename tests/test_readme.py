@@ -14,7 +14,12 @@ def test_readme_has_examples():
     assert len(BLOCKS) >= 2
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+#: Blocks that take seconds (a cross-validated grid search) run only in the full suite.
+SLOW = {i for i, block in enumerate(BLOCKS) if "GridSearchCV(pipe" in block}
+
+
+@pytest.mark.parametrize("index", [pytest.param(i, marks=pytest.mark.slow) if i in SLOW else i
+                                   for i in range(len(BLOCKS))])
 def test_readme_example_runs(index, capsys):
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
     printed = capsys.readouterr().out
