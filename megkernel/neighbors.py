@@ -264,7 +264,10 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"weights={self.weights!r} needs the distances themselves, which "
                 "depend on the test objects' diagonal K_ii: pass test_diagonal, "
-                "or use weights='uniform' (whose ranking does not need it)."
+                "or use weights='uniform' (whose ranking does not need it). Under "
+                "cross-validation (which hands over K[test][:, train] only), "
+                "cross-validate object ids through megkernel.KernelDistances and "
+                "scikit-learn's KNeighborsClassifier(metric='precomputed') instead."
             )
         ranking = self.train_diagonal_[None, :] / self.kernel_scale_ - 2.0 * X
         return ranking - ranking.min(axis=1, keepdims=True)
