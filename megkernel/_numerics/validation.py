@@ -10,6 +10,7 @@ __all__ = [
     "check_pair_indices",
     "check_squared_distances",
     "check_meg_step",
+    "check_positive",
     "check_trace",
     "check_n_objects",
 ]
@@ -80,6 +81,17 @@ def check_squared_distances(y, n_pairs, *, name="y"):
     return y
 
 
+def check_positive(value, name):
+    """``value`` as a positive, finite float, or a ValueError naming it."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}.") from None
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    return value
+
+
 def check_trace(trace, *, name="trace"):
     """``trace`` as a float in ``[MIN_TRACE, MAX_TRACE]``, or a ValueError."""
     try:
@@ -115,12 +127,7 @@ def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     squared errors would overflow). Returns ``(learning_rate, trace)`` as
     floats.
     """
-    try:
-        learning_rate = float(learning_rate)
-    except (TypeError, ValueError):
-        raise ValueError(f"learning_rate must be a number, got {learning_rate!r}.") from None
-    if not (np.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate!r}.")
+    learning_rate = check_positive(learning_rate, "learning_rate")
     trace = check_trace(trace)
     largest_target = float(np.max(np.abs(y), initial=0.0))
     if largest_target > MAX_TRACE:

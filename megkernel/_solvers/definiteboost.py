@@ -23,7 +23,7 @@ from .._engines.rank_one import pair_sq_distance_after
 from .._numerics.spectral import check_symmetric, normalized_exp_weights
 from .._numerics.state import ExponentState, prior_state
 from .._numerics.threads import blas_threads
-from .._numerics.validation import check_pair_indices, check_trace
+from .._numerics.validation import check_pair_indices, check_positive, check_trace
 from .._warnings import warn_user
 from .bounds import _log_rho, definiteboost_step
 
@@ -462,9 +462,9 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
         gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
         _check_thresholds(thresholds, signs, trace)
         return thresholds, gamma, gamma_dissimilar
-    gamma = 0.1 * mean_sq_distance if gamma == "auto" else _positive(gamma, "gamma")
+    gamma = 0.1 * mean_sq_distance if gamma == "auto" else check_positive(gamma, "gamma")
     gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
-                        else _positive(gamma_dissimilar, "gamma_dissimilar"))
+                        else check_positive(gamma_dissimilar, "gamma_dissimilar"))
     if gamma_dissimilar >= 2.0 * trace:
         raise ValueError(
             f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
@@ -473,16 +473,6 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
     thresholds = np.where(signs > 0, gamma, gamma_dissimilar)
     _check_thresholds(thresholds, signs, trace)
     return thresholds, gamma, gamma_dissimilar
-
-
-def _positive(value, name):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}.") from None
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}.")
-    return value
 
 
 #: Similar thresholds below this fraction of the trace are round-off level.
@@ -559,7 +549,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     if keep is None:
         keep = "best" if hard else "last"
     if not hard:
-        slack = _positive(slack, "slack")
+        slack = check_positive(slack, "slack")
         with np.errstate(divide="ignore", over="ignore"):  # ||v|| = 0: never binding
             cap = np.where(constraints.sq_norms > 0,
                            slack / np.where(constraints.sq_norms > 0, constraints.sq_norms, 1),
