@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._engines import run_pair_trials, select
 from ._numerics.validation import (
+    MAX_STEP,
     check_meg_step,
     check_pair_indices,
     check_squared_distances,
@@ -365,14 +366,23 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 and all(now is then for now, then in zip(self._param_values(), params)))
 
     def _partial_fit_fast(self, X, y):
+        """One pass over plain, clean examples; anything unusual (a bad index or
+        target, a self-pair, a target out of reach, a step near overflow) goes
+        to the validated path, which raises or warns exactly as always."""
+        learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
+                         else float(self.learning_rate))
+        trace = self.trace_
+        if len(y) != len(X) or X.min() < 0 or X.max() >= self.n_objects_:
+            return self._partial_fit(X, y)
+        low, high = y.min(), y.max()  # NaN fails every comparison below
+        if not (low >= 0 and high <= 2.0 * trace
+                and 8.0 * learning_rate * (1.0 + high / trace) <= MAX_STEP
+                and not (X[:, 0] == X[:, 1]).any()):
+            return self._partial_fit(X, y)
+        pairs = X.astype(np.intp, copy=False)
         with unchanged_on_error(self):
-            pairs = check_pair_indices(X, self.n_objects_)
-            y = check_squared_distances(y, len(pairs))
-            learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
-                             else float(self.learning_rate))
-            start = _Start(pairs, y, None, self.state_.copy(), self.trace_, learning_rate)
-            self._check_targets(start)
-            losses = self._run(start.state, pairs, y, learning_rate, start.trace,
+            start = _Start(pairs, y, None, self.state_.copy(), trace, learning_rate)
+            losses = self._run(start.state, pairs, y, learning_rate, trace,
                                epoch=None, done=self.n_updates_)
         self._commit(start, losses, first=False)
         return self

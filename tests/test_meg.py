@@ -611,7 +611,7 @@ def test_one_pair_partial_fit_fast_path_is_the_validated_path():
         (np.array([[0, -1]]), np.array([0.1]), "negative"),
         (np.array([[0, 1]]), np.array([np.nan]), "NaN"),
         (np.array([[0, 1]]), np.array([-0.1]), "negative squared"),
-        (np.array([[0, 1], [2, 3]]), np.array([0.1]), "shape"),
+        (np.array([[0, 1], [2, 3]]), np.array([0.1]), "inconsistent|shape"),
     ]:
         with pytest.raises(ValueError, match=message):
             fast.partial_fit(bad_pairs, bad_y)
@@ -622,3 +622,16 @@ def test_one_pair_partial_fit_fast_path_is_the_validated_path():
     with pytest.raises(ValueError, match="learning_rate"):
         fast.partial_fit(pairs[:1], y[:1])
     assert _state_bytes(fast) == before
+
+
+def test_fast_path_hands_unusual_examples_to_the_validated_path():
+    """Self-pairs and targets out of reach still warn, through the fast path."""
+    _, pairs, y = _problem(d=6, n=20, seed=82)
+    model = MEGKernelRegressor(n_objects=6, trace=1.0).partial_fit(pairs, y)
+    with pytest.warns(UserWarning, match="with itself"):
+        model.partial_fit(np.array([[2, 2]]), np.array([0.1]))
+    with pytest.warns(UserWarning, match="exceed 2 \\* trace"):
+        model.partial_fit(np.array([[0, 1]]), np.array([2.5]))
+    with pytest.raises(ValueError, match="beyond"):
+        model.set_params(learning_rate=1e100)
+        model.partial_fit(np.array([[0, 1]]), np.array([0.5]))
