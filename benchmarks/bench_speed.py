@@ -413,6 +413,43 @@ def definiteboost_agreement(d, pairs, gamma, n_iter):
             f"(relative Frobenius), dual objectives within {duals:.1e}.")
 
 
+def one_call_table(d, n_calls):
+    """On-line use: one example per call, against scikit-learn's SGDRegressor."""
+    from sklearn.linear_model import SGDRegressor
+
+    from megkernel import MEGKernelRegressor
+
+    a, b, y = trials(d, n_calls + 10, seed=11)
+    pairs = np.column_stack([a, b])
+    features = np.random.default_rng(0).normal(size=(n_calls + 10, 2))
+    rows = []
+    with threadpool_limits(1):
+        model = MEGKernelRegressor(n_objects=d, trace=1.0).partial_fit(pairs[:10], y[:10])
+        sgd = SGDRegressor().partial_fit(features[:10], y[:10])
+        for label, call in (
+                ("MEGKernelRegressor.partial_fit, one pair",
+                 lambda i: model.partial_fit(pairs[i:i + 1], y[i:i + 1])),
+                ("SGDRegressor.partial_fit, one sample (baseline)",
+                 lambda i: sgd.partial_fit(features[i:i + 1], y[i:i + 1])),
+                ("MEGKernelRegressor.predict, one pair",
+                 lambda i: model.predict(pairs[i:i + 1])),
+                ("SGDRegressor.predict, one sample (baseline)",
+                 lambda i: sgd.predict(features[i:i + 1]))):
+            times = []
+            for _ in range(3):
+                wall = time.perf_counter()
+                for i in range(10, n_calls + 10):
+                    call(i)
+                times.append((time.perf_counter() - wall) / n_calls)
+            rows.append((label, float(np.median(times))))
+    print(f"\n### One example per call (d = {d}, {n_calls} calls, median of 3)\n")
+    print("| call | per call | / SGDRegressor |\n|---|---|---|")
+    baseline = {"partial_fit": rows[1][1], "predict": rows[3][1]}
+    for label, seconds in rows:
+        kind = "partial_fit" if "partial_fit" in label else "predict"
+        print(f"| {label} | {fmt_time(seconds)} | {seconds / baseline[kind]:.1f}x |")
+
+
 def warm_up():
     """Load the compiled kernels (their cold start is measured separately)."""
     state = ExponentState.identity(4)
@@ -439,6 +476,7 @@ def main():
         paper_and_exactness(3000, 1000)
         cold_start(1)
         definiteboost_table(100, 200, 20, 10)
+        one_call_table(52, 200)
     else:
         per_trial_table(SIZES, 3)
         identity_start_table(2000, 200, 2)
@@ -450,6 +488,7 @@ def main():
         paper_and_exactness(300_000, 100_000)
         cold_start(3)
         definiteboost_table(500, 2000, 300, 50)
+        one_call_table(52, 2000)
     print(f"\nTotal benchmark time: {fmt_time(time.perf_counter() - start)}.")
 
 
