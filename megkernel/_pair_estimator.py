@@ -97,7 +97,9 @@ class ObjectIndex:
     def __len__(self):
         return len(self.objects)
 
-    def rows(self, values, *, name="X"):
+    def rows(self, values, *, name="X", hint=("Declare every object up front with "
+                                              "objects=[...] (partial_fit cannot add "
+                                              "objects).")):
         """Rows of the ids in ``values`` (any shape), or a ValueError naming the
         first id that is not an object of the model."""
         keys = np.asarray(values, dtype=object).ravel().tolist()
@@ -107,8 +109,7 @@ class ObjectIndex:
             unknown = next(key for key in keys if _missing(self.lookup, key))
             raise ValueError(
                 f"{name} names the object {unknown!r}, which is not one of the model's "
-                f"{len(self)} objects (objects_). Declare every object up front with "
-                "objects=[...] (partial_fit cannot add objects).") from None
+                f"{len(self)} objects (objects_). {hint}") from None
         return np.asarray(rows, dtype=np.intp).reshape(np.shape(values))
 
 

@@ -37,6 +37,9 @@ from .neighbors import kernel_to_distances
 
 __all__ = ["KernelDistances"]
 
+_UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
+                 "listing every object, or a kernel over all of them.")
+
 #: Kernels kept by the learned-kernel cache (most recently used).
 CACHE_SIZE = 16
 
@@ -173,7 +176,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         kernel, objects = self._kernel()
         index = ObjectIndex(objects)
         fit_objects = _ids(X)
-        rows = index.rows(fit_objects)
+        rows = index.rows(fit_objects, hint=_UNKNOWN_HINT)
         self.kernel_, self.objects_ = kernel, objects
         self._index, self._fit_rows = index, rows
         self.fit_objects_ = fit_objects
@@ -193,7 +196,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         D : ndarray of shape (n_query, n_objects_fit)
         """
         check_is_fitted(self, "kernel_")
-        rows = self._index.rows(_ids(X))
+        rows = self._index.rows(_ids(X), hint=_UNKNOWN_HINT)
         diagonal = np.diag(self.kernel_)
         squared = (diagonal[rows][:, None] + diagonal[self._fit_rows][None, :]
                    - 2.0 * self.kernel_[np.ix_(rows, self._fit_rows)])
