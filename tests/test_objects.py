@@ -193,3 +193,20 @@ def test_kernel_distances_speak_pandas_and_refuse_unknown_ids():
         step.transform(["zz"])
     with pytest.raises(ValueError, match="either kernel .* or learner"):
         KernelDistances().fit(names)
+
+
+@pytest.mark.parametrize("params, X, message", [
+    (dict(kernel=np.full((3, 3), np.nan)), [0, 1], "NaN"),
+    (dict(kernel=np.array([[1.0, 2.0], [0.0, 1.0]])), [0, 1], "symmetric"),
+    (dict(kernel=np.eye(3), objects=["a", "b"]), ["a"], "2 ids for a kernel over 3"),
+    (dict(kernel=np.eye(3)), np.zeros((2, 2)), "one object id per row"),
+    (dict(kernel=np.eye(3)), [], "no object ids"),
+    (dict(kernel=np.eye(3)), [0, 7], "object 7"),
+    (dict(learner=MEGKernelRegressor()), [0, 1], "side information"),
+    (dict(learner=MEGKernelRegressor(), pairs=[[0, 1]], targets=[np.nan]), [0, 1], "NaN"),
+])
+def test_kernel_distances_refuse_bad_input_clearly(params, X, message):
+    step = KernelDistances(**params)
+    with pytest.raises(ValueError, match=message):
+        step.fit(X)
+    assert not hasattr(step, "kernel_")
