@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
 from ._numerics.validation import check_pair_indices
 
@@ -66,7 +67,9 @@ class ObjectIndex:
     """
 
     def __init__(self, objects, *, name="objects"):
-        objects = np.asarray(objects, dtype=object if _is_text(objects) else None)
+        # a list may mix kinds of ids: keep each as it is (no cast to strings)
+        objects = (objects if isinstance(objects, np.ndarray)
+                   else np.asarray(objects, dtype=object))
         if objects.ndim != 1 or len(objects) < 2:
             raise ValueError(f"{name} must be a 1-D sequence of at least 2 object ids, "
                              f"got shape {objects.shape}.")
@@ -118,10 +121,6 @@ def _missing(lookup, key):
         return key not in lookup
     except TypeError:  # unhashable
         return True
-
-
-def _is_text(values):
-    return any(isinstance(v, (str, bytes)) for v in np.ravel(np.asarray(values, dtype=object))[:1])
 
 
 def _categories(X):
@@ -300,7 +299,7 @@ class KernelViewsMixin:
         ``kernel_`` (for scikit-learn's ``metric="precomputed"``)."""
         kernel = self.kernel_
         diagonal = np.diag(kernel)
-        squared = np.maximum(diagonal[:, None] + diagonal[None, :] - 2.0 * kernel, 0.0)
+        squared = np.maximum(induced_sq_distances(kernel, diagonal, diagonal), 0.0)
         np.fill_diagonal(squared, 0.0)
         return np.sqrt(squared)
 
@@ -332,11 +331,11 @@ class KernelViewsMixin:
         return self.trace_ * self.state_.entries(rows, cols)
 
     def _object_indices(self, indices, name):
-        indices = np.asarray(indices, dtype=object if _is_text(indices) else None)
+        index = getattr(self, "_object_index", None)
+        indices = np.asarray(indices, dtype=None if index is None else object)
         if indices.ndim != 1:
             raise ValueError(f"{name} must be a 1-D array of object ids, "
                              f"got shape {indices.shape}.")
-        index = getattr(self, "_object_index", None)
         if index is not None:
             return index.rows(indices, name=name)
         pairs = check_pair_indices(np.column_stack([indices, indices]),

@@ -18,7 +18,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._numerics.spectral import check_symmetric
+from ._numerics.spectral import check_symmetric, induced_sq_distances
 from ._pair_estimator import unchanged_on_error
 from ._warnings import warn_user
 
@@ -50,7 +50,7 @@ def kernel_to_distances(K, *, squared=False):
     """
     K = check_symmetric(K, name="K")
     diagonal = np.diag(K)
-    squared_distances = np.maximum(diagonal[:, None] + diagonal[None, :] - 2.0 * K, 0.0)
+    squared_distances = np.maximum(induced_sq_distances(K, diagonal, diagonal), 0.0)
     np.fill_diagonal(squared_distances, 0.0)
     return squared_distances if squared else np.sqrt(squared_distances)
 
@@ -75,15 +75,14 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
     -------
     distances : ndarray of shape (n_rows, n_columns)
     """
-    squared = row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
+    squared = induced_sq_distances(kernel_rows, row_diagonal, column_diagonal)
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def _warn_if_not_psd(kernel, diagonal):
+def _warn_if_not_psd(kernel, diagonal, squared):
     """Warn when a kernel cannot be positive semidefinite: some induced squared
-    distance ``K_ii + K_jj - 2 K_ij``, or some ``K_ii``, is clearly negative
-    (``O(n^2)``, no eigendecomposition)."""
-    squared = diagonal[:, None] + diagonal[None, :] - 2.0 * kernel
+    distance ``K_ii + K_jj - 2 K_ij`` (``squared``), or some ``K_ii``, is
+    clearly negative (``O(n^2)``, no eigendecomposition)."""
     scale = max(float(np.abs(kernel).max(initial=0.0)), np.finfo(float).tiny)
     worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
     if worst < -1e-8 * scale:
@@ -200,8 +199,9 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
             scale = float(np.ldexp(1.0, 2 * exponent))
             X = X / scale
             diagonal = np.diag(X).copy()
-            _warn_if_not_psd(X, diagonal)
-            distances = kernel_distances(X, diagonal, diagonal)
+            squared = induced_sq_distances(X, diagonal, diagonal)
+            _warn_if_not_psd(X, diagonal, squared)
+            distances = np.sqrt(np.maximum(squared, 0.0))
             neighbors = KNeighborsClassifier(
                 n_neighbors=self.n_neighbors,
                 weights=self.weights,

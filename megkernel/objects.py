@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ._numerics.spectral import check_symmetric
+from ._numerics.spectral import check_symmetric, induced_sq_distances
 from ._pair_estimator import ObjectIndex
 from .neighbors import kernel_to_distances
 
@@ -79,7 +79,7 @@ def clear_cache():
 
 def _ids(X):
     """Object ids from ``X``: 1-D, a single column, or a Series / DataFrame."""
-    values = np.asarray(X, dtype=object if _has_text(X) else None)
+    values = np.asarray(X, dtype=object)
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]
     if values.ndim != 1:
@@ -88,11 +88,6 @@ def _ids(X):
     if len(values) == 0:
         raise ValueError("X holds no object ids.")
     return values
-
-
-def _has_text(X):
-    values = np.asarray(X, dtype=object).ravel()
-    return len(values) > 0 and isinstance(values[0], (str, bytes))
 
 
 class KernelDistances(TransformerMixin, BaseEstimator):
@@ -198,9 +193,9 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "kernel_")
         rows = self._index.rows(_ids(X), hint=_UNKNOWN_HINT)
         diagonal = np.diag(self.kernel_)
-        squared = (diagonal[rows][:, None] + diagonal[self._fit_rows][None, :]
-                   - 2.0 * self.kernel_[np.ix_(rows, self._fit_rows)])
-        squared = np.maximum(squared, 0.0)
+        squared = np.maximum(induced_sq_distances(
+            self.kernel_[np.ix_(rows, self._fit_rows)], diagonal[rows],
+            diagonal[self._fit_rows]), 0.0)
         return squared if self.squared else np.sqrt(squared)
 
     def get_feature_names_out(self, input_features=None):

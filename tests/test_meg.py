@@ -593,15 +593,21 @@ def test_solver_validates_pairs_and_distances(method, pairs, y, match):
         meg(np.array(pairs), y, n_objects=4, method=method)
 
 
-def test_one_pair_partial_fit_fast_path_is_the_validated_path():
+def test_one_pair_partial_fit_fast_path_is_the_validated_path(monkeypatch):
     """Later calls on plain index arrays skip scikit-learn's validation, not its checks."""
     _, pairs, y = _problem(d=12, n=300, seed=81)
     fast = MEGKernelRegressor(n_objects=12, trace=1.0)
     slow = MEGKernelRegressor(n_objects=12, trace=1.0)
+    validated = []
+    full_path = MEGKernelRegressor._partial_fit
+    monkeypatch.setattr(MEGKernelRegressor, "_partial_fit",
+                        lambda self, X, y: validated.append(self) or full_path(self, X, y))
     for t in range(300):
         fast.partial_fit(pairs[t:t + 1], y[t:t + 1])                    # ndarray: fast path
         slow.partial_fit(pairs[t:t + 1].tolist(), y[t:t + 1].tolist())  # lists: validated
-    assert fast._validated_params is not None
+    # the fast model took the validated path once (its first call), the other always
+    assert sum(model is fast for model in validated) == 1
+    assert sum(model is slow for model in validated) == 300
     np.testing.assert_array_equal(fast.losses_, slow.losses_)
     np.testing.assert_array_equal(fast.kernel_, slow.kernel_)
     np.testing.assert_array_equal(fast.predict(pairs), slow.predict(pairs.tolist()))

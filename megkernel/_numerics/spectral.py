@@ -22,6 +22,7 @@ __all__ = [
     "normalized_exp_weights",
     "log_trace_exp",
     "von_neumann_divergence",
+    "induced_sq_distances",
 ]
 
 _SYMMETRY_RTOL = 1e-10
@@ -191,3 +192,22 @@ def von_neumann_divergence(U, W, *, rtol=1e-12):
     trace_u = mu[mu_pos].sum()
     trace_w = nu[nu_pos].sum()
     return float(max(u_log_u - u_log_w - trace_u + trace_w, 0.0))
+
+
+def induced_sq_distances(kernel_rows, row_diagonal, column_diagonal):
+    """``K_ii + K_jj - 2 K_ij``: the squared distances a kernel induces.
+
+    Parameters
+    ----------
+    kernel_rows : ndarray of shape (n_rows, n_columns)
+        ``K_ij`` between row objects ``i`` and column objects ``j``.
+    row_diagonal, column_diagonal : ndarray of shape (n_rows,), (n_columns,)
+        ``K_ii`` of the row objects, ``K_jj`` of the column objects.
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n_columns)
+        Not clipped: negative entries (round-off, or an indefinite kernel)
+        are the caller's to judge.
+    """
+    return row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
