@@ -238,7 +238,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                     corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
                     method=self.method, callback=callback,
                 )
-        self._store(state, index, signs, log)
+            self._store(state, index, signs, log)  # inside: all or nothing
         return self
 
     def _store(self, state, index, signs, log):
