@@ -12,22 +12,27 @@ are stored as the *rows* of ``Vt`` (``Vt = V^T``, C-contiguous), so that the
 rows touched by one update are contiguous and the eigenvector product is one
 GEMM over the rows that did not deflate.
 
-Arguments come in small named structures: :class:`Eigenpairs` (eigenvalues,
-eigenvector rows and a spare buffer they trade places with) and
-:class:`Workspace` (named scratch arrays, :func:`make_workspace`; in it, the
-per-root state of the secular solver is a record array of dtype
-:data:`SECULAR_STATE`).
-:func:`pair_trials` runs MEG trials, :func:`rank_one_update` one update.
+Written to compile quickly (the first use of the engine compiles it): one
+compiled entry point, :func:`pair_trials`, for MEG trials and single
+updates alike (a compiled function calling another compiled function links
+and generates the callee's code again), few and small helpers, plain arrays
+as arguments (the scratch space is three flat arrays, :func:`make_workspace`,
+carved up inside), the per-root state of the secular solver in local
+variables, loops instead of array slice assignments (whose error path
+compiles string formatting) and an insertion sort instead of ``np.argsort``
+(the eigenvalues are nearly sorted after an update).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
 
 import llvmlite.binding as llvm_binding
 import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address
+
+__all__ = ["make_workspace", "pair_trials"]
 
 _DLAED4_SYMBOL = "megkernel_scipy_dlaed4"
 llvm_binding.add_symbol(
@@ -41,172 +46,161 @@ _dlaed4 = types.ExternalFunction(_DLAED4_SYMBOL, types.void(*[types.voidptr] * 8
 #: LAPACK's relative machine precision ``dlamch('Epsilon')``.
 _EPS = np.finfo(np.float64).eps / 2
 
+#: Steps per root of the vectorised secular solver before ``dlaed4`` takes over.
+_MAX_STEPS = 12
 
-class Eigenpairs(NamedTuple):
-    """Eigenpairs ``Vt^T diag(values) Vt`` being updated.
+# Divisions never raise (numpy's error model: no exception paths to compile).
+_strict = njit(cache=True, error_model="numpy")
+# Reassociation only where it is harmless (sums of precomputed terms): it
+# lets LLVM vectorise the reductions.
+_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 
-    Attributes
-    ----------
-    values : ndarray of shape (n,)
-        Ascending eigenvalues, updated in place.
-    rows : ndarray of shape (n, m), C-contiguous
-        The eigenvectors, as rows (``Vt``).
-    spare : ndarray of shape (n, m), C-contiguous
-        A buffer of the same shape: an update that rotates every row writes
-        the new rows into it, and the two trade places.
-    """
-
-    values: np.ndarray
-    rows: np.ndarray
-    spare: np.ndarray
-
-
-#: Record type of the per-root state of :func:`_secular_roots_vectorised`
-#: (``dlaed4``'s), one record per root: ``origin``, the pole the root is
-#: measured from (the nearer one); ``tau``, its distance from that pole;
-#: ``lower`` and ``upper``, the bracket of ``tau``; ``w_prev``, the secular
-#: function at the previous step; ``middle_way``, 1.0 while the root takes
-#: middle-way steps and 0.0 while fixed-weight ones (``dlaed4``'s switch).
-SECULAR_STATE = np.dtype([("origin", np.intp), ("tau", np.float64),
-                          ("lower", np.float64), ("upper", np.float64),
-                          ("w_prev", np.float64), ("middle_way", np.float64)])
-
-
-class Workspace(NamedTuple):
-    """Scratch of :func:`rank_one_update` for ``n`` eigenpairs of length ``m``.
-
-    Entries are in *working order*: eigenvalues sign-adjusted (negated for
-    a negative update) and ascending.
-
-    Attributes
-    ----------
-    pos : ndarray of intp, shape (n,)
-        Eigenpair index of each working entry.
-    kept : ndarray of intp, shape (n,)
-        Working indices of the entries that did not deflate (first ``k``).
-    order, done : ndarray of intp, shape (n,)
-        Permutation and visited marks of the final sort.
-    converged : ndarray of intp, shape (n,)
-        1 for the secular roots the vectorised solver found.
-    lapack_ints : ndarray of int32, shape (3,)
-        ``dlaed4``'s integer arguments (``k``, root index, ``info``).
-    lapack_reals : ndarray of shape (2,)
-        ``dlaed4``'s real scalars (``rho``, the root).
-    dw, zw : ndarray of shape (n,)
-        Working eigenvalues and update vector (unit norm).
-    dk, zk : ndarray of shape (n,)
-        The same for the ``k`` kept entries (``zk`` of unit norm again).
-    roots : ndarray of shape (n,)
-        The new eigenvalues of the kept block.
-    zhat : ndarray of shape (n,)
-        Gu & Eisenstat's recomputed update vector.
-    secular : ndarray of dtype SECULAR_STATE, shape (n,)
-        Per-root state of the secular solver.
-    delta : ndarray of shape (n * n,)
-        ``delta[j, i] = dk_i - roots_j`` as a ``(k, k)`` block (then, for a
-        negative update rotating every row, the reordered eigenvectors).
-    small : ndarray of shape (n * n,)
-        Eigenvectors of the kept block, as rows of a ``(k, k)`` block.
-    gathered : ndarray of shape (n * m,)
-        The kept eigenvector rows, as a ``(k, m)`` block (its first ``m``
-        entries also buffer one row in the final sort).
-    updated : ndarray of shape (n * m,)
-        Their products with ``small``, as a ``(k, m)`` block.
-    """
-
-    pos: np.ndarray
-    kept: np.ndarray
-    order: np.ndarray
-    done: np.ndarray
-    converged: np.ndarray
-    lapack_ints: np.ndarray
-    lapack_reals: np.ndarray
-    dw: np.ndarray
-    zw: np.ndarray
-    dk: np.ndarray
-    zk: np.ndarray
-    roots: np.ndarray
-    zhat: np.ndarray
-    secular: np.ndarray
-    delta: np.ndarray
-    small: np.ndarray
-    gathered: np.ndarray
-    updated: np.ndarray
+#: Float scratch vectors of length ``n`` (before the blocks).
+_VECTORS = 7
+#: Integer scratch vectors of length ``n``.
+_INDICES = 3
 
 
 def make_workspace(n, m):
-    """A :class:`Workspace` for ``n`` eigenpairs of length ``m`` (uninitialised).
+    """Scratch of :func:`pair_trials` for ``n`` eigenpairs of length ``m``.
 
-    Plain Python (no compilation); :func:`pair_trials` makes its own by the
-    compiled twin :func:`_make_workspace`.
+    Returns ``(floats, ints, lapack_ints)``: a float array holding
+    :data:`_VECTORS` vectors of length ``n``, LAPACK's two real scalars,
+    two ``n x n`` blocks (the secular deltas, the small eigenvectors) and
+    two ``n x m`` blocks (the gathered and the updated eigenvector rows);
+    an ``intp`` array of :data:`_INDICES` index vectors;
+    ``dlaed4``'s three integer arguments (int32). Contents never matter
+    (written before read).
     """
-    return Workspace(
-        np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp),
-        np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp),
-        np.empty(n, dtype=np.intp), np.empty(3, dtype=np.int32), np.empty(2),
-        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
-        np.empty(n),
-        np.empty(n, dtype=SECULAR_STATE),
-        np.empty(n * n), np.empty(n * n), np.empty(n * m), np.empty(n * m),
-    )
+    floats = np.empty(_VECTORS * n + 2 + 2 * n * n + 2 * n * m)
+    return floats, np.empty(_INDICES * n, dtype=np.intp), np.empty(3, dtype=np.int32)
 
 
-_make_workspace = njit(cache=True)(make_workspace)
+@_reduction
+def _secular_sums(zk, shifted, tau, row, split):
+    """``row = shifted - tau`` and ``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``
+    (``psi`` over the poles up to ``split``, ``phi`` over the rest)."""
+    psi = 0.0
+    dpsi = 0.0
+    phi = 0.0
+    dphi = 0.0
+    for i in range(zk.size):
+        r = shifted[i] - tau
+        row[i] = r
+        t = zk[i] / r
+        u = zk[i] * t
+        v = t * t
+        if i <= split:
+            psi += u
+            dpsi += v
+        else:
+            phi += u
+            dphi += v
+    return psi, dpsi, phi, dphi
 
 
-@njit(cache=True)
-def _deflate(dw, zw, rho, tol, Vt, pos, kept):
-    """Deflate ``diag(dw) + rho zw zw^T`` in place (``dlaed2``'s tests).
-
-    ``dw`` ascending, ``zw`` of unit norm, ``rho > 0``. Tiny components of
-    ``zw`` are dropped; a near-equal pair is rotated (the rotation is applied
-    to the eigenvector rows ``Vt[pos[.]]``) so that one member carries the
-    whole ``z`` weight and the other deflates. Writes the working indices of
-    the kept (non-deflated) entries into ``kept`` and returns their count.
-    """
-    n = dw.size
-    k = 0
-    prev = -1
-    for j in range(n):
-        if rho * abs(zw[j]) <= tol:
-            zw[j] = 0.0
-            continue
-        if prev >= 0:
-            # |(d_j - d_prev) c s| <= tol with c s = -z_j z_prev / tau^2,
-            # tested before any square root
-            coupling = abs((dw[j] - dw[prev]) * zw[j] * zw[prev])
-            if coupling <= tol * (zw[j] * zw[j] + zw[prev] * zw[prev]):
-                tau = np.hypot(zw[j], zw[prev])
-                c = zw[j] / tau
-                s = -zw[prev] / tau
-                zw[j] = tau
-                zw[prev] = 0.0
-                _rotate_rows(Vt[pos[prev]], Vt[pos[j]], c, s)
-                d_prev = dw[prev] * c * c + dw[j] * s * s
-                dw[j] = dw[prev] * s * s + dw[j] * c * c
-                dw[prev] = d_prev
-                prev = j
-                continue
-            kept[k] = prev
-            k += 1
-        prev = j
-    if prev >= 0:
-        kept[k] = prev
-        k += 1
-    return k
-
-
-@njit(cache=True)
-def _rotate_rows(x, y, c, s):
-    """``x, y <- c x + s y, c y - s x`` (LAPACK ``drot``)."""
+@_reduction
+def _sum_squares(x):
+    total = 0.0
     for i in range(x.size):
-        xi = x[i]
-        yi = y[i]
-        x[i] = c * xi + s * yi
-        y[i] = c * yi - s * xi
+        total += x[i] * x[i]
+    return total
 
 
-@njit(cache=True)
+@_strict
+def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted):
+    """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
+
+    ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
+    middle-way rational steps, bisection safeguard, a rounding-error
+    stopping test), with the pole distances of each root kept in its row of
+    ``delta`` (``delta[j, i] = dk_i - roots_j``, from ``shifted = dk -
+    dk[origin]``, computed once per origin) and the secular sums vectorised
+    over the poles. Roots not converged after :data:`_MAX_STEPS` steps keep
+    ``converged[j] == 0`` for ``dlaed4``. ``shifted`` (``k``) is scratch.
+    """
+    k = dk.size
+    for j in range(k):
+        row = delta[j]
+        converged[j] = 0
+        # start mid-interval, bracketed by the two poles
+        gap = dk[j + 1] - dk[j] if j < k - 1 else rho
+        origin = j
+        tau = gap / 2
+        lower = 0.0
+        upper = gap
+        w_prev = 0.0
+        middle_way = False
+        p = min(j, k - 2)
+        base = dk[j]
+        for i in range(k):
+            shifted[i] = dk[i] - base
+        for step in range(_MAX_STEPS):
+            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, p)
+            w = 1.0 / rho + psi + phi
+            dw = dpsi + dphi
+            erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
+                      + abs(tau) * dw)
+            if abs(w) <= _EPS * erretm:
+                converged[j] = 1
+                break
+            if w < 0:
+                lower = max(lower, tau)
+            else:
+                upper = min(upper, tau)
+            if step == 0 and w < 0 and j < k - 1:
+                # first step, root in the upper half: measure from the upper pole
+                origin = j + 1
+                tau -= gap
+                lower -= gap
+                upper -= gap
+                base = dk[origin]
+                for i in range(k):
+                    shifted[i] = dk[i] - base
+            left = row[p]
+            right = row[p + 1]
+            a = (left + right) * w - left * right * dw
+            b = left * right * w
+            if j == k - 1 or middle_way:
+                c = w - left * dpsi - right * dphi
+            elif origin == p:
+                c = w - right * dw - (left - right) * (zk[p] / left) ** 2
+            else:
+                c = w - left * dw - (right - left) * (zk[p + 1] / right) ** 2
+            disc = math.sqrt(abs(a * a - 4.0 * b * c))
+            if j == k - 1:
+                c = abs(c)
+                if c == 0.0:
+                    eta = upper - tau
+                elif a >= 0:
+                    eta = (a + disc) / (2.0 * c)
+                else:
+                    eta = 2.0 * b / (a - disc)
+            elif c == 0.0:
+                eta = b / a if a != 0.0 else 0.0
+            elif a <= 0:
+                eta = (a - disc) / (2.0 * c)
+            else:
+                eta = 2.0 * b / (a + disc)
+            if w * eta >= 0:
+                eta = -w / dw
+            if not lower < tau + eta < upper:
+                eta = ((upper if w < 0 else lower) - tau) / 2
+            tau += eta
+            if abs(eta) <= 2.0 * _EPS * abs(tau):
+                # a rational step at round-off size: converged
+                for i in range(k):
+                    row[i] = shifted[i] - tau
+                converged[j] = 1
+                break
+            if w_prev * w > 0 and abs(w) > abs(w_prev) / 10:
+                middle_way = not middle_way
+            w_prev = w
+        if converged[j]:
+            roots[j] = dk[origin] + tau
+
+
+@_strict
 def _secular_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
     """Roots of ``1 + rho sum zk_i^2 / (dk_i - x)`` by LAPACK ``dlaed4``.
 
@@ -231,353 +225,88 @@ def _secular_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
     return 0
 
 
-#: Steps per root of the vectorised secular solver before ``dlaed4`` takes over.
-_MAX_STEPS = 12
-
-_strict = njit(cache=True, error_model="numpy")
-# Reassociation only where it is harmless (sums of precomputed terms): it
-# lets LLVM vectorise the reductions. Divisions never raise (numpy model).
-_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"})
-
-
 @_strict
-def _delta_row(dk, base, tau, row):
-    """``row_i = (dk_i - base) - tau``: distances to the poles, accurately."""
-    for i in range(dk.size):
-        row[i] = (dk[i] - base) - tau
+def _sort_rows(lam, Vt, order, tmp):
+    """Sort ``lam`` ascending, carrying the rows of ``Vt``.
 
-
-@_reduction
-def _row_sums(zk, row, split):
-    """``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``, split after ``split``."""
-    psi = 0.0
-    dpsi = 0.0
-    phi = 0.0
-    dphi = 0.0
-    for i in range(zk.size):
-        t = zk[i] / row[i]
-        if i <= split:
-            psi += zk[i] * t
-            dpsi += t * t
-        else:
-            phi += zk[i] * t
-            dphi += t * t
-    return psi, dpsi, phi, dphi
-
-
-@_reduction
-def _sum_squares(x):
-    total = 0.0
-    for i in range(x.size):
-        total += x[i] * x[i]
-    return total
-
-
-@_strict
-def _secular_step(dk, zk, rho, j, first, row, scratch):
-    """One safeguarded rational step for root ``j`` (``dlaed4``'s rules).
-
-    ``row`` holds ``dk - root`` at the current ``scratch[j].tau``; the
-    other fields of its record ``scratch[j]`` (:data:`SECULAR_STATE`)
-    are updated. The ``first`` step, taken from mid-interval, also picks the
-    nearer pole as origin. Returns True if the root converged.
+    An insertion sort of the indices (the eigenvalues are nearly sorted
+    after an update: few moves), then the permutation applied in cycles.
+    ``order`` (intp) and ``tmp`` (one row) are scratch.
     """
-    state = scratch[j]
-    k = dk.size
-    p = min(j, k - 2)
-    psi, dpsi, phi, dphi = _row_sums(zk, row, p)
-    w = 1.0 / rho + psi + phi
-    dw = dpsi + dphi
-    erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
-              + abs(state.tau) * dw)
-    if abs(w) <= _EPS * erretm:
-        return True
-    if w < 0:
-        state.lower = max(state.lower, state.tau)
-    else:
-        state.upper = min(state.upper, state.tau)
-    if first and w < 0 and j < k - 1:
-        # first step, root in the upper half: measure from the upper pole
-        gap = dk[j + 1] - dk[j]
-        state.origin = j + 1
-        state.tau -= gap
-        state.lower -= gap
-        state.upper -= gap
-    left = row[p]
-    right = row[p + 1]
-    a = (left + right) * w - left * right * dw
-    b = left * right * w
-    if j == k - 1 or state.middle_way != 0.0:
-        c = w - left * dpsi - right * dphi
-    elif state.origin == p:
-        c = w - right * dw - (left - right) * (zk[p] / left) ** 2
-    else:
-        c = w - left * dw - (right - left) * (zk[p + 1] / right) ** 2
-    disc = np.sqrt(abs(a * a - 4.0 * b * c))
-    if j == k - 1:
-        c = abs(c)
-        if c == 0.0:
-            eta = state.upper - state.tau
-        elif a >= 0:
-            eta = (a + disc) / (2.0 * c)
-        else:
-            eta = 2.0 * b / (a - disc)
-    elif c == 0.0:
-        eta = b / a if a != 0.0 else 0.0
-    elif a <= 0:
-        eta = (a - disc) / (2.0 * c)
-    else:
-        eta = 2.0 * b / (a + disc)
-    if w * eta >= 0:
-        eta = -w / dw
-    if not state.lower < state.tau + eta < state.upper:
-        eta = ((state.upper if w < 0 else state.lower) - state.tau) / 2
-    state.tau += eta
-    if abs(eta) <= 2.0 * _EPS * abs(state.tau):
-        return True  # a rational step at round-off size: converged
-    if state.w_prev * w > 0 and abs(w) > abs(state.w_prev) / 10:
-        state.middle_way = 1.0 - state.middle_way
-    state.w_prev = w
-    return False
-
-
-@_strict
-def _secular_start(dk, rho, j, scratch):
-    """Root ``j`` starts mid-interval, bracketed by its two poles."""
-    k = dk.size
-    gap = dk[j + 1] - dk[j] if j < k - 1 else rho
-    state = scratch[j]
-    state.origin = j
-    state.tau = gap / 2
-    state.lower = 0.0
-    state.upper = gap
-    state.w_prev = 0.0
-    state.middle_way = 0.0
-
-
-@_strict
-def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, scratch):
-    """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
-
-    ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
-    middle-way rational steps, bisection safeguard, a rounding-error
-    stopping test), with the pole distances of each root kept in its row of
-    ``delta`` (``delta[j, i] = dk_i - roots_j``) and the secular sums
-    vectorised over the poles. Roots not converged after
-    :data:`_MAX_STEPS` steps keep ``converged[j] == 0`` for ``dlaed4``.
-    ``scratch`` (record array of dtype :data:`SECULAR_STATE`) holds at least
-    ``k`` roots.
-    """
-    k = dk.size
-    for j in range(k):
-        row = delta[j]
-        state = scratch[j]  # a reference: sees the updates of the steps
-        _secular_start(dk, rho, j, scratch)
-        converged[j] = 0
-        for step in range(_MAX_STEPS):
-            _delta_row(dk, dk[state.origin], state.tau, row)
-            if _secular_step(dk, zk, rho, j, step == 0, row, scratch):
-                _delta_row(dk, dk[state.origin], state.tau, row)
-                converged[j] = 1
-                roots[j] = dk[state.origin] + state.tau
-                break
-
-
-@_strict
-def _scale_by_ratios(zhat, row, dk, pole, stop):
-    """``zhat_i *= row_i / (dk_i - pole)`` for ``i < stop``."""
-    for i in range(stop):
-        zhat[i] *= row[i] / (dk[i] - pole)
-
-
-@_strict
-def _secular_vectors(dk, zk, delta, zhat, out):
-    """Eigenvectors from the secular deltas with Gu-Eisenstat's ``z``.
-
-    Writes ``out[j, i]``: component ``i`` of eigenvector ``j`` (``dlaed3``);
-    ``zhat`` is scratch of length ``k``.
-    """
-    k = dk.size
-    if k <= 2:
-        for j in range(k):
-            for i in range(k):
-                out[j, i] = delta[j, i] if k == 2 else 1.0
-        return
-    for i in range(k):
-        zhat[i] = delta[i, i]
-    for j in range(k):
-        _scale_by_ratios(zhat, delta[j], dk, dk[j], j)
-        _scale_by_ratios(zhat[j + 1:], delta[j, j + 1:], dk[j + 1:], dk[j],
-                         k - j - 1)
-    for i in range(k):
-        zhat[i] = np.sqrt(-zhat[i]) if zk[i] >= 0 else -np.sqrt(-zhat[i])
-    for j in range(k):
-        vec = out[j]
-        row = delta[j]
-        for i in range(k):
-            vec[i] = zhat[i] / row[i]
-        norm = np.sqrt(_sum_squares(vec))
-        for i in range(k):
-            vec[i] /= norm
-
-
-@njit(cache=True)
-def _sort_in_place(lam, Vt, order, done, tmp):
-    """Sort ``lam`` ascending, carrying the rows of ``Vt`` (cycle moves)."""
-    n = lam.size
-    for i in range(n - 1):
-        if lam[i] > lam[i + 1]:
-            break
-    else:
-        return
-    order[:] = np.argsort(lam, kind="mergesort")
-    done[:] = 0
-    for start in range(n):
-        if done[start] or order[start] == start:
-            continue
-        tmp[:] = Vt[start]
-        tmp_lam = lam[start]
-        q = start
-        while order[q] != start:
-            src = order[q]
-            Vt[q] = Vt[src]
-            lam[q] = lam[src]
-            done[q] = 1
-            q = src
-        Vt[q] = tmp
-        lam[q] = tmp_lam
-        done[q] = 1
-
-
-@njit(cache=True)
-def rank_one_update(pairs, z, s, work):
-    """Eigenpairs of ``Vt^T diag(lam) Vt + s (Vt^T z)(Vt^T z)^T``, in place.
-
-    Parameters
-    ----------
-    pairs : Eigenpairs
-        ``lam`` (``pairs.values``), overwritten with the new eigenvalues
-        (ascending), and ``Vt`` (``pairs.rows``).
-    z : ndarray (n,)
-        Coordinates of the update vector in the eigenbasis (not modified).
-    s : float
-        Signed weight of the update.
-    work : Workspace
-        From :func:`make_workspace` with ``n`` and ``m``.
-
-    Returns
-    -------
-    swapped : bool
-        True if ``pairs.spare`` now holds the new eigenvectors.
-    info : int
-        Nonzero if LAPACK's root finder failed; ``lam`` and ``Vt`` are then
-        inconsistent and must be recomputed from the exact matrix.
-    """
-    lam = pairs.values
-    Vt = pairs.rows
-    spare = pairs.spare
     n = lam.size
     m = Vt.shape[1]
-    pos = work.pos
-    kept = work.kept
-    order = work.order
-    done = work.done
-    dw = work.dw
-    zw = work.zw
-    dk = work.dk
-    zk = work.zk
-    roots = work.roots
-    if s == 0.0:
-        return False, 0
-    sign = 1.0 if s > 0 else -1.0
-    znorm2 = 0.0
-    dmax = 0.0
-    for w in range(n):
-        pos[w] = w if sign > 0 else n - 1 - w
-        dw[w] = sign * lam[pos[w]]
-        zw[w] = z[pos[w]]
-        znorm2 += zw[w] * zw[w]
-        dmax = max(dmax, abs(dw[w]))
-    if znorm2 == 0.0:
-        return False, 0
-    znorm = np.sqrt(znorm2)
-    for w in range(n):
-        zw[w] /= znorm
-    rho = abs(s) * znorm2
-    tol = 8.0 * _EPS * max(dmax, rho)
-    k = _deflate(dw, zw, rho, tol, Vt, pos, kept)
-    for w in range(n):
-        lam[pos[w]] = sign * dw[w]
-    if k == 0:
-        _sort_in_place(lam, Vt, order, done, work.gathered[:m])
-        return False, 0
-    knorm2 = 0.0
-    for i in range(k):
-        dk[i] = dw[kept[i]]
-        zk[i] = zw[kept[i]]
-        knorm2 += zk[i] * zk[i]
-    knorm = np.sqrt(knorm2)
-    for i in range(k):
-        zk[i] /= knorm
-    rho_k = rho * knorm2
-    delta = work.delta[:k * k].reshape((k, k))
-    small = work.small[:k * k].reshape((k, k))
-    converged = work.converged[:k]
-    converged[:] = 0
-    if k >= 3:
-        _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta,
-                                  converged, work.secular)
-    info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
-                          work.lapack_ints, work.lapack_reals)
-    if info != 0:
-        return False, info
-    _secular_vectors(dk[:k], zk[:k], delta, work.zhat[:k], small)
-    for j in range(k):
-        lam[pos[kept[j]]] = sign * roots[j]
-    swapped = k == n
-    if swapped:
-        target = spare
-        if sign < 0:  # working order is reversed: reverse both axes
-            full = work.delta[:n * n].reshape((n, n))
-            for j in range(n):
-                for i in range(n):
-                    full[pos[j], pos[i]] = small[j, i]
-            small = full
-        np.dot(small, Vt, target)
-    else:
-        target = Vt
-        gathered = work.gathered[:k * m].reshape((k, m))
-        updated = work.updated[:k * m].reshape((k, m))
-        for i in range(k):
-            gathered[i] = Vt[pos[kept[i]]]
-        np.dot(small, gathered, updated)
-        for j in range(k):
-            Vt[pos[kept[j]]] = updated[j]
-    _sort_in_place(lam, target, order, done, work.gathered[:m])
-    return swapped, 0
+    unsorted = False
+    for i in range(n - 1):
+        if lam[i] > lam[i + 1]:
+            unsorted = True
+            break
+    if unsorted:
+        for i in range(n):
+            order[i] = i
+        for i in range(1, n):
+            key = order[i]
+            q = i - 1
+            while q >= 0 and lam[order[q]] > lam[key]:
+                order[q + 1] = order[q]
+                q -= 1
+            order[q + 1] = key
+        # apply: position q receives entry order[q]; visited positions get -1
+        for start in range(n):
+            if order[start] < 0 or order[start] == start:
+                continue
+            for c in range(m):
+                tmp[c] = Vt[start, c]
+            tmp_lam = lam[start]
+            q = start
+            while order[q] != start:
+                src = order[q]
+                for c in range(m):
+                    Vt[q, c] = Vt[src, c]
+                lam[q] = lam[src]
+                order[q] = -1
+                q = src
+            for c in range(m):
+                Vt[q, c] = tmp[c]
+            lam[q] = tmp_lam
+            order[q] = -1
 
 
-@njit(cache=True)
-def pair_trials(pairs, exponent, basis, a, b, y, learning_rate, trace,
-                predictions, start, budget):
-    """MEG trials from ``start`` until the end or ``budget`` updates.
+@_strict
+def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
+                trace, predictions, start, budget, floats, ints, lapack_ints):
+    """MEG trials (or given steps) from ``start`` until the end or ``budget`` updates.
+
+    Trial ``t`` is the pair ``(a[t], b[t])``, ``v = e_a - e_b`` (dense mode)
+    or ``basis[a] - basis[b]``; its step ``A <- A + s v v^T`` is MEG's,
+    ``s = -2 eta (yhat_t - y_t) / tau`` after the prediction ``yhat_t``, or
+    ``s = scales[t]`` when ``scales`` is not empty (single updates:
+    DefiniteBoost's projections, no predictions). The one compiled entry
+    point of the engine, so that a first use compiles it once.
 
     Parameters
     ----------
-    pairs : Eigenpairs
-        Eigendecomposition of ``exponent`` (in the coordinates of
-        ``basis``); ``pairs.values`` is updated in place.
+    lam : ndarray (n,)
+        Ascending eigenvalues of ``exponent``, updated in place.
+    Vt, spare : ndarray (n, n), C-contiguous
+        The eigenvectors as rows (in the coordinates of ``basis``), and a
+        buffer of the same shape: an update that rotates every row writes
+        the new rows into the buffer and the two trade places.
     exponent : ndarray of shape (n, n)
         The exponent, updated exactly in place.
     basis : ndarray of shape (n_objects, n), or (0, 0) in dense mode
-        Rows are the objects' coordinates; dense mode: ``v = e_a - e_b``.
+        Rows are the objects' coordinates.
     a, b, y, learning_rate, trace, predictions
         The trials and the output, as for every engine
-        (:mod:`megkernel._engines`).
+        (:mod:`megkernel._engines`); ``y`` and ``predictions`` are not used
+        with ``scales``.
+    scales : ndarray
+        Given steps, one per trial, or empty for MEG's.
     start : int
         First trial to run.
     budget : int
         Most updates to make (the refresh policy stays in Python).
+    floats, ints, lapack_ints
+        Scratch from :func:`make_workspace` with ``n`` and ``n``.
 
     Returns
     -------
@@ -585,24 +314,36 @@ def pair_trials(pairs, exponent, basis, a, b, y, learning_rate, trace,
         The first trial not run.
     updates : int
         Updates made (trials with a nonzero step).
-    pairs : Eigenpairs
-        The updated eigenpairs: ``rows`` and ``spare`` may have traded
-        places.
+    swapped : bool
+        True if the eigenvectors are now in ``spare`` (an odd number of
+        trades).
     info : int
         Nonzero if the root finder failed in the last update: the
         eigenpairs must then be recomputed from ``exponent``.
     """
-    lam = pairs.values
-    Vt = pairs.rows
-    spare = pairs.spare
     n = lam.size
-    work = _make_workspace(n, Vt.shape[1])
+    m = Vt.shape[1]
     dense = basis.shape[0] == 0
+    given = scales.size > 0
+    dw = floats[0:n]
+    zw = floats[n:2 * n]
+    dk = floats[2 * n:3 * n]
+    zk = floats[3 * n:4 * n]
+    roots = floats[4 * n:5 * n]
+    zhat = floats[5 * n:6 * n]
+    shifted = floats[6 * n:7 * n]
+    rbuf = floats[_VECTORS * n:_VECTORS * n + 2]
+    blocks = _VECTORS * n + 2
+    row_buffer = floats[blocks + 2 * n * n:blocks + 2 * n * n + m]
+    pos = ints[0:n]
+    kept = ints[n:2 * n]
+    order = ints[2 * n:3 * n]
     z = np.empty(n)
     v = np.empty(n)
     updates = 0
+    swapped = False
     t = start
-    while t < y.size and updates < budget:
+    while t < a.size and updates < budget:
         at = a[t]
         bt = b[t]
         if dense:
@@ -616,16 +357,19 @@ def pair_trials(pairs, exponent, basis, a, b, y, learning_rate, trace,
                 for i in range(n):
                     acc += Vt[j, i] * v[i]
                 z[j] = acc
-        top = lam[n - 1]
-        num = 0.0
-        den = 0.0
-        for j in range(n):
-            weight = np.exp(lam[j] - top)
-            num += z[j] * z[j] * weight
-            den += weight
-        y_hat = trace * num / den
-        predictions[t] = y_hat
-        scale = -2.0 * learning_rate * (y_hat - y[t]) / trace
+        if given:
+            scale = scales[t]
+        else:
+            top = lam[n - 1]
+            num = 0.0
+            den = 0.0
+            for j in range(n):
+                weight = math.exp(lam[j] - top)
+                num += z[j] * z[j] * weight
+                den += weight
+            y_hat = trace * num / den
+            predictions[t] = y_hat
+            scale = -2.0 * learning_rate * (y_hat - y[t]) / trace
         t += 1
         if scale == 0.0:
             continue
@@ -638,11 +382,145 @@ def pair_trials(pairs, exponent, basis, a, b, y, learning_rate, trace,
             for i in range(n):
                 for j in range(n):
                     exponent[i, j] += scale * (v[i] * v[j])
-        swapped, info = rank_one_update(Eigenpairs(lam, Vt, spare), z, scale,
-                                        work)
+        # -- the eigenpairs of diag(lam) + scale z z^T, in working order:
+        # eigenvalues sign-adjusted (negated for a negative step), ascending
+        sign = 1.0 if scale > 0 else -1.0
+        znorm2 = 0.0
+        dmax = 0.0
+        for w in range(n):
+            pos[w] = w if sign > 0 else n - 1 - w
+            dw[w] = sign * lam[pos[w]]
+            zw[w] = z[pos[w]]
+            znorm2 += zw[w] * zw[w]
+            dmax = max(dmax, abs(dw[w]))
+        if znorm2 == 0.0:
+            updates += 1
+            continue
+        znorm = math.sqrt(znorm2)
+        for w in range(n):
+            zw[w] /= znorm
+        rho = abs(scale) * znorm2
+        tol = 8.0 * _EPS * max(dmax, rho)
+        # -- deflation (dlaed2's tests): tiny components of zw are dropped; a
+        # near-equal pair is rotated so that one member carries the whole z
+        # weight and the other deflates
+        k = 0
+        prev = -1
+        for j in range(n):
+            if rho * abs(zw[j]) <= tol:
+                zw[j] = 0.0
+                continue
+            if prev >= 0:
+                # |(d_j - d_prev) c s| <= tol with c s = -z_j z_prev / tau^2,
+                # tested before any square root
+                coupling = abs((dw[j] - dw[prev]) * zw[j] * zw[prev])
+                if coupling <= tol * (zw[j] * zw[j] + zw[prev] * zw[prev]):
+                    tau = math.hypot(zw[j], zw[prev])
+                    c = zw[j] / tau
+                    sn = -zw[prev] / tau
+                    zw[j] = tau
+                    zw[prev] = 0.0
+                    row_p = Vt[pos[prev]]
+                    row_j = Vt[pos[j]]
+                    for i in range(m):  # LAPACK drot
+                        xi = row_p[i]
+                        yi = row_j[i]
+                        row_p[i] = c * xi + sn * yi
+                        row_j[i] = c * yi - sn * xi
+                    d_prev = dw[prev] * c * c + dw[j] * sn * sn
+                    dw[j] = dw[prev] * sn * sn + dw[j] * c * c
+                    dw[prev] = d_prev
+                    prev = j
+                    continue
+                kept[k] = prev
+                k += 1
+            prev = j
+        if prev >= 0:
+            kept[k] = prev
+            k += 1
+        for w in range(n):
+            lam[pos[w]] = sign * dw[w]
+        if k == 0:
+            _sort_rows(lam, Vt, order, row_buffer)
+            updates += 1
+            continue
+        # -- the secular equation of the kept block
+        knorm2 = 0.0
+        for i in range(k):
+            dk[i] = dw[kept[i]]
+            zk[i] = zw[kept[i]]
+            knorm2 += zk[i] * zk[i]
+        knorm = math.sqrt(knorm2)
+        for i in range(k):
+            zk[i] /= knorm
+        rho_k = rho * knorm2
+        delta = floats[blocks:blocks + k * k].reshape((k, k))
+        small = floats[blocks + n * n:blocks + n * n + k * k].reshape((k, k))
+        converged = order  # free until the final sort
+        for j in range(k):
+            converged[j] = 0
+        if k >= 3:
+            _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta, converged,
+                                      shifted)
+        info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
+                              lapack_ints, rbuf)
         if info != 0:
-            return t, updates, Eigenpairs(lam, Vt, spare), info
-        if swapped:
+            return t, updates, swapped, info
+        # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3)
+        if k <= 2:
+            for j in range(k):
+                for i in range(k):
+                    small[j, i] = delta[j, i] if k == 2 else 1.0
+        else:
+            for i in range(k):
+                zhat[i] = delta[i, i]
+            for j in range(k):
+                row = delta[j]
+                pole = dk[j]
+                for i in range(j):
+                    zhat[i] *= row[i] / (dk[i] - pole)
+                for i in range(j + 1, k):
+                    zhat[i] *= row[i] / (dk[i] - pole)
+            for i in range(k):
+                zhat[i] = math.sqrt(-zhat[i]) if zk[i] >= 0 else -math.sqrt(-zhat[i])
+            for j in range(k):
+                vec = small[j]
+                row = delta[j]
+                for i in range(k):
+                    vec[i] = zhat[i] / row[i]
+                norm = math.sqrt(_sum_squares(vec))
+                for i in range(k):
+                    vec[i] /= norm
+        for j in range(k):
+            lam[pos[kept[j]]] = sign * roots[j]
+        # -- rotate the eigenvectors that did not deflate: one GEMM
+        if k == n:
+            if sign < 0:  # working order is reversed: reverse both axes
+                full = delta  # free now (k == n)
+                for j in range(n):
+                    for i in range(n):
+                        full[pos[j], pos[i]] = small[j, i]
+                small = full
+            np.dot(small, Vt, spare)
             Vt, spare = spare, Vt
+            swapped = not swapped
+        else:
+            offset = blocks + 2 * n * n
+            gathered = floats[offset:offset + k * m].reshape((k, m))
+            updated = floats[offset + n * m:offset + n * m + k * m].reshape((k, m))
+            for i in range(k):
+                src = Vt[pos[kept[i]]]
+                dst = gathered[i]
+                for c in range(m):
+                    dst[c] = src[c]
+            np.dot(small, gathered, updated)
+            for j in range(k):
+                src = updated[j]
+                dst = Vt[pos[kept[j]]]
+                for c in range(m):
+                    dst[c] = src[c]
+        _sort_rows(lam, Vt, order, row_buffer)
         updates += 1
-    return t, updates, Eigenpairs(lam, Vt, spare), 0
+
+
+    return t, updates, swapped, 0

@@ -44,7 +44,7 @@ _kept = threading.local()
 
 
 def _workspace(n, m):
-    """A :class:`~._rank_one_kernels.Workspace` for one compiled update.
+    """Scratch of one compiled update (:func:`~._rank_one_kernels.make_workspace`).
 
     The last one of this thread when its shape fits (its contents never
     matter: every buffer is written before it is read), else a new one.
@@ -56,6 +56,28 @@ def _workspace(n, m):
         kept = (n, m), kernels.make_workspace(n, m)
         _kept.workspace = kept
     return kept[1]
+
+
+#: Placeholders for the compiled kernel's unused arguments (one signature).
+_NONE = np.empty(0)
+_DENSE = np.zeros((0, 0))
+_PAIR_A = np.array([0], dtype=np.intp)
+_PAIR_B = np.array([1], dtype=np.intp)
+
+
+def _run(lam, rows, exponent, basis, a, b, y, scales, learning_rate, trace,
+         predictions, start, budget):
+    """The compiled kernel on ``lam`` and the eigenvector ``rows`` (in place).
+
+    Returns ``(next_trial, updates, rows, info)``: ``rows`` is the array now
+    holding the eigenvectors (the kernel may have traded it for its buffer);
+    ``info != 0``: the root finder failed and the eigenpairs are spoiled.
+    """
+    spare = np.empty_like(rows)
+    t, updates, swapped, info = kernels.pair_trials(
+        lam, rows, spare, exponent, basis, a, b, y, scales, learning_rate, trace,
+        predictions, start, budget, *_workspace(*rows.shape))
+    return t, updates, (spare if swapped else rows), info
 
 
 # -- one rank-one eigenproblem ----------------------------------------------
@@ -79,54 +101,44 @@ def rank_one_eig(lam, z, s):
         Orthogonal eigenvectors (columns).
     """
     lam = np.array(lam, dtype=float)
-    z = np.ascontiguousarray(z, dtype=float)
-    rows = np.eye(lam.size)
-    if _compiled_update(lam, rows, z, float(s)) is not None:
+    z = np.asarray(z, dtype=float)
+    n = lam.size
+    # the kernel's low-rank mode with basis rows (z, 0) and V = I: v = z
+    basis = np.zeros((2, n))
+    basis[0] = z
+    _, _, rows, info = _run(lam, np.eye(n), np.zeros((n, n)), basis, _PAIR_A, _PAIR_B,
+                            _NONE, np.array([float(s)]), 0.0, 1.0, _NONE, 0, 1)
+    if info == 0:
         return lam, rows.T
     # the root finder failed: the small eigenproblem directly
     return linalg.eigh(np.diag(lam) + s * np.outer(z, z), check_finite=False)
 
 
-def _compiled_update(lam, rows, z, s):
-    """Compiled update of ``lam`` and the eigenvector ``rows`` in place.
-
-    Returns ``rows`` on success and None if the root finder failed (the
-    arguments are then spoiled).
-    """
-    pairs = kernels.Eigenpairs(lam, rows, np.empty_like(rows))
-    swapped, info = kernels.rank_one_update(pairs, z, s, _workspace(*rows.shape))
-    if info != 0:
-        return None
-    if swapped:
-        rows[...] = pairs.spare
-    return rows
-
-
 # -- updates of an ExponentState --------------------------------------------
+def _basis(state):
+    return _DENSE if state.basis is None else np.ascontiguousarray(state.basis,
+                                                                   dtype=float)
+
+
 def pair_update(state, a, b, scale):
     """``A <- A + scale v v^T`` for the pair ``(a, b)``, eigenpairs included.
 
-    The exponent is updated exactly (:meth:`ExponentState.add_pair_outer`);
+    The exponent is updated exactly (as :meth:`ExponentState.add_pair_outer`);
     the eigendecomposition by a rank-one update, re-anchored on ``eigh(A)``
     every :data:`REFRESH_EVERY` updates. DefiniteBoost's step is
     ``scale = -alpha``.
     """
     if scale == 0.0:
         return
-    z = state.pair_coordinates(a, b)[0]
-    state.add_pair_outer(a, b, scale)
-    _update_eigenpairs(state, z, scale)
-
-
-def _update_eigenpairs(state, z, scale):
-    """Rank-one update of the eigenpairs, then the refresh policy."""
+    state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     lam = np.array(state.eigenvalues, dtype=float)
     rows = np.ascontiguousarray(state.eigenvectors.T)
-    updated = _compiled_update(lam, rows, z, scale) is not None
-    if updated:
-        state.eigenvalues, state.eigenvectors = lam, rows.T
+    _, _, rows, info = _run(lam, rows, state.exponent, _basis(state),
+                            np.array([a], dtype=np.intp), np.array([b], dtype=np.intp),
+                            _NONE, np.array([float(scale)]), 0.0, 1.0, _NONE, 0, 1)
+    state.eigenvalues, state.eigenvectors = lam, rows.T
     state.updates_since_refresh += 1
-    if not updated or state.updates_since_refresh >= REFRESH_EVERY:
+    if info != 0 or state.updates_since_refresh >= REFRESH_EVERY:
         state.refresh()
 
 
@@ -150,21 +162,18 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     Same results as the eigh engine up to round-off; writes the
     predictions into ``predictions`` and returns ``n``.
     """
-    basis = np.zeros((0, 0)) if state.basis is None else np.ascontiguousarray(
-        state.basis, dtype=float)
-    state.exponent = np.ascontiguousarray(state.exponent)
+    basis = _basis(state)
+    state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     t = start
     while t < len(y):
         if state.updates_since_refresh >= REFRESH_EVERY:
             state.refresh()
         lam = np.array(state.eigenvalues, dtype=float)
-        rows = np.ascontiguousarray(state.eigenvectors.T)
-        pairs = kernels.Eigenpairs(lam, rows, np.empty_like(rows))
-        t, updates, pairs, info = kernels.pair_trials(
-            pairs, state.exponent, basis, a, b, y, learning_rate, trace,
-            predictions, t, REFRESH_EVERY - state.updates_since_refresh,
-        )
-        state.eigenvalues, state.eigenvectors = pairs.values, pairs.rows.T
+        t, updates, rows, info = _run(
+            lam, np.ascontiguousarray(state.eigenvectors.T), state.exponent, basis,
+            a, b, y, _NONE, learning_rate, trace, predictions, t,
+            REFRESH_EVERY - state.updates_since_refresh)
+        state.eigenvalues, state.eigenvectors = lam, rows.T
         state.updates_since_refresh += updates
         if info != 0:
             state.refresh()
