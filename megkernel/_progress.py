@@ -22,10 +22,10 @@ from ._engines import _lanczos_kernels, _rank_one_kernels
 __all__ = ["bar", "detail", "note_compiling", "numba_cache_cold"]
 
 #: Compiled kernels of each numba engine, and how long a cold compile takes
-#: (measured on a 2-core machine: rank-one 12 s, Lanczos 3.5 s).
+#: (measured on a 2-core machine: rank-one 4.6 s, Lanczos 1.8 s).
 _NUMBA_ENGINES = {
-    "rank-one": (_rank_one_kernels, 12),
-    "lanczos": (_lanczos_kernels, 4),
+    "rank-one": (_rank_one_kernels, 5),
+    "lanczos": (_lanczos_kernels, 2),
 }
 
 #: Engines whose compile note was printed in this process.

@@ -2,17 +2,17 @@
 
 The compiled half of :mod:`megkernel._engines.lanczos`, which holds the
 policy (tolerances, re-anchoring on ``eigh``, fallbacks) and calls
-:func:`pair_trials` here with its arguments in small named structures:
+:func:`pair_trials` here with plain arrays and numbers: the sparsity
+structure of ``A`` (:func:`build_structure`, in numpy), the scratch arrays
+(:func:`make_workspace`), the ``int64`` counters (:data:`COUNTERS`,
+:func:`make_counters`), the constant settings and what a run of trials
+carries from one call to the next (next trial, ``log Z``, updates since the
+last anchor, dense mode).
 
-* :class:`Settings`, the constant tolerances, limits and Gauss-Legendre
-  tables of a call;
-* :class:`ColumnLists`, the sparsity structure of ``A``
-  (:func:`build_structure`);
-* :class:`Progress`, what a run of trials carries from one call to the next
-  (next trial, ``log Z``, updates since the last anchor, dense mode);
-* :class:`Workspace`, the named scratch vectors (:func:`make_workspace`);
-* a one-element record array of named ``int64`` counters
-  (:data:`COUNTERS`, :func:`make_counters`).
+Written to compile quickly (the first use of the engine compiles it): one
+compiled entry point with few helpers (a compiled function calling another
+links and generates the callee's code again), no named tuples or record
+arrays.
 
 The exponent ``A`` is the dense array of :class:`ExponentState` (updated in
 four entries per trial, exactly as :meth:`ExponentState.add_pair_outer`).
@@ -35,195 +35,78 @@ first row of the eigenvectors (``O(k^2)``).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-__all__ = ["Settings", "ColumnLists", "Progress", "Workspace", "COUNTERS",
-           "DONE", "REANCHOR", "NOT_CONVERGED", "QL_FAILED", "build_structure",
-           "make_workspace", "make_counters", "pair_trials"]
+__all__ = ["COUNTERS", "DONE", "REANCHOR", "NOT_CONVERGED", "QL_FAILED",
+           "build_structure", "make_workspace", "make_counters", "pair_trials"]
 
 #: Status codes of :func:`pair_trials`.
 DONE, REANCHOR, NOT_CONVERGED, QL_FAILED = 0, 1, 2, 3
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
+# Divisions never raise (numpy's error model: no exception paths to compile).
+_compiled = njit(cache=True, error_model="numpy")
 
-class Settings(NamedTuple):
-    """The constant settings of a call of :func:`pair_trials`.
-
-    Built by :mod:`megkernel._engines.lanczos` from its module constants
-    (which document them); pass ``int`` and ``float`` fields as such (a
-    different type compiles the kernel anew).
-
-    Attributes
-    ----------
-    anchor_every : int
-        Updates after which ``log Z`` is re-anchored (:data:`REANCHOR`).
-    kmax : int
-        Largest Lanczos run; the workspace holds ``kmax + 2`` coefficients.
-    tol : float
-        Relative change of the quadrature below which a run stops.
-    noise : float
-        The tolerance is raised to ``noise * ||T_k - log Z||`` (round-off
-        level of the quadrature).
-    max_tol : float
-        A trial whose tolerance had to be raised above this is declined.
-    ratio_min : float
-        A step with ``Z'/Z`` below this re-anchors ``log Z``.
-    gl_limit : float
-        Steps ``|2 s|`` up to this are integrated by Gauss-Legendre panels;
-        longer ones re-anchor after the update.
-    panel_half : float
-        Largest half-length of a Gauss-Legendre panel (in ``tau = 2 sigma``).
-    gl_nodes, gl_weights : ndarray of shape (m, m)
-        Row ``n - 1`` holds the ``n`` Gauss-Legendre nodes / weights on
-        ``[-1, 1]`` (zero-padded); at most ``m`` nodes per panel.
-    dense_fraction : float
-        Products switch to dense mode once the column lists hold more than
-        this fraction of ``d^2`` entries.
-    """
-
-    anchor_every: int
-    kmax: int
-    tol: float
-    noise: float
-    max_tol: float
-    ratio_min: float
-    gl_limit: float
-    panel_half: float
-    gl_nodes: np.ndarray
-    gl_weights: np.ndarray
-    dense_fraction: float
-
-
-class ColumnLists(NamedTuple):
-    """Sorted per-row lists of the columns of ``A`` that may be nonzero.
-
-    Attributes
-    ----------
-    nbr : ndarray of int32, shape (d, d), or (d, 1) in dense mode
-        Row ``i`` lists its columns in ``nbr[i, :deg[i]]``, ascending (the
-        diagonal always included). Not filled in dense mode.
-    deg : ndarray of intp, shape (d,)
-        Length of each row's list.
-    """
-
-    nbr: np.ndarray
-    deg: np.ndarray
-
-
-class Progress(NamedTuple):
-    """Where a run of trials stands; passed to and returned by :func:`pair_trials`.
-
-    Attributes
-    ----------
-    t : int
-        The next trial to run.
-    log_z : float
-        ``log tr exp(A)`` for the current ``A`` (carried, not recomputed;
-        NaN after a step too long to integrate).
-    since_anchor : int
-        Updates since ``log_z`` was last computed exactly.
-    dense : bool
-        Products by rows of ``A`` (the column lists are not kept).
-    """
-
-    t: int
-    log_z: float
-    since_anchor: int
-    dense: bool
-
-
-class Workspace(NamedTuple):
-    """Scratch arrays of :func:`pair_trials` (see :func:`make_workspace`).
-
-    Attributes
-    ----------
-    q_prev, q : ndarray of shape (d,)
-        The previous and the current Lanczos vector.
-    w : ndarray of shape (d,)
-        The next (unnormalised) Lanczos vector.
-    alpha : ndarray of shape (kmax + 2,)
-        Diagonal of the tridiagonal ``T_k``.
-    beta : ndarray of shape (kmax + 2,)
-        Off-diagonal of ``T_k`` (``beta[k - 1]`` is the norm of ``w``).
-    dd, ee, zz : ndarray of shape (kmax + 2,)
-        Scratch of :func:`tridiag_exp`: eigenvalues, off-diagonal and first
-        eigenvector components during the QL iteration.
-    """
-
-    q_prev: np.ndarray
-    q: np.ndarray
-    w: np.ndarray
-    alpha: np.ndarray
-    beta: np.ndarray
-    dd: np.ndarray
-    ee: np.ndarray
-    zz: np.ndarray
-
-
-#: Record type of the counters :func:`pair_trials` adds to (all ``int64``):
+#: Names of the ``int64`` counters :func:`pair_trials` adds to, in order:
 #: ``trials`` run here, Lanczos ``steps`` in total, ``max_steps`` of one
 #: trial, ``breakdowns`` (invariant Krylov spaces), ``too_long`` steps (not
 #: integrated: re-anchored), quadrature ``nodes`` evaluated, and
 #: ``endpoint_steps`` (extra steps for the updated exponent's quadrature).
-COUNTERS = np.dtype([(name, np.int64) for name in (
-    "trials", "steps", "max_steps", "breakdowns", "too_long", "nodes",
-    "endpoint_steps")])
+COUNTERS = ("trials", "steps", "max_steps", "breakdowns", "too_long", "nodes",
+            "endpoint_steps")
+(_TRIALS, _STEPS, _MAX_STEPS, _BREAKDOWNS, _TOO_LONG, _NODES,
+ _ENDPOINT_STEPS) = range(len(COUNTERS))
 
 
 def make_workspace(d, kmax):
-    """A zeroed :class:`Workspace` for ``d`` objects and runs of ``kmax`` steps."""
-    return Workspace(*(np.zeros(d) for _ in range(3)),
-                     *(np.zeros(kmax + 2) for _ in range(5)))
+    """Zeroed scratch for ``d`` objects and runs of ``kmax`` steps.
+
+    Returns ``(vectors, coefficients)``: rows ``q_prev, q, w`` (the previous
+    and current Lanczos vectors and the next, unnormalised one), shape
+    ``(3, d)``; rows ``alpha, beta`` (diagonal and off-diagonal of ``T_k``,
+    ``beta[k - 1]`` the norm of ``w``) and ``dd, ee, zz`` (scratch of
+    :func:`tridiag_exp`), shape ``(5, kmax + 2)``.
+    """
+    return np.zeros((3, d)), np.zeros((5, kmax + 2))
 
 
 def make_counters():
-    """Zeroed counters: a record array of shape (1,) and dtype :data:`COUNTERS`."""
-    return np.zeros(1, dtype=COUNTERS)
+    """Zeroed counters, ``int64`` in the order of :data:`COUNTERS`."""
+    return np.zeros(len(COUNTERS), dtype=np.int64)
 
 
 # -- the structure of A ------------------------------------------------------
-@njit(cache=True)
 def build_structure(A, dense_fraction):
     """Sorted column lists of the entries of ``A`` that are nonzero.
 
     Returns
     -------
-    columns : ColumnLists
-        Row ``i`` lists ``columns.nbr[i, :columns.deg[i]]`` (ascending, the
-        diagonal always included).
+    nbr : ndarray of int32, shape (d, d), or (d, 1) in dense mode
+        Row ``i`` lists its columns in ``nbr[i, :deg[i]]``, ascending (the
+        diagonal always included). Not filled in dense mode.
+    deg : ndarray of intp, shape (d,)
+        Length of each row's list.
     dense : bool
         True when the lists would hold more than ``dense_fraction * d^2``
         entries (they are then not filled).
     """
     d = A.shape[0]
-    deg = np.zeros(d, dtype=np.intp)
-    total = 0
-    for i in range(d):
-        row = A[i]
-        c = 0
-        for j in range(d):
-            if row[j] != 0.0 or j == i:
-                c += 1
-        deg[i] = c
-        total += c
-    if total > dense_fraction * d * d:
-        return ColumnLists(np.zeros((d, 1), dtype=np.int32), deg), True
+    mask = A != 0.0
+    mask[np.diag_indices(d)] = True
+    deg = np.ascontiguousarray(mask.sum(axis=1), dtype=np.intp)
+    if deg.sum() > dense_fraction * d * d:
+        return np.zeros((d, 1), dtype=np.int32), deg, True
+    rows, cols = np.nonzero(mask)  # row-major: ascending columns in each row
+    starts = np.concatenate([[0], np.cumsum(deg)[:-1]])
     nbr = np.zeros((d, d), dtype=np.int32)
-    for i in range(d):
-        row = A[i]
-        c = 0
-        for j in range(d):
-            if row[j] != 0.0 or j == i:
-                nbr[i, c] = j
-                c += 1
-    return ColumnLists(nbr, deg), False
+    nbr[rows, np.arange(rows.size) - starts[rows]] = cols
+    return nbr, deg, False
 
 
-@njit(cache=True)
+@_compiled
 def _insert(nbr, deg, i, j):
     """Insert column ``j`` into the sorted list of row ``i``; 1 if new."""
     n = deg[i]
@@ -244,38 +127,8 @@ def _insert(nbr, deg, i, j):
     return 1
 
 
-@njit(cache=True)
-def matvec(A, columns, dense, x, out):
-    """``out = A x`` (``A`` symmetric), summed over ascending columns.
-
-    Dense mode reads ``A`` by rows; otherwise through ``columns``
-    (:class:`ColumnLists`).
-    """
-    d = x.size
-    nbr = columns.nbr
-    deg = columns.deg
-    if dense:
-        for i in range(d):
-            out[i] = 0.0
-        for j in range(d):
-            xj = x[j]
-            if xj == 0.0:
-                continue
-            row = A[j]  # A[j, i] == A[i, j]
-            for i in range(d):
-                out[i] += row[i] * xj
-    else:
-        for i in range(d):
-            acc = 0.0
-            row = A[i]
-            for p in range(deg[i]):
-                j = nbr[i, p]
-                acc += row[j] * x[j]
-            out[i] = acc
-
-
 # -- Gauss quadrature on the tridiagonal --------------------------------------
-@njit(cache=True)
+@_compiled
 def tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz):
     """``(e1^T exp(M) e1, tr exp(M), ok)`` for ``M = T_k + bump e1 e1^T - shift I``.
 
@@ -349,7 +202,7 @@ def tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz):
     return quad, trace, ok
 
 
-@njit(cache=True)
+@_compiled
 def gauss_legendre_count(x, target, most):
     """Gauss-Legendre nodes for a panel of half-length ``x``.
 
@@ -368,17 +221,36 @@ def gauss_legendre_count(x, target, most):
 
 
 # -- one Lanczos step ---------------------------------------------------------
-@njit(cache=True)
-def _step(A, columns, dense, work, beta_prev):
+@_compiled
+def _step(A, nbr, deg, dense, vectors, beta_prev):
     """``w = A q - beta_prev q_prev - alpha q``; returns ``(alpha, ||w||)``.
 
-    ``q_prev``, ``q`` and ``w`` are those of ``work`` (:class:`Workspace`).
+    ``q_prev, q, w`` are the rows of ``vectors``. ``A q`` (``A``
+    symmetric) is summed over ascending columns: by rows of ``A`` in dense
+    mode, otherwise through the column lists ``nbr[i, :deg[i]]``.
     """
-    q_prev = work.q_prev
-    q = work.q
-    w = work.w
+    q_prev = vectors[0]
+    q = vectors[1]
+    w = vectors[2]
     d = q.size
-    matvec(A, columns, dense, q, w)
+    if dense:
+        for i in range(d):
+            w[i] = 0.0
+        for j in range(d):
+            qj = q[j]
+            if qj == 0.0:
+                continue
+            row = A[j]  # A[j, i] == A[i, j]
+            for i in range(d):
+                w[i] += row[i] * qj
+    else:
+        for i in range(d):
+            acc = 0.0
+            row = A[i]
+            for p in range(deg[i]):
+                j = nbr[i, p]
+                acc += row[j] * q[j]
+            w[i] = acc
     alpha = 0.0
     for i in range(d):
         w[i] -= beta_prev * q_prev[i]
@@ -390,28 +262,18 @@ def _step(A, columns, dense, work, beta_prev):
     return alpha, math.sqrt(norm2)
 
 
-@njit(cache=True)
-def _advance(work, beta):
-    """``q_prev <- q``, ``q <- w / beta`` (the vectors of ``work``)."""
-    q_prev = work.q_prev
-    q = work.q
-    w = work.w
-    for i in range(q.size):
-        q_prev[i] = q[i]
-        q[i] = w[i] / beta
-
-
-@njit(cache=True)
-def _broke(alpha, beta, beta_prev):
-    """Invariant Krylov space: ``beta`` at round-off level."""
-    return beta <= 64.0 * 2.220446049250313e-16 * (abs(alpha) + beta_prev + 1e-300)
+#: ``beta`` at this multiple of round-off (relative) means an invariant
+#: Krylov space.
+_BROKE = 64.0 * 2.220446049250313e-16
 
 
 # -- the trials -----------------------------------------------------------------
-@njit(cache=True)
-def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
-                progress, settings, work, counters):
-    """MEG trials from ``progress.t`` on; returns at the end or when Python must act.
+@_compiled
+def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
+                t, log_z, since_anchor, dense, anchor_every, kmax, tol, noise,
+                max_tol, ratio_min, gl_limit, panel_half, gl_nodes, gl_weights,
+                dense_fraction, vectors, coefficients, counters):
+    """MEG trials from ``t`` on; returns at the end or when Python must act.
 
     A Lanczos run stops when its quadrature changes by at most
     ``max(tol, noise * ||T_k - log_z I||)`` relative: eigenvalues of ``T_k``
@@ -422,22 +284,30 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
     ----------
     A : ndarray of shape (d, d)
         The exponent (C-contiguous, symmetric), updated in place.
-    columns : ColumnLists
+    nbr, deg : ndarray
         Its column lists (from :func:`build_structure`), kept current in
         sparse mode.
     a, b, y, learning_rate, trace, predictions
         The trials and the output, as for every engine
         (:mod:`megkernel._engines`).
-    progress : Progress
-        Where to start: the first trial, ``log tr exp(A)``, updates since
-        the last exact anchor, and the product mode.
-    settings : Settings
-        Tolerances and limits.
-    work : Workspace
-        Scratch, from :func:`make_workspace` with ``d`` and
-        ``settings.kmax``.
-    counters : ndarray of shape (1,) and dtype :data:`COUNTERS`
-        Incremented in place.
+    t, log_z, since_anchor, dense
+        Where to start: the first trial, ``log tr exp(A)`` (carried, not
+        recomputed), updates since the last exact anchor, and the product
+        mode (by rows of ``A``: the column lists are not kept).
+    anchor_every, kmax, tol, noise, max_tol, ratio_min, gl_limit, panel_half,
+    gl_nodes, gl_weights, dense_fraction
+        The settings (:mod:`megkernel._engines.lanczos` documents them):
+        updates between anchors; the largest Lanczos run; the stopping
+        tolerance and its round-off floor ``noise * ||T_k - log Z||``; the
+        largest floor a trial may have; the smallest ``Z'/Z`` not
+        re-anchored; the longest step integrated; the largest half-length
+        of a Gauss-Legendre panel; the Gauss-Legendre tables (row ``n - 1``:
+        the ``n`` nodes / weights on ``[-1, 1]``); the fraction of ``d^2``
+        entries beyond which products switch to dense mode.
+    vectors, coefficients
+        Scratch, from :func:`make_workspace` with ``d`` and ``kmax``.
+    counters : ndarray of int64
+        Incremented in place (:data:`COUNTERS`).
 
     Returns
     -------
@@ -446,28 +316,18 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
         applied and ``log_z`` must be recomputed exactly); or
         :data:`NOT_CONVERGED` / :data:`QL_FAILED` (trial ``t`` was not
         started: run it exactly).
-    progress : Progress
-        Where the run stopped.
+    t, log_z, since_anchor, dense
+        Where the run stopped (``log_z`` NaN after a step too long to
+        integrate).
     """
-    t, log_z, since_anchor, dense = progress
-    anchor_every = settings.anchor_every
-    kmax = settings.kmax
-    tol = settings.tol
-    noise = settings.noise
-    max_tol = settings.max_tol
-    gl_nodes = settings.gl_nodes
-    gl_weights = settings.gl_weights
-    dense_fraction = settings.dense_fraction
-    count = counters[0]
-    q_prev = work.q_prev
-    q = work.q
-    alpha = work.alpha
-    beta = work.beta
-    dd = work.dd
-    ee = work.ee
-    zz = work.zz
-    nbr = columns.nbr
-    deg = columns.deg
+    q_prev = vectors[0]
+    q = vectors[1]
+    w = vectors[2]
+    alpha = coefficients[0]
+    beta = coefficients[1]
+    dd = coefficients[2]
+    ee = coefficients[3]
+    zz = coefficients[4]
     n = y.size
     d = A.shape[0]
     nnz = 0
@@ -490,7 +350,7 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
                 since_anchor += 1
             t += 1
             if since_anchor >= anchor_every:
-                return REANCHOR, Progress(t, log_z, since_anchor, dense)
+                return REANCHOR, t, log_z, since_anchor, dense
             continue
         for i in range(d):
             q_prev[i] = 0.0
@@ -506,7 +366,7 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
         spread = 0.0  # ||T_k - log_z I||, bounds the round-off of a quadrature
         tol_k = tol
         while k < kmax:
-            al, be = _step(A, columns, dense, work, beta_prev)
+            al, be = _step(A, nbr, deg, dense, vectors, beta_prev)
             alpha[k] = al
             beta[k] = be
             k += 1
@@ -514,8 +374,8 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
             tol_k = max(tol, noise * spread)
             quad, _, ok = tridiag_exp(alpha, beta, k, log_z, 0.0, dd, ee, zz)
             if not ok:
-                return QL_FAILED, Progress(t, log_z, since_anchor, dense)
-            if _broke(al, be, beta_prev):
+                return QL_FAILED, t, log_z, since_anchor, dense
+            if be <= _BROKE * (abs(al) + beta_prev + 1e-300):
                 broke = True
                 converged = True
                 break
@@ -523,20 +383,22 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
                 converged = True
                 break
             quad_old = quad
-            _advance(work, be)
+            for i in range(d):  # q_prev <- q, q <- w / beta
+                q_prev[i] = q[i]
+                q[i] = w[i] / be
             beta_prev = be
         # exp(A - log Z) has eigenvalues <= 1, so quad <= 1; a run whose
         # round-off level is too high (exponents of enormous spread) is
         # left to eigh as well
         if not converged or not quad <= 1.0 + 1e-9 or tol_k > max_tol:
-            return NOT_CONVERGED, Progress(t, log_z, since_anchor, dense)
+            return NOT_CONVERGED, t, log_z, since_anchor, dense
         y_hat = trace * 2.0 * quad
         scale = -2.0 * learning_rate * (y_hat - y[t]) / trace
         if scale == 0.0:
             predictions[t] = y_hat
             t += 1
-            count.trials += 1
-            count.steps += k
+            counters[_TRIALS] += 1
+            counters[_STEPS] += k
             continue
         bump = 2.0 * scale  # ||u||^2 scale: T_k + bump e1 e1^T
         shift_end = log_z + max(bump, 0.0)
@@ -545,35 +407,37 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
             h_old, _, ok1 = tridiag_exp(alpha, beta, k - 1, shift_end, bump, dd, ee, zz)
             h, _, ok2 = tridiag_exp(alpha, beta, k, shift_end, bump, dd, ee, zz)
             if not (ok1 and ok2):
-                return QL_FAILED, Progress(t, log_z, since_anchor, dense)
+                return QL_FAILED, t, log_z, since_anchor, dense
             tol_k = max(tol_k, noise * (spread + abs(bump)))
             while not abs(h - h_old) <= tol_k * h:
                 if k >= kmax:
-                    return NOT_CONVERGED, Progress(t, log_z, since_anchor, dense)
-                _advance(work, beta[k - 1])
+                    return NOT_CONVERGED, t, log_z, since_anchor, dense
                 beta_prev = beta[k - 1]
-                al, be = _step(A, columns, dense, work, beta_prev)
+                for i in range(d):
+                    q_prev[i] = q[i]
+                    q[i] = w[i] / beta_prev
+                al, be = _step(A, nbr, deg, dense, vectors, beta_prev)
                 alpha[k] = al
                 beta[k] = be
                 k += 1
-                count.endpoint_steps += 1
+                counters[_ENDPOINT_STEPS] += 1
                 spread = max(spread, abs(al - log_z) + be + beta_prev)
                 tol_k = max(tol_k, noise * (spread + abs(bump)))
                 h_old = h
                 h, _, ok = tridiag_exp(alpha, beta, k, shift_end, bump, dd, ee, zz)
                 if not ok:
-                    return QL_FAILED, Progress(t, log_z, since_anchor, dense)
-                if _broke(al, be, beta_prev):
+                    return QL_FAILED, t, log_z, since_anchor, dense
+                if be <= _BROKE * (abs(al) + beta_prev + 1e-300):
                     break
             if not h <= 1.0 + 1e-9 or tol_k > max_tol:
-                return NOT_CONVERGED, Progress(t, log_z, since_anchor, dense)
+                return NOT_CONVERGED, t, log_z, since_anchor, dense
         predictions[t] = y_hat
         # change of Z = tr exp(A): integral of the quadratic form over the step
-        if abs(bump) <= settings.gl_limit:
+        if abs(bump) <= gl_limit:
             # shifted by the largest possible eigenvalue: values <= 1
             shift = log_z + max(bump, 0.0)
             half = 0.5 * abs(bump)
-            panels = max(1, int(math.ceil(half / settings.panel_half)))
+            panels = max(1, int(math.ceil(half / panel_half)))
             width = bump / panels
             nodes = gauss_legendre_count(0.5 * abs(width), target,
                                          gl_nodes.shape[0])
@@ -584,9 +448,9 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
                     tau = centre + 0.5 * width * gl_nodes[nodes - 1, r]
                     val, _, ok = tridiag_exp(alpha, beta, k, shift, tau, dd, ee, zz)
                     if not ok:
-                        return QL_FAILED, Progress(t, log_z, since_anchor, dense)
+                        return QL_FAILED, t, log_z, since_anchor, dense
                     integral += gl_weights[nodes - 1, r] * val
-            count.nodes += panels * nodes
+            counters[_NODES] += panels * nodes
             integral *= 0.5 * width
             if bump > 0.0:
                 new_log_z = shift + math.log(math.exp(log_z - shift) + integral)
@@ -597,7 +461,7 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
         else:
             new_log_z = math.nan  # re-anchor on eigh after the update
             ratio = math.nan
-            count.too_long += 1
+            counters[_TOO_LONG] += 1
         # the exact exponent: same operations as ExponentState.add_pair_outer
         A[ia, ia] += scale
         A[ib, ib] += scale
@@ -613,14 +477,14 @@ def pair_trials(A, columns, a, b, y, learning_rate, trace, predictions,
         log_z = new_log_z
         since_anchor += 1
         t += 1
-        count.trials += 1
-        count.steps += k
-        if k > count.max_steps:
-            count.max_steps = k
+        counters[_TRIALS] += 1
+        counters[_STEPS] += k
+        if k > counters[_MAX_STEPS]:
+            counters[_MAX_STEPS] = k
         if broke:
-            count.breakdowns += 1
-        if not (ratio >= settings.ratio_min) or not math.isfinite(new_log_z):
-            return REANCHOR, Progress(t, log_z, since_anchor, dense)
+            counters[_BREAKDOWNS] += 1
+        if not (ratio >= ratio_min) or not math.isfinite(new_log_z):
+            return REANCHOR, t, log_z, since_anchor, dense
         if since_anchor >= anchor_every:
-            return REANCHOR, Progress(t, log_z, since_anchor, dense)
-    return DONE, Progress(t, log_z, since_anchor, dense)
+            return REANCHOR, t, log_z, since_anchor, dense
+    return DONE, t, log_z, since_anchor, dense

@@ -81,7 +81,7 @@ DENSE_FRACTION = 0.25
 #: Counters :func:`pair_trials` adds to its ``stats``: those of the compiled
 #: kernel (:data:`._lanczos_kernels.COUNTERS`), then ``fallbacks`` (trials
 #: declined) and ``anchors`` (exact re-anchorings of ``log Z``).
-STATS = (*kernels.COUNTERS.names, "fallbacks", "anchors")
+STATS = (*kernels.COUNTERS, "fallbacks", "anchors")
 
 
 def _gauss_legendre_table(size=24):
@@ -98,18 +98,14 @@ _GL_NODES, _GL_WEIGHTS = _gauss_legendre_table()
 
 
 def _settings():
-    """The module constants as the kernel's :class:`~._lanczos_kernels.Settings`.
+    """The module constants as the kernel's settings arguments, in order.
 
     Read at each call (tests patch the constants); converted to ``int`` and
     ``float`` so that the compiled kernel always sees the same types.
     """
-    return kernels.Settings(
-        anchor_every=int(ANCHOR_EVERY), kmax=int(MAX_STEPS), tol=float(TOL),
-        noise=float(NOISE), max_tol=float(MAX_TOL), ratio_min=float(RATIO_MIN),
-        gl_limit=float(GL_LIMIT), panel_half=float(PANEL_HALF),
-        gl_nodes=_GL_NODES, gl_weights=_GL_WEIGHTS,
-        dense_fraction=float(DENSE_FRACTION),
-    )
+    return (int(ANCHOR_EVERY), int(MAX_STEPS), float(TOL), float(NOISE), float(MAX_TOL),
+            float(RATIO_MIN), float(GL_LIMIT), float(PANEL_HALF), _GL_NODES, _GL_WEIGHTS,
+            float(DENSE_FRACTION))
 
 
 def _stamp(state):
@@ -161,23 +157,22 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     settings = _settings()
     log_z, since = _start(state)
-    columns, dense = kernels.build_structure(state.exponent, settings.dense_fraction)
-    progress = kernels.Progress(t=int(start), log_z=log_z, since_anchor=int(since),
-                                dense=bool(dense))
-    workspace = kernels.make_workspace(state.size, settings.kmax)
+    nbr, deg, dense = kernels.build_structure(state.exponent, float(DENSE_FRACTION))
+    t = int(start)
+    since = int(since)
+    vectors, coefficients = kernels.make_workspace(state.size, int(MAX_STEPS))
     counters = kernels.make_counters()
     while True:
-        status, progress = kernels.pair_trials(
-            state.exponent, columns, a, b, y, learning_rate, trace, predictions,
-            progress, settings, workspace, counters,
+        status, t, log_z, since, dense = kernels.pair_trials(
+            state.exponent, nbr, deg, a, b, y, learning_rate, trace, predictions,
+            t, float(log_z), since, bool(dense), *settings, vectors, coefficients,
+            counters,
         )
-        if status != kernels.REANCHOR or progress.t >= n:
+        if status != kernels.REANCHOR or t >= n:
             break
         state.refresh()
         counts["anchors"] += 1
-        progress = progress._replace(log_z=float(log_trace_exp(state.eigenvalues)),
-                                     since_anchor=0)
-    t, log_z, since, dense = progress
+        log_z, since = float(log_trace_exp(state.eigenvalues)), 0
     state.refresh()
     if status == kernels.REANCHOR:  # the final refresh anchors
         counts["anchors"] += 1
@@ -185,8 +180,8 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     declined = status in (kernels.NOT_CONVERGED, kernels.QL_FAILED)
     counts["fallbacks"] = int(declined)
     state.partition_anchor = PartitionAnchor(log_z, since, _stamp(state))
-    for name in kernels.COUNTERS.names:
-        counts[name] = int(counters[0][name])
+    for name, value in zip(kernels.COUNTERS, counters):
+        counts[name] = int(value)
     if stats is not None:
         for name, value in counts.items():
             stats[name] = (max(stats.get(name, 0), value) if name == "max_steps"
