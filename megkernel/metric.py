@@ -48,12 +48,24 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._numerics.spectral import check_symmetric
 from ._numerics.validation import check_pair_indices
 from ._pair_estimator import transactional
 from ._solvers.definiteboost import check_pair_signs
+from ._solvers.metric_meg import (
+    MetricExponent,
+    divergence_to,
+    mean_range_learning_rate,
+    normalised_loss,
+    one_sided_residuals,
+    online_bound,
+    online_trials,
+    run_batches,
+    validate_epochs,
+    whiten,
+)
 from ._warnings import warn_user
 from .definiteboost_kernel import DefiniteBoostKernel
-from .meg_regressor import MEGKernelRegressor
 
 __all__ = [
     "MEGMetric",
@@ -195,36 +207,23 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _fit_pairs(self, X, pairs, pair_labels):
         self.mean_ = X.mean(axis=0)
         centred = X - self.mean_
-        largest = float(np.abs(centred).max())
-        if largest == 0:
-            raise ValueError("X has no variance: every training point is the same.")
-        with np.errstate(over="ignore", under="ignore"):
-            trace = float(np.sum(centred * centred))
-        if not _MIN_TRACE < trace < _MAX_TRACE:
-            raise ValueError(
-                f"X's scale is out of range: the centred features reach {largest:.3g} "
-                f"and their sum of squares is {trace:.3g}, outside "
-                f"({_MIN_TRACE:g}, {_MAX_TRACE:g}) where squared distances and their "
-                "squared errors stay in double precision. Rescale X, e.g. with "
-                "StandardScaler.")
-        estimator = self._kernel_estimator(centred, trace, pairs, pair_labels)
-        self.kernel_estimator_ = estimator
-        self.components_ = np.linalg.lstsq(centred, estimator.kernel_factor_,
-                                           rcond=None)[0].T
+        trace = _check_trace(centred)
+        self.components_ = self._learn(centred, trace, pairs, pair_labels)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
-        self._report(centred, trace)
+        self._report(centred)
         return self
 
-    def _report(self, centred, trace):
+    def _report(self, centred):
         """The learner's loss on the pairs, before and after; warn if worse."""
         a, b = self.pairs_.T
         prior = np.sum((centred[a] - centred[b]) ** 2, axis=1)
-        learned = self.kernel_estimator_.state_.pair_sq_distances(a, b) * trace
+        embedded = centred @ self.components_.T
+        learned = np.sum((embedded[a] - embedded[b]) ** 2, axis=1)
         loss, prior_loss = self._constraint_loss(learned), self._constraint_loss(prior)
         setattr(self, f"{self._loss_name}_", loss)
         setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
-        if loss > prior_loss:
+        if loss > prior_loss * (1 + 1e-9):
             warn_user(
                 f"{name}: the learned metric meets the pairs worse than the Euclidean "
                 f"prior ({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "
@@ -306,36 +305,63 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
 
 class MEGMetric(_FeatureMetric):
-    r"""Metric learned on-line with MEG from similar / dissimilar pairs.
+    r"""Metric learned with MEG from similar / dissimilar pairs, in batch or on-line.
 
-    Each pair is an on-line trial of :class:`MEGKernelRegressor` in
-    low-rank mode over the training points (prior: the Euclidean metric of
-    the centred features), with target squared distance ``gamma`` for a
-    similar pair and ``gamma_dissimilar`` for a dissimilar one. The square
-    loss is the slack: targets that cannot all be met leave a loss, and the
-    metric is the on-line compromise between them.
+    The metric lives in the whitened coordinates of the centred training
+    points (``z = S^-1 V^T (x - mean)``, see :mod:`megkernel.metric`): a
+    density matrix ``M`` with the Euclidean metric ``S^2 / tau`` as prior,
+    and ``d^2(x, x') = tau (z - z')^T M (z - z')``. Each pair is an MEG trial
+    (eqs. 2-4) with instance ``u u^T``, ``u = z - z'``, and target
+    ``gamma`` (similar) or ``gamma_dissimilar`` (dissimilar).
+
+    With the default one-sided loss a similar pair counts only when farther
+    than ``gamma`` and a dissimilar one only when nearer than
+    ``gamma_dissimilar``; a pair that meets its target makes no update. It
+    keeps the square loss's relative loss bound (derivation:
+    the README, "The one-sided loss and its bound"), and is the loss of the k-NN goal: only the
+    order of distances matters.
+
+    :meth:`fit` runs mini-batch epochs (one eigendecomposition per batch)
+    for a length chosen by cross-validation over the training points;
+    :meth:`partial_fit` learns from a stream of pairs of points, one MEG
+    update per pair at the bound's rate, and keeps the cumulative loss that
+    :meth:`online_bound` sets beside its bound.
 
     Parameters
     ----------
     gamma : float or "auto", default="auto"
         Target squared distance of similar pairs, in the units of the
-        squared Euclidean distance of ``X``. ``"auto"``: the 5% quantile of
-        the squared distances between distinct training points (ITML's
-        lower bound, in squared units).
+        squared Euclidean distance of ``X``. ``"auto"``: 0 (a similar pair's
+        loss is its squared distance).
     gamma_dissimilar : float or "auto", default="auto"
-        Target of dissimilar pairs. ``"auto"``: the 95% quantile.
+        Target of dissimilar pairs. ``"auto"``: the median squared distance
+        between distinct training points. (The trace fixes the mean squared
+        distance: every dissimilar pair can be at least as far as a typical
+        pair, not all beyond a high quantile.)
+    loss : {"one-sided", "square"}, default="one-sided"
+        ``"square"``: every pair's error counts (the paper's loss).
     learning_rate : float or "auto", default="auto"
-        MEG's ``eta`` (trace-one units). ``"auto"``: Lemma 3.2's realizable
-        rate ``2 / rho^2``, ``rho`` the largest ``||P[a] - P[b]||^2`` over the
-        pairs (the instance range in the prior's range).
-    n_epochs : int, default=1
-        Passes over the pairs.
+        MEG's ``eta`` (trace-one units) for :meth:`fit`. ``"auto"``: Lemma
+        3.2's rate ``2 / rho^2`` at the mean instance range ``rho`` (mean of
+        ``||u||^2`` over the pairs).
+    n_epochs : int, float or "auto", default="auto"
+        Passes over the pairs in :meth:`fit` (fractions allowed; 0 keeps the
+        Euclidean metric). ``"auto"``: the best of 0, 1/8, 1/4, ..., 16 by
+        ``n_folds``-fold cross-validation over the training points (see
+        :attr:`validation_`).
+    batch_size : int, default=50
+        Pairs per MEG update in :meth:`fit` (1: on-line MEG).
+    n_folds : int, default=3
+        Folds of the validation for ``n_epochs="auto"``.
+    shuffle : bool, default=True
+        Draw a new order of the pairs for each epoch.
     n_constraints : int, default=None
         Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
-        Seed for drawing the pairs, the trial order and the quantiles.
+        Seed for drawing the pairs, the folds and the order of the pairs.
     method : {"auto", "eigh", "rank-one"}, default="auto"
-        Engine of the trials.
+        Deprecated and ignored: the metric is learned in its own
+        ``rank x rank`` space, one eigendecomposition per batch.
     verbose : int, default=0
 
     Attributes
@@ -346,14 +372,23 @@ class MEGMetric(_FeatureMetric):
     gamma_, gamma_dissimilar_ : float
         Targets used.
     learning_rate_ : float
-    kernel_estimator_ : MEGKernelRegressor
-        The fitted learner over the training points (losses, state).
+    n_epochs_ : float
+        Epochs run by :meth:`fit`.
+    validation_ : dict or None
+        ``n_epochs="auto"``: ``"score"`` (``"knn"``: mean relative 1-NN margin
+        of held-out points, the similar pairs' connected components standing
+        in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
+        components cannot), ``"checkpoints"`` and their mean ``"scores"``.
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     pair_mse_, prior_pair_mse_ : float
-        Mean squared error of the squared distances of the pairs against
-        their targets under the learned and under the Euclidean metric (a
-        warning says when the first is larger).
+        Mean of the pairs' counted squared errors against their targets
+        under the learned and under the Euclidean metric (a warning says
+        when the first is larger).
+    n_pairs_seen_ : int
+        Pairs learned on-line by :meth:`partial_fit`.
+    online_loss_ : float
+        Sum of the on-line trials' losses (squared distance units squared).
     n_features_in_ : int
 
     Examples
@@ -369,43 +404,258 @@ class MEGMetric(_FeatureMetric):
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
+        "gamma": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "loss": [StrOptions({"one-sided", "square"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "n_epochs": [Interval(Integral, 1, None, closed="left")],
+        "n_epochs": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "n_folds": [Interval(Integral, 2, None, closed="left")],
+        "shuffle": ["boolean"],
     }
 
-    def __init__(self, *, gamma="auto", gamma_dissimilar="auto", learning_rate="auto",
-                 n_epochs=1, n_constraints=None, random_state=None, method="auto",
+    def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
+                 learning_rate="auto", n_epochs="auto", batch_size=50, n_folds=3,
+                 shuffle=True, n_constraints=None, random_state=None, method="auto",
                  verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
+        self.loss = loss
         self.learning_rate = learning_rate
         self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_folds = n_folds
+        self.shuffle = shuffle
         self.n_constraints = n_constraints
         self.random_state = random_state
         self.method = method
         self.verbose = verbose
 
-    def _kernel_estimator(self, centred, trace, pairs, pair_labels):
-        rng = check_random_state(self.random_state)
-        self.gamma_, self.gamma_dissimilar_ = self._targets(centred, rng)
-        targets = np.where(pair_labels > 0, self.gamma_, self.gamma_dissimilar_)
-        estimator = MEGKernelRegressor(
-            init_factor=centred, trace=trace, learning_rate=self.learning_rate,
-            n_epochs=self.n_epochs, shuffle=True, random_state=rng, method=self.method,
-        ).fit(pairs, targets)
-        self.learning_rate_ = estimator.learning_rate_
-        return estimator
+    # -- batch -----------------------------------------------------------------
 
-    def _constraint_loss(self, sq_distances):
-        targets = np.where(self.pair_labels_ > 0, self.gamma_, self.gamma_dissimilar_)
-        return float(np.mean((sq_distances - targets) ** 2))
+    def _learn(self, centred, trace, pairs, pair_labels):
+        if self.method != "auto":
+            warn_user("MEGMetric's method is deprecated since megkernel 0.3 and ignored "
+                      "(the metric is learned in its rank x rank space); it will be "
+                      "removed in 0.4.", FutureWarning)
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        rng = np.random.default_rng(seed)
+        self._start_space(centred, rng)
+        diffs = self._pair_diffs(self.coordinates_, pairs)
+        targets, sides = self._targets_and_sides(pair_labels)
+        self.learning_rate_ = (mean_range_learning_rate(diffs)
+                               if self.learning_rate == "auto" else float(self.learning_rate))
+        prior = self.scales_**2 / self.trace_
+        self.validation_ = None
+        if self.n_epochs == "auto":
+            epochs, self.validation_ = validate_epochs(
+                self.coordinates_, pairs, targets, sides, pair_labels, prior,
+                learning_rate=self.learning_rate_, batch_size=self.batch_size, rng=rng,
+                n_folds=self.n_folds)
+        else:
+            epochs = float(self.n_epochs)
+        exponent = MetricExponent.from_prior(prior)
+        run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
+                    n_seen=0, n_more=int(round(epochs * len(diffs))),
+                    batch_size=self.batch_size, rng=rng if self.shuffle else None)
+        self.n_epochs_ = epochs
+        self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
+        if self.verbose:
+            print(f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
+                  + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
+        return self._components()
+
+    def _start_space(self, centred, rng):
+        """Whitened coordinates and targets of the training points."""
+        self.coordinates_, self.scales_, self.directions_, self.trace_ = whiten(centred)
+        self.gamma_, self.gamma_dissimilar_ = self._targets(centred, rng)
 
     def _targets(self, centred, rng):
-        if self.gamma != "auto" and self.gamma_dissimilar != "auto":
-            return float(self.gamma), float(self.gamma_dissimilar)
-        low, high = _pair_sq_distance_quantiles(centred, (0.05, 0.95), rng)
-        return (low if self.gamma == "auto" else float(self.gamma),
-                high if self.gamma_dissimilar == "auto" else float(self.gamma_dissimilar))
+        gamma = 0.0 if self.gamma == "auto" else float(self.gamma)
+        if self.gamma_dissimilar != "auto":
+            return gamma, float(self.gamma_dissimilar)
+        (median,) = _pair_sq_distance_quantiles(centred, (0.5,), rng)
+        return gamma, float(median)
+
+    def _targets_and_sides(self, signs):
+        targets = np.where(signs > 0, self.gamma_, self.gamma_dissimilar_) / self.trace_
+        sides = np.where(signs > 0, 1.0, -1.0) if self.loss == "one-sided" else np.zeros(
+            len(signs))
+        return targets, sides
+
+    @staticmethod
+    def _pair_diffs(coordinates, pairs):
+        return coordinates[pairs[:, 0]] - coordinates[pairs[:, 1]]
+
+    def _whiten_points(self, points):
+        return ((points - self.mean_) @ self.directions_.T) / self.scales_
+
+    def _components(self):
+        exponent = self.exponent_
+        root = exponent.eigvecs * np.sqrt(exponent.weights * self.trace_)
+        return root.T @ (self.directions_ / self.scales_[:, None])
+
+    def _set_online_start(self, exponent, largest_range):
+        self.exponent_ = exponent
+        self.online_start_ = exponent.density()
+        self.online_start_log_ = exponent.log_density()
+        self.online_range_ = largest_range
+        self.online_start_range_ = largest_range
+        self.n_pairs_seen_ = 0
+        self.online_loss_ = 0.0
+        self.online_normalised_loss_ = 0.0
+
+    def _constraint_loss(self, sq_distances):
+        targets, sides = self._targets_and_sides(self.pair_labels_)
+        residuals = one_sided_residuals(sq_distances, targets * self.trace_, sides)
+        return float(np.mean(residuals**2))
+
+    # -- on-line ---------------------------------------------------------------
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
+    def partial_fit(self, X, y):
+        """Learn on-line from labelled pairs of points, one MEG update per pair.
+
+        After :meth:`fit`, the metric goes on learning in the training
+        points' whitened coordinates (parts of new points outside their span
+        are ignored, as by :meth:`transform`). Without a previous fit, the
+        first call's distinct points set the coordinates, the Euclidean
+        prior and the targets. Each pair is one trial at Lemma 3.1's rate
+        ``1 / rho_t^2`` (``c = 2``), ``rho_t`` the largest instance range
+        seen so far; see :meth:`online_bound`.
+
+        A chunk of labelled points (2-D ``X``, class labels ``y``) is turned
+        into pairs as by :meth:`fit` (``n_constraints`` of each kind, drawn
+        within the chunk) and learned in the same way.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            The two points of each pair, in the order they arrive; or points.
+        y : array-like of shape (n_pairs,) or (n_samples,)
+            Pair labels, ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
+            ``False`` dissimilar; or the points' class labels.
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "exponent_")
+        if np.ndim(X) == 2:
+            pairs_of_points, signs = self._chunk_pairs(X, y, reset=first)
+        else:
+            pairs_of_points = _check_pairs_of_points(
+                X, None if first else self.n_features_in_)
+            signs = _pair_labels(y, len(pairs_of_points))
+        if first:
+            self._start_online(pairs_of_points)
+        diffs = self._whiten_points(pairs_of_points[:, 0]) - self._whiten_points(
+            pairs_of_points[:, 1])
+        if not np.all(np.isfinite(diffs)):
+            raise ValueError("X's pairs are too large for the fitted metric's "
+                             "coordinates (non-finite differences).")
+        targets, sides = self._targets_and_sides(signs)
+        ranges = self._running_ranges(diffs)
+        exponent = self.exponent_.copy()
+        losses = online_trials(exponent, diffs, targets, sides, ranges)
+        self.exponent_ = exponent
+        self.online_range_ = float(ranges[-1])
+        self.n_pairs_seen_ += len(diffs)
+        self.online_loss_ += float(losses.sum()) * self.trace_**2
+        self.online_normalised_loss_ += normalised_loss(losses, ranges)
+        self.components_ = self._components()
+        return self
+
+    def _chunk_pairs(self, X, y, *, reset):
+        """Pairs of points drawn from a chunk of labelled points."""
+        X, y = validate_data(self, X, y, reset=reset, ensure_min_samples=2, dtype=float)
+        check_classification_targets(y)
+        n_classes = np.unique(y).size
+        if n_classes < 2:
+            raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
+        seed = None if self.random_state is None else check_random_state(
+            self.random_state).randint(np.iinfo(np.int32).max) + getattr(
+            self, "n_pairs_seen_", 0)
+        pairs, signs = draw_pairs(y, self.n_constraints or 20 * n_classes**2,
+                                  random_state=seed)
+        return X[pairs], signs.astype(float)
+
+    def _start_online(self, pairs_of_points):
+        n_features = pairs_of_points.shape[2]
+        points = np.unique(pairs_of_points.reshape(-1, n_features), axis=0)
+        if len(points) < 2:
+            raise ValueError("The first pairs of partial_fit hold fewer than 2 distinct "
+                             "points: they cannot set the metric's coordinates.")
+        self.n_features_in_ = n_features
+        self.mean_ = points.mean(axis=0)
+        centred = points - self.mean_
+        _check_trace(centred)
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        self._start_space(centred, np.random.default_rng(seed))
+        self.learning_rate_ = None
+        self.n_epochs_ = 0.0
+        self.validation_ = None
+        self._set_online_start(MetricExponent.from_prior(self.scales_**2 / self.trace_),
+                               0.0)
+
+    def _running_ranges(self, diffs):
+        ranges = np.einsum("ij,ij->i", diffs, diffs)
+        return np.maximum.accumulate(np.r_[self.online_range_, ranges])[1:]
+
+    def online_bound(self, X, y, *, comparator=None):
+        """The on-line loss beside its relative loss bound.
+
+        For the stream of pairs given to :meth:`partial_fit` since the last
+        :meth:`fit` (all of them, in the same order), and any comparator
+        metric ``U`` in the same coordinates (a density matrix)::
+
+            sum_t loss_t / rho_t^2 <= 2 sum_t loss_U,t / rho_t^2 + Delta(U, M_start)
+
+        with ``M_start`` the metric before the stream (the Euclidean prior,
+        or the fitted one) and ``Delta`` the von Neumann divergence (eq. 1);
+        losses in trace-one units. Derivation: the README, "The one-sided loss and its bound".
+
+        Parameters
+        ----------
+        X, y : the stream, as given to :meth:`partial_fit`.
+        comparator : ndarray of shape (rank, rank) or None
+            ``None``: the metric learned so far (hindsight's comparator).
+
+        Returns
+        -------
+        dict
+            ``"loss"`` (the left side), ``"bound"`` (the right side),
+            ``"comparator_loss"`` and ``"divergence"``.
+        """
+        check_is_fitted(self, "exponent_")
+        pairs_of_points = _check_pairs_of_points(X, self.n_features_in_)
+        signs = _pair_labels(y, len(pairs_of_points))
+        if len(pairs_of_points) != self.n_pairs_seen_:
+            raise ValueError(f"Give the whole stream: partial_fit saw {self.n_pairs_seen_} "
+                             f"pairs since the last fit, got {len(pairs_of_points)}.")
+        diffs = self._whiten_points(pairs_of_points[:, 0]) - self._whiten_points(
+            pairs_of_points[:, 1])
+        targets, sides = self._targets_and_sides(signs)
+        ranges = np.maximum.accumulate(
+            np.r_[self.online_start_range_, np.einsum("ij,ij->i", diffs, diffs)])[1:]
+        if comparator is None:
+            U = self.exponent_.density()
+            divergence = self.exponent_.divergence_from(self.online_start_log_)
+        else:
+            U = check_symmetric(comparator, name="comparator")
+            if U.shape != self.online_start_.shape:
+                raise ValueError(f"comparator must have shape {self.online_start_.shape}, "
+                                 f"got {U.shape}.")
+            if np.linalg.eigvalsh(U)[0] < -1e-12 * np.abs(U).max() or np.trace(U) <= 0:
+                raise ValueError("comparator must be positive semidefinite and nonzero.")
+            U = U / np.trace(U)
+            divergence = divergence_to(U, self.online_start_log_)
+        projected = np.einsum("ij,jk,ik->i", diffs, U, diffs)
+        comparator_losses = one_sided_residuals(projected, targets, sides) ** 2
+        return {"loss": self.online_normalised_loss_,
+                "bound": online_bound(comparator_losses, ranges, divergence),
+                "comparator_loss": normalised_loss(comparator_losses, ranges),
+                "divergence": divergence}
 
 
 class DefiniteBoostMetric(_FeatureMetric):
@@ -494,7 +744,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.method = method
         self.verbose = verbose
 
-    def _kernel_estimator(self, centred, trace, pairs, pair_labels):
+    def _learn(self, centred, trace, pairs, pair_labels):
         estimator = DefiniteBoostKernel(
             init_factor=centred, trace=trace, gamma=self.gamma,
             gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
@@ -504,12 +754,46 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.gamma_ = estimator.gamma_
         self.gamma_dissimilar_ = estimator.gamma_dissimilar_
         self.n_iter_ = estimator.n_iter_
-        return estimator
+        self.kernel_estimator_ = estimator
+        return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
 
     def _constraint_loss(self, sq_distances):
         met = np.where(self.pair_labels_ > 0, sq_distances <= self.gamma_,
                        sq_distances >= self.gamma_dissimilar_)
         return float(1.0 - met.mean())
+
+
+def _check_trace(centred):
+    """The centred features' sum of squares, if squared distances stay finite."""
+    largest = float(np.abs(centred).max())
+    if largest == 0:
+        raise ValueError("X has no variance: every training point is the same.")
+    with np.errstate(over="ignore", under="ignore"):
+        trace = float(np.sum(centred * centred))
+    if not _MIN_TRACE < trace < _MAX_TRACE:
+        raise ValueError(
+            f"X's scale is out of range: the centred features reach {largest:.3g} "
+            f"and their sum of squares is {trace:.3g}, outside "
+            f"({_MIN_TRACE:g}, {_MAX_TRACE:g}) where squared distances and their "
+            "squared errors stay in double precision. Rescale X, e.g. with "
+            "StandardScaler.")
+    return trace
+
+
+def _check_pairs_of_points(X, n_features=None):
+    """Pairs of points as a float array of shape (n_pairs, 2, n_features)."""
+    pairs_of_points = np.asarray(X, dtype=float)
+    if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
+        raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
+                         f"got shape {pairs_of_points.shape}.")
+    if len(pairs_of_points) == 0:
+        raise ValueError("X holds no pairs.")
+    if not np.all(np.isfinite(pairs_of_points)):
+        raise ValueError("X contains NaN or infinite values.")
+    if n_features is not None and pairs_of_points.shape[2] != n_features:
+        raise ValueError(f"X has {pairs_of_points.shape[2]} features per point, but "
+                         f"the metric was fitted with {n_features}.")
+    return pairs_of_points
 
 
 def _pair_sq_distance_quantiles(centred, quantiles, rng):
@@ -565,20 +849,9 @@ class _PairInput:
         return self.calibrate_threshold(X, y)
 
     def _check_pairs(self, X, *, reset):
-        pairs_of_points = np.asarray(X, dtype=float)
-        if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
-            raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
-                             f"got shape {pairs_of_points.shape}.")
-        if len(pairs_of_points) == 0:
-            raise ValueError("X holds no pairs.")
-        if not np.all(np.isfinite(pairs_of_points)):
-            raise ValueError("X contains NaN or infinite values.")
-        n_features = pairs_of_points.shape[2]
+        pairs_of_points = _check_pairs_of_points(X, None if reset else self.n_features_in_)
         if reset:
-            self.n_features_in_ = n_features
-        elif n_features != self.n_features_in_:
-            raise ValueError(f"X has {n_features} features per point, but "
-                             f"{type(self).__name__} was fitted with {self.n_features_in_}.")
+            self.n_features_in_ = pairs_of_points.shape[2]
         return pairs_of_points
 
     def pair_score(self, X):

@@ -60,13 +60,14 @@ def test_draw_pairs_follows_labels():
 def test_meg_metric_is_the_low_rank_meg_kernel():
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
-    metric = MEGMetric(random_state=0, gamma=1.0, gamma_dissimilar=20.0).fit_pairs(
-        X, pairs, pair_labels)
     centred = X - X.mean(axis=0)
     trace = np.sum(centred**2)
-    kernel = MEGKernelRegressor(init_factor=centred, trace=trace, shuffle=True,
-                                random_state=np.random.RandomState(0))
+    kernel = MEGKernelRegressor(init_factor=centred, trace=trace, n_epochs=2)
     kernel.fit(pairs, np.where(pair_labels > 0, 1.0, 20.0))
+    # square loss, one pair per update, pairs in their order: on-line MEG
+    metric = MEGMetric(loss="square", gamma=1.0, gamma_dissimilar=20.0, n_epochs=2,
+                       batch_size=1, shuffle=False, learning_rate=kernel.learning_rate_,
+                       ).fit_pairs(X, pairs, pair_labels)
     all_pairs = np.argwhere(np.ones((len(X), len(X))))
     np.testing.assert_allclose(_sq_distances(metric.transform(X), all_pairs),
                                kernel.predict(all_pairs), rtol=1e-10, atol=1e-10)
@@ -83,8 +84,12 @@ def test_transform_distances_are_the_learned_kernel_distances(Metric):
         metric = Metric(random_state=0).fit(X, labels)
     Z = metric.transform(X)
     pairs = metric.pairs_
-    kernel = metric.kernel_estimator_
-    learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+    if Metric is MEGMetric:  # tau u^T M u in the whitened coordinates
+        u = metric.coordinates_[pairs[:, 0]] - metric.coordinates_[pairs[:, 1]]
+        learned = metric.trace_ * np.einsum("ij,jk,ik->i", u, metric.exponent_.density(), u)
+    else:
+        kernel = metric.kernel_estimator_
+        learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
     np.testing.assert_allclose(_sq_distances(Z, pairs), learned, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(metric.pair_sq_distances(X, pairs), learned, rtol=1e-10)
     assert Z.shape == (len(X), metric.n_components_)
@@ -221,7 +226,9 @@ def test_loss_attributes_have_one_meaning_and_old_names_are_deprecated():
     a, b = pairs.T
     learned = meg.pair_sq_distances(X, pairs)
     targets = np.where(pair_labels > 0, meg.gamma_, meg.gamma_dissimilar_)
-    assert meg.pair_mse_ == pytest.approx(np.mean((learned - targets) ** 2), rel=1e-8)
+    counted = np.where(pair_labels > 0, learned > targets, learned < targets)
+    assert meg.pair_mse_ == pytest.approx(np.mean(counted * (learned - targets) ** 2),
+                                          rel=1e-8)
     learned = boost.pair_sq_distances(X, pairs)
     met = np.where(pair_labels > 0, learned <= boost.gamma_ * (1 + 1e-9),
                    learned >= boost.gamma_dissimilar_ * (1 - 1e-9))
