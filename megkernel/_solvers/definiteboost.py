@@ -19,6 +19,7 @@ from scipy import linalg, optimize
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engines import select
+from .._engines.distances import pair_sq_distances
 from .._engines.rank_one import pair_sq_distance_after
 from .._numerics.spectral import check_symmetric, normalized_exp_weights
 from .._numerics.state import ExponentState, prior_state
@@ -130,7 +131,7 @@ class PairConstraints:
     def values(self, state):
         """``tr(W C_j) = s_j (v_j^T W v_j - gamma_j)`` for every constraint."""
         if self.vectors is None:
-            sq_distances = state.pair_sq_distances(self.a, self.b)
+            sq_distances = pair_sq_distances(state, self.a, self.b)
         else:
             coords = self.vectors @ state.eigenvectors
             sq_distances = (coords * coords) @ state.density_eigenvalues()
