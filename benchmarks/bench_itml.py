@@ -1,7 +1,9 @@
 """Inductive metric learning: MEGMetric and DefiniteBoostMetric against ITML.
 
-For each data set (scikit-learn's iris, wine, breast_cancer, digits; with
-``--held-out`` also three synthetic sets the defaults were never tried on):
+For each data set (scikit-learn's iris, wine, breast_cancer, digits; a real
+high-dimensional text set, SciPy's docstrings by subpackage, TF-IDF reduced
+to 100 dimensions by SVD; with ``--held-out`` also three synthetic sets the
+defaults were never tried on):
 5 stratified 50/50 splits; features standardised on the training half;
 500 similar and 500 dissimilar pairs of training points drawn once per split
 (as metric-learn's ``*_Supervised`` learners draw them) and saved to an
@@ -26,6 +28,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -36,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 from sklearn import datasets
+from sklearn.decomposition import TruncatedSVD
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.model_selection import StratifiedShuffleSplit
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import StandardScaler
@@ -59,12 +65,47 @@ def _noisy_blobs():
     return np.hstack([X, noise]), y
 
 
+#: SciPy subpackages whose public docstrings make the text data set.
+SCIPY_SUBPACKAGES = ("fft", "integrate", "interpolate", "linalg", "ndimage", "optimize",
+                     "signal", "sparse", "special", "stats")
+
+
+def scipy_docstrings(max_per_class=100, n_components=100):
+    """Real text, high-dimensional: SciPy's own docstrings by subpackage.
+
+    Every public object of each subpackage in ``SCIPY_SUBPACKAGES`` with a
+    docstring of more than 200 characters is a document labelled by its
+    subpackage (at most ``max_per_class`` per subpackage, in name order);
+    TF-IDF (sublinear, English stop words, terms in >= 2 documents) reduced
+    to ``n_components`` by TruncatedSVD, fitted on all documents without
+    labels. The data ship with SciPy, a dependency: nothing is downloaded.
+    """
+    documents, labels = [], []
+    for label, name in enumerate(SCIPY_SUBPACKAGES):
+        module = importlib.import_module(f"scipy.{name}")
+        found = []
+        for attribute in sorted(getattr(module, "__all__", dir(module))):
+            value = getattr(module, attribute, None)
+            if value is None or inspect.ismodule(value):
+                continue
+            doc = inspect.getdoc(value)
+            if doc and len(doc) > 200 and doc not in found:
+                found.append(doc)
+        documents += found[:max_per_class]
+        labels += [label] * len(found[:max_per_class])
+    tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=2)
+    features = TruncatedSVD(n_components, random_state=0).fit_transform(
+        tfidf.fit_transform(documents))
+    return features, np.array(labels)
+
+
 DATASETS = {
     "iris": lambda: datasets.load_iris(return_X_y=True),
     "wine": lambda: datasets.load_wine(return_X_y=True),
     "breast_cancer": lambda: datasets.load_breast_cancer(return_X_y=True),
     "digits": lambda: datasets.load_digits(return_X_y=True),
 }
+REAL_HIGH_DIM = {"scipy_docs": scipy_docstrings}
 HELD_OUT = {
     "classification_4c": lambda: datasets.make_classification(
         n_samples=600, n_features=20, n_informative=5, n_redundant=5, n_classes=4,
@@ -173,19 +214,23 @@ def markdown_table(summaries, with_itml):
 
 
 def check_targets(summaries):
-    """The issue's targets, per learner, against ITML and Euclidean."""
+    """The issue's targets, per learner: 1-NN >= ITML - 0.01 and >= Euclidean -
+    0.005 on every set, above ITML on average, fit >= 5x faster than ITML."""
     lines = []
     for learner in LEARNERS:
-        wins = sum(s[learner]["1"] >= s["ITML"]["1"] for s in summaries.values())
-        worst = min(s[learner]["1"] - s["ITML"]["1"] for s in summaries.values())
+        gaps = {n: s[learner]["1"] - s["ITML"]["1"] for n, s in summaries.items()}
+        below_itml = [n for n, gap in gaps.items() if gap < -0.01]
         below_euclid = [n for n, s in summaries.items()
-                        if s[learner]["1"] < s["Euclidean"]["1"]]
-        speedup = min(s["ITML"]["seconds"] / s[learner]["seconds"]
-                      for s in summaries.values())
+                        if s[learner]["1"] < s["Euclidean"]["1"] - 0.005]
+        mean_gap = np.mean(list(gaps.values()))
+        speedups = {n: s["ITML"]["seconds"] / s[learner]["seconds"]
+                    for n, s in summaries.items()}
+        slow = [n for n, ratio in speedups.items() if ratio < 5]
         lines.append(
-            f"- {learner}: 1-NN >= ITML on {wins}/{len(summaries)}; worst 1-NN - ITML "
-            f"{worst:+.4f}; below Euclidean on {below_euclid or 'none'}; "
-            f"smallest ITML/own fit-time ratio {speedup:.1f}x")
+            f"- {learner}: 1-NN - ITML worst {min(gaps.values()):+.4f}, mean {mean_gap:+.4f}; "
+            f"below ITML - 0.01 on {below_itml or 'none'}; below Euclidean - 0.005 on "
+            f"{below_euclid or 'none'}; ITML/own fit time min {min(speedups.values()):.1f}x "
+            f"(under 5x on {slow or 'none'})")
     return "\n".join(lines)
 
 
@@ -204,7 +249,9 @@ def main(argv=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     python = None if args.no_itml else itml_python(args.cache_dir)
     warm_up()
-    groups = {"bundled": DATASETS, **({"held-out": HELD_OUT} if args.held_out else {})}
+    groups = {"bundled": DATASETS, "real high-dimensional": REAL_HIGH_DIM,
+              **({"held-out": HELD_OUT} if args.held_out else {})}
+    everything = {}
     for group, sets in groups.items():
         summaries = {}
         for name, loader in sets.items():
@@ -221,6 +268,9 @@ def main(argv=None):
         print(markdown_table(summaries, python is not None))
         if python is not None:
             print("\n" + check_targets(summaries))
+        everything.update(summaries)
+    if python is not None and len(groups) > 1:
+        print(f"\n### all {len(everything)} data sets\n\n" + check_targets(everything))
 
 
 if __name__ == "__main__":

@@ -349,9 +349,11 @@ class MEGMetric(_FeatureMetric):
         Euclidean metric). ``"auto"``: the best of 0, 1/8, 1/4, ..., 16 by
         ``n_folds``-fold cross-validation over the training points (see
         :attr:`validation_`).
-    batch_size : int, default=50
-        Pairs per MEG update in :meth:`fit` (1: on-line MEG).
-    n_folds : int, default=3
+    batch_size : int or "auto", default="auto"
+        Pairs per MEG update in :meth:`fit` (1: on-line MEG). ``"auto"``:
+        ``max(50, 2 rank)``, so that a batch's products (``O(b rank^2)``)
+        cost about one eigendecomposition (``O(rank^3)``).
+    n_folds : int, default=2
         Folds of the validation for ``n_epochs="auto"``.
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
@@ -408,13 +410,13 @@ class MEGMetric(_FeatureMetric):
         "loss": [StrOptions({"one-sided", "square"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "n_epochs": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "shuffle": ["boolean"],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
-                 learning_rate="auto", n_epochs="auto", batch_size=50, n_folds=3,
+                 learning_rate="auto", n_epochs="auto", batch_size="auto", n_folds=2,
                  shuffle=True, n_constraints=None, random_state=None, method="auto",
                  verbose=0):
         self.gamma = gamma
@@ -445,18 +447,20 @@ class MEGMetric(_FeatureMetric):
         self.learning_rate_ = (mean_range_learning_rate(diffs)
                                if self.learning_rate == "auto" else float(self.learning_rate))
         prior = self.scales_**2 / self.trace_
+        batch_size = (max(50, 2 * len(prior)) if self.batch_size == "auto"
+                      else self.batch_size)
         self.validation_ = None
         if self.n_epochs == "auto":
             epochs, self.validation_ = validate_epochs(
                 self.coordinates_, pairs, targets, sides, pair_labels, prior,
-                learning_rate=self.learning_rate_, batch_size=self.batch_size, rng=rng,
+                learning_rate=self.learning_rate_, batch_size=batch_size, rng=rng,
                 n_folds=self.n_folds)
         else:
             epochs = float(self.n_epochs)
         exponent = MetricExponent.from_prior(prior)
         run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
                     n_seen=0, n_more=int(round(epochs * len(diffs))),
-                    batch_size=self.batch_size, rng=rng if self.shuffle else None)
+                    batch_size=batch_size, rng=rng if self.shuffle else None)
         self.n_epochs_ = epochs
         self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
         if self.verbose:

@@ -352,7 +352,7 @@ class _Fold:
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
-                    batch_size, rng, n_folds=3, checkpoints=CHECKPOINTS, patience=2):
+                    batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2):
     """How long to train: cross-validated over the training points.
 
     The points are split into ``n_folds`` folds; each fold's model learns
