@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from megkernel._engines.distances import pair_sq_distances
+from megkernel._engines._distances import pair_sq_distances
 from megkernel._engines.rank_one import pair_update
 from megkernel._numerics.state import ExponentState
 

@@ -70,7 +70,7 @@ def test_compile_note_once_and_only_when_cold(monkeypatch, capsys):
     assert _progress.note_compiling(["rank-one", "rank-one"]) is True
     assert _progress.note_compiling(["rank-one"]) is False  # once per process
     err = capsys.readouterr().err
-    assert err.count("compiling the numba kernels (first run only, about 12 s)") == 1
+    assert err.count("compiling the numba kernels (first run only, about 5 s)") == 1
 
 
 def test_cache_check_is_cheap_and_boolean():

@@ -19,7 +19,7 @@ from scipy import linalg, optimize
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engines import select
-from .._engines.distances import pair_sq_distances
+from .._engines._distances import pair_sq_distances
 from .._engines.rank_one import pair_sq_distance_after
 from .._numerics.spectral import check_symmetric, normalized_exp_weights
 from .._numerics.state import ExponentState, prior_state
@@ -532,6 +532,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     state. Returns the log (see :func:`definiteboost_pairs`).
     """
     trace = check_trace(trace)
+    tol = float(tol)  # a float32 tol would overflow in tol * gamma
     thresholds, gamma, gamma_dissimilar = pair_thresholds(
         state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace)
