@@ -553,13 +553,9 @@ class MEGMetric(_FeatureMetric):
             signs = _pair_labels(y, len(pairs_of_points))
         if first:
             self._start_online(pairs_of_points)
-        diffs = self._whiten_points(pairs_of_points[:, 0]) - self._whiten_points(
-            pairs_of_points[:, 1])
-        if not np.all(np.isfinite(diffs)):
-            raise ValueError("X's pairs are too large for the fitted metric's "
-                             "coordinates (non-finite differences).")
+        diffs, ranges = self._stream_diffs(pairs_of_points)
         targets, sides = self._targets_and_sides(signs)
-        ranges = self._running_ranges(diffs)
+        ranges = np.maximum.accumulate(np.r_[self.online_range_, ranges])[1:]
         exponent = self.exponent_.copy()
         losses = online_trials(exponent, diffs, targets, sides, ranges)
         self.exponent_ = exponent
@@ -602,9 +598,29 @@ class MEGMetric(_FeatureMetric):
         self._set_online_start(MetricExponent.from_prior(self.scales_**2 / self.trace_),
                                0.0)
 
-    def _running_ranges(self, diffs):
-        ranges = np.einsum("ij,ij->i", diffs, diffs)
-        return np.maximum.accumulate(np.r_[self.online_range_, ranges])[1:]
+    def _stream_diffs(self, pairs_of_points):
+        """Whitened differences of the pairs and their ranges ``||u||^2``.
+
+        Raises before any state changes when a pair lies so far outside the
+        coordinates' scale that its squared distance (in X's units) or its
+        squared loss would leave double precision.
+        """
+        with np.errstate(all="ignore"):
+            diffs = (self._whiten_points(pairs_of_points[:, 0])
+                     - self._whiten_points(pairs_of_points[:, 1]))
+            ranges = np.einsum("ij,ij->i", diffs, diffs)
+            sq_distances = ranges * self.trace_
+        limit = _MAX_TRACE
+        if not (np.all(np.isfinite(ranges)) and np.all(sq_distances < limit)
+                and np.all(ranges < limit)):
+            worst = int(np.argmax(np.where(np.isfinite(sq_distances), sq_distances,
+                                           np.inf)))
+            raise ValueError(
+                f"Pair {worst} lies far outside the scale of the metric's points: its "
+                f"squared Euclidean distance is {sq_distances[worst]:.3g} (limit "
+                f"{limit:g}), where its squared loss would leave double precision. "
+                "Rescale X as the points the metric was fitted on.")
+        return diffs, ranges
 
     def online_bound(self, X, y, *, comparator=None):
         """The on-line loss beside its relative loss bound.
@@ -637,11 +653,9 @@ class MEGMetric(_FeatureMetric):
         if len(pairs_of_points) != self.n_pairs_seen_:
             raise ValueError(f"Give the whole stream: partial_fit saw {self.n_pairs_seen_} "
                              f"pairs since the last fit, got {len(pairs_of_points)}.")
-        diffs = self._whiten_points(pairs_of_points[:, 0]) - self._whiten_points(
-            pairs_of_points[:, 1])
+        diffs, ranges = self._stream_diffs(pairs_of_points)
         targets, sides = self._targets_and_sides(signs)
-        ranges = np.maximum.accumulate(
-            np.r_[self.online_start_range_, np.einsum("ij,ij->i", diffs, diffs)])[1:]
+        ranges = np.maximum.accumulate(np.r_[self.online_start_range_, ranges])[1:]
         if comparator is None:
             U = self.exponent_.density()
             divergence = self.exponent_.divergence_from(self.online_start_log_)

@@ -192,7 +192,7 @@ def online_trials(exponent, diffs, targets, sides, ranges):
                                        sides[t:t + 1])
         losses[t] = residual[0] ** 2
         if residual[0] != 0 and ranges[t] > 0:  # range 0: u = 0, nothing to learn
-            exponent.add(u, 2.0 / ranges[t] ** 2 * residual)
+            exponent.add(u, 2.0 * (residual / ranges[t]) / ranges[t])
     return losses
 
 
@@ -205,8 +205,8 @@ def online_bound(comparator_losses, ranges, divergence):
     """
     ranges = np.asarray(ranges, dtype=float)
     moving = ranges > 0  # before any pair of distinct points: loss_t = loss_U,t
-    return float(2.0 * np.sum(comparator_losses[moving] / ranges[moving] ** 2)
-                 + divergence)
+    normalised = (np.sqrt(comparator_losses[moving]) / ranges[moving]) ** 2
+    return float(2.0 * np.sum(normalised) + divergence)
 
 
 def divergence_to(comparator, start_log):
@@ -221,7 +221,7 @@ def normalised_loss(losses, ranges):
     """Left-hand side of :func:`online_bound`: ``sum_t loss_t / rho_t^2``."""
     ranges = np.asarray(ranges, dtype=float)
     moving = ranges > 0
-    return float(np.sum(losses[moving] / ranges[moving] ** 2))
+    return float(np.sum((np.sqrt(losses[moving]) / ranges[moving]) ** 2))
 
 
 def pair_components(n_objects, pairs, signs, *, min_size=10, min_coverage=0.8):
@@ -276,12 +276,17 @@ def _embedding(coordinates, exponent):
 
 
 def _knn_score(embedded, labels, queries, references):
-    """Mean relative 1-NN margin of ``queries`` against ``references``.
+    """Relative 1-NN margin of each query against ``references``.
 
     For each query, ``(d_other - d_same) / (d_other + d_same)`` with ``d_same``
     (``d_other``) the distance to its nearest reference of the same (another)
     class: positive exactly where 1-NN is right, and smooth in the metric, so
-    that the folds' mean is less noisy than the 0/1 accuracy.
+    that the mean is less noisy than the 0/1 accuracy. Queries without both
+    kinds of reference score 0.
+
+    Returns
+    -------
+    margins : ndarray of shape (n_queries,)
     """
     q, ref = embedded[queries], embedded[references]
     sq = (np.einsum("ij,ij->i", q, q)[:, None] - 2.0 * q @ ref.T
@@ -291,24 +296,29 @@ def _knn_score(embedded, labels, queries, references):
     d_same = np.where(same, distances, np.inf).min(axis=1)
     d_other = np.where(same, np.inf, distances).min(axis=1)
     ok = np.isfinite(d_same) & np.isfinite(d_other) & (d_same + d_other > 0)
-    if not ok.any():
-        return 0.0
-    return float(np.mean((d_other[ok] - d_same[ok]) / (d_other[ok] + d_same[ok])))
+    margins = np.zeros(len(queries))
+    margins[ok] = (d_other[ok] - d_same[ok]) / (d_other[ok] + d_same[ok])
+    return margins
 
 
-def _auc_score(exponent, diffs, signs):
-    """ROC AUC of ``-squared distance`` for similar against dissimilar pairs."""
+def _auc_placements(exponent, diffs, signs):
+    """DeLong's placement values of the ROC AUC of ``-squared distance``.
+
+    Returns the share of dissimilar pairs each similar pair out-ranks and the
+    share of similar pairs each dissimilar pair is out-ranked by (ties count
+    half): the mean of each is the AUC, and their paired differences between
+    two metrics give the variance of the AUC's difference (DeLong et al. 1988).
+    """
     scores = -exponent.predict(diffs)
-    order = np.argsort(scores, kind="stable")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    # average ranks over ties
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    ranks = (sums / counts)[inverse]
-    positive = signs > 0
-    n_pos, n_neg = positive.sum(), (~positive).sum()
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    positive, negative = scores[signs > 0], scores[signs < 0]  # in pair order: paired
+
+    def share_below(values, sorted_reference):
+        below = np.searchsorted(sorted_reference, values, side="left")
+        at_or_below = np.searchsorted(sorted_reference, values, side="right")
+        return (below + at_or_below) / (2.0 * len(sorted_reference))
+
+    return (share_below(positive, np.sort(negative)),
+            1.0 - share_below(negative, np.sort(positive)))
 
 
 class _Fold:
@@ -345,14 +355,39 @@ class _Fold:
         self.n_seen = stop
 
     def score(self):
+        """Per-item scores: k-NN margins of the queries, or AUC placements."""
         if self.labels is not None:
             return _knn_score(_embedding(self.coordinates, self.exponent), self.labels,
                               self.queries, self.references)
-        return _auc_score(self.exponent, self.val_diffs, self.val_signs)
+        return _auc_placements(self.exponent, self.val_diffs, self.val_signs)
+
+
+def _fold_mean(item):
+    return float(item[0].mean() if isinstance(item, tuple) else item.mean())
+
+
+def _gain_is_real(items, prior_items, z):
+    """Whether the mean gain over the prior exceeds ``z`` standard errors.
+
+    k-NN margins: paired over the held-out points. AUC: DeLong's variance of
+    each fold's paired AUC difference, ``var(D10)/n_pos + var(D01)/n_neg``.
+    """
+    gains, variances = [], []
+    for item, prior in zip(items, prior_items):
+        parts = item if isinstance(item, tuple) else (item,)
+        prior_parts = prior if isinstance(prior, tuple) else (prior,)
+        differences = [a - b for a, b in zip(parts, prior_parts)]
+        if min(len(d) for d in differences) < 2:
+            return False
+        gains.append(differences[0].mean())
+        variances.append(sum(d.var(ddof=1) / len(d) for d in differences))
+    spread = np.sqrt(np.sum(variances)) / len(gains)
+    return bool(np.mean(gains) > z * spread)
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
-                    batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2):
+                    batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2,
+                    z=2.0):
     """How long to train: cross-validated over the training points.
 
     The points are split into ``n_folds`` folds; each fold's model learns
@@ -360,23 +395,26 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     from pairs among the training points and meets new points. Its score
     after each checkpoint (in epochs over its pairs):
 
-    * ``"knn"`` -- 1-NN accuracy of the held-out points against the others,
-      with the similar pairs' connected components as classes
+    * ``"knn"`` -- mean relative 1-NN margin of the held-out points against
+      the others, with the similar pairs' connected components as classes
       (:func:`pair_components`), when those can stand in for classes;
     * ``"auc"`` -- otherwise the ROC AUC of the held-out pairs (those with a
       held-out end) by their learned distance.
 
-    The folds advance together; the mean score decides. Checkpoint 0 is the
-    prior (the Euclidean metric), so learning has to earn its place. The run
+    The folds advance together; the mean score decides among the learned
+    checkpoints. Checkpoint 0 is the prior (the Euclidean metric), and
+    learning has to earn its place: the best learned checkpoint is taken
+    only if its paired gain over the prior (per held-out point, or per
+    held-out pair's AUC placement) exceeds ``z`` standard errors. The run
     stops after ``patience`` checkpoints without a better mean score.
 
     Returns
     -------
     epochs : float
-        The best checkpoint (ties: the earliest).
+        The chosen checkpoint.
     log : dict
         ``"score"`` ("knn" or "auc"), ``"checkpoints"`` and ``"scores"``
-        (mean over folds, one per checkpoint reached).
+        (mean over folds, one per checkpoint reached), ``"gain_is_real"``.
     """
     n_objects = len(coordinates)
     labels = pair_components(n_objects, pairs, signs)
@@ -385,20 +423,28 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                    prior, rng) for k in range(n_folds)]
     folds = [fold for fold in folds if fold.usable]
     log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
-           "scores": []}
+           "scores": [], "gain_is_real": False}
     if not folds:
         return 1.0, log
+    prior_items = best_items = None
     best, best_score, since = 0.0, -np.inf, 0
     for epochs in checkpoints:
         for fold in folds:
             fold.advance(epochs, learning_rate, batch_size)
-        score = float(np.mean([fold.score() for fold in folds]))
+        items = [fold.score() for fold in folds]
+        score = float(np.mean([_fold_mean(item) for item in items]))
         log["checkpoints"].append(epochs)
         log["scores"].append(score)
+        if prior_items is None:
+            prior_items = items
+            continue
         if score > best_score:
-            best, best_score, since = epochs, score, 0
+            best, best_score, best_items, since = epochs, score, items, 0
         else:
             since += 1
             if since >= patience:
                 break
+    if best_items is None or not _gain_is_real(best_items, prior_items, z):
+        return 0.0, log
+    log["gain_is_real"] = True
     return best, log
