@@ -32,7 +32,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from .._numerics.spectral import eigh_symmetric, log_trace_exp, normalized_exp_weights
+from .._numerics.spectral import log_trace_exp, normalized_exp_weights
 
 __all__ = [
     "MetricExponent",
@@ -113,10 +113,17 @@ class MetricExponent:
         return (projected * projected) @ self.weights
 
     def add(self, diffs, coefficients):
-        """``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalise (no-op if all c_t = 0)."""
-        self.exponent -= (diffs.T * coefficients) @ diffs
-        self.exponent = 0.5 * (self.exponent + self.exponent.T)
-        self.eigvals, self.eigvecs = eigh_symmetric(self.exponent, check=False)
+        """``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalise."""
+        exponent = self.exponent - (diffs.T * coefficients) @ diffs
+        exponent = 0.5 * (exponent + exponent.T)
+        magnitude = np.abs(exponent).max()
+        if not np.isfinite(magnitude):  # LAPACK never sees a non-finite matrix
+            raise ValueError("The metric's exponent overflowed: the learning rate or "
+                             "the targets are too large for double precision.")
+        # numpy's eigh (LAPACK syevd) on the scaled matrix: for the small
+        # rank x rank exponents here, far less call overhead than scipy's
+        eigvals, eigvecs = np.linalg.eigh(exponent / magnitude)
+        self.exponent, self.eigvals, self.eigvecs = exponent, eigvals * magnitude, eigvecs
 
 
 def one_sided_residuals(predictions, targets, sides):
