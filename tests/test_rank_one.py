@@ -166,7 +166,7 @@ def test_vectorised_secular_solver_matches_lapack(seed):
         roots, delta = np.empty(k), np.empty((k, k))
         converged = np.zeros(k, dtype=np.intp)
         kernels._secular_roots_vectorised(d, z, rho, roots, delta, converged,
-                                           np.empty(k))
+                                           np.empty(k), np.empty(k))
         ref_roots, ref_delta = np.empty(k), np.empty((k, k))
         info = kernels._secular_roots(d, z, rho, ref_roots, ref_delta,
                                        np.zeros(k, dtype=np.intp),
