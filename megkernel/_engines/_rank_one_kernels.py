@@ -522,12 +522,15 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
             offset = blocks + 2 * n * n
             gathered = floats[offset:offset + k * m].reshape((k, m))
             updated = floats[offset + n * m:offset + n * m + k * m].reshape((k, m))
-            for i in range(k):
-                src = Vt[pos[kept[i]]]
-                dst = gathered[i]
-                for c in range(m):
-                    dst[c] = src[c]
-            np.dot(small, gathered, updated)
+            if k == n and sign > 0:  # nothing deflated: the rows in place
+                np.dot(small, Vt, updated)
+            else:
+                for i in range(k):
+                    src = Vt[pos[kept[i]]]
+                    dst = gathered[i]
+                    for c in range(m):
+                        dst[c] = src[c]
+                np.dot(small, gathered, updated)
             for j in range(k):
                 src = updated[j]
                 dst = Vt[pos[kept[j]]]
