@@ -73,7 +73,8 @@ def auto_trace(state, pairs, y):
     mean_target = float(np.mean(y[moving]))
     if not (prior > 0 and mean_target > 0):
         return 1.0
-    trace = mean_target / prior
+    with np.errstate(over="ignore"):  # overflow is caught just below
+        trace = mean_target / prior
     if not np.isfinite(trace):
         raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
                          "large for double precision at this number of objects.")

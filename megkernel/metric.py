@@ -32,6 +32,7 @@ is never silent.
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -41,6 +42,7 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_random_state
@@ -49,17 +51,26 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.spectral import check_symmetric
+from ._numerics.state import ExponentState
 from ._numerics.validation import check_pair_indices
 from ._pair_estimator import transactional
-from ._solvers.definiteboost import check_pair_signs
+from ._solvers.definiteboost import (
+    check_pair_signs,
+    fit_pair_constraints,
+    pair_thresholds,
+    satisfiable_pairs,
+)
 from ._solvers.metric_meg import (
+    HeldOutScorer,
     MetricExponent,
+    choose_checkpoint,
     divergence_to,
     mean_range_learning_rate,
     normalised_loss,
     one_sided_residuals,
     online_bound,
     online_trials,
+    pair_components,
     run_batches,
     validate_epochs,
     whiten,
@@ -76,6 +87,10 @@ __all__ = [
 ]
 
 _QUANTILE_POINTS = 1000
+
+#: Lengths of DefiniteBoostMetric's validated runs, in sweeps (greedy steps
+#: per pair).
+_SWEEPS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 #: DefiniteBoostMetric's default slack: no constraint may scale the metric by
 #: more than a factor of two.
@@ -206,9 +221,13 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def _fit_pairs(self, X, pairs, pair_labels):
         self.mean_ = X.mean(axis=0)
-        centred = X - self.mean_
+        centred = self._centred = X - self.mean_
         trace = _check_trace(centred)
-        self.components_ = self._learn(centred, trace, pairs, pair_labels)
+        try:
+            self.components_ = self._learn(centred, trace, pairs, pair_labels)
+        finally:
+            self.__dict__.pop("_centred", None)
+            self.__dict__.pop("_pairs", None)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
         self._report(centred)
         return self
@@ -704,7 +723,12 @@ class DefiniteBoostMetric(_FeatureMetric):
     slack : float or None, default=log(2)
         Cap ``c`` of :class:`DefiniteBoostKernel`'s soft constraints, in
         nats; ``None``: hard constraints (may degrade; warned).
-    max_iter : int, default=5000
+    max_iter : int or "auto", default="auto"
+        Greedy projections. ``"auto"``: ``round(s * n_pairs)`` for the best
+        number of sweeps ``s`` of 0, 1/8, 1/4, 1/2, 1, 2, 4 by ``n_folds``-fold
+        cross-validation over the training points, as :class:`MEGMetric`'s
+        ``n_epochs`` (see :attr:`validation_`); a run that converges earlier
+        stops there.
     tol : float, default=1e-2
     projection : {"approximate", "exact"}, default="approximate"
     n_constraints : int, default=None
@@ -719,9 +743,13 @@ class DefiniteBoostMetric(_FeatureMetric):
     components_ : ndarray of shape (rank, n_features)
     mean_ : ndarray of shape (n_features,)
     gamma_, gamma_dissimilar_ : float
-    kernel_estimator_ : DefiniteBoostKernel
-        The fitted projection (iterations, dual objective, dropped pairs).
+    kernel_estimator_ : DefiniteBoostKernel or None
+        The fitted projection (iterations, dual objective, dropped pairs);
+        ``None`` when the validation kept the Euclidean metric.
     n_iter_ : int
+    validation_ : dict or None
+        ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
+        mean ``"scores"`` and ``"gain_is_real"``.
         Projections made.
     pairs_, pair_labels_ : ndarray
     violated_fraction_, prior_violated_fraction_ : float
@@ -743,18 +771,21 @@ class DefiniteBoostMetric(_FeatureMetric):
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
         "slack": [Interval(Real, 0, None, closed="neither"), None],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "n_folds": [Interval(Integral, 2, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "projection": [StrOptions({"approximate", "exact"})],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
-                 max_iter=5000, tol=1e-2, projection="approximate", n_constraints=None,
+                 max_iter="auto", tol=1e-2, projection="approximate", n_folds=2,
+                 n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.slack = slack
         self.max_iter = max_iter
+        self.n_folds = n_folds
         self.tol = tol
         self.projection = projection
         self.n_constraints = n_constraints
@@ -763,17 +794,83 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.verbose = verbose
 
     def _learn(self, centred, trace, pairs, pair_labels):
-        estimator = DefiniteBoostKernel(
-            init_factor=centred, trace=trace, gamma=self.gamma,
-            gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
-            max_iter=self.max_iter, tol=self.tol, projection=self.projection,
-            method=self.method,
-        ).fit(pairs, pair_labels)
+        self.validation_ = None
+        max_iter = self.max_iter
+        if max_iter == "auto":
+            max_iter = self._validated_max_iter(centred, trace, pairs, pair_labels)
+            if max_iter == 0:  # the Euclidean metric earned its place
+                self._pairs = pairs
+                return self._keep_euclidean(centred, trace, pair_labels)
+        with warnings.catch_warnings():
+            if self.max_iter == "auto":  # stopping early is the validated choice
+                warnings.simplefilter("ignore", ConvergenceWarning)
+            estimator = self._estimator(trace, max_iter).fit(pairs, pair_labels)
         self.gamma_ = estimator.gamma_
         self.gamma_dissimilar_ = estimator.gamma_dissimilar_
         self.n_iter_ = estimator.n_iter_
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
+
+    def _estimator(self, trace, max_iter, init_factor=None):
+        return DefiniteBoostKernel(
+            init_factor=init_factor if init_factor is not None else self._centred,
+            trace=trace, gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
+            slack=self.slack, max_iter=max_iter, tol=self.tol, projection=self.projection,
+            method=self.method)
+
+    def _validated_max_iter(self, centred, trace, pairs, signs):
+        """Greedy steps by cross-validation over the training points."""
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        rng = np.random.default_rng(seed)
+        labels = pair_components(len(centred), pairs, signs)
+        assignment = rng.permutation(len(centred)) % self.n_folds
+        scorers = [HeldOutScorer(assignment == k, pairs, signs, labels, rng)
+                   for k in range(self.n_folds)]
+        scorers = [scorer for scorer in scorers if scorer.usable]
+        sweeps = _SWEEPS
+        if not scorers:
+            return int(round(sweeps[-1] * len(pairs)))
+        items = [[] for _ in sweeps]
+        for scorer in scorers:
+            for row, item in zip(items, self._fold_path(centred, trace, pairs, signs,
+                                                        scorer, sweeps)):
+                row.append(item)
+        best, scores, real = choose_checkpoint(sweeps, items)
+        self.validation_ = {"score": "knn" if labels is not None else "auc",
+                            "checkpoints": list(sweeps), "scores": scores,
+                            "gain_is_real": real}
+        return int(round(best * len(pairs)))
+
+    def _fold_path(self, centred, trace, pairs, signs, scorer, sweeps):
+        """One fold's scores after each number of sweeps (0: the prior)."""
+        state = ExponentState.from_factor(centred, name="X")
+        fold_pairs, fold_signs = pairs[scorer.train], signs[scorer.train]
+        steps = [int(round(s * len(fold_pairs))) for s in sweeps]
+        found = {0: scorer.score(state.factor())}
+
+        def callback(t, record):
+            if t in steps and t not in found:
+                found[t] = scorer.score(state.factor())
+
+        with warnings.catch_warnings():  # the final fit warns, not its folds
+            warnings.simplefilter("ignore")
+            fit_pair_constraints(
+                state, fold_pairs, fold_signs, gamma=self.gamma,
+                gamma_dissimilar=self.gamma_dissimilar, trace=trace, slack=self.slack,
+                projection=self.projection, max_iter=max(steps[-1], 1), tol=self.tol,
+                method=self.method, callback=callback)
+        final = scorer.score(state.factor())  # converged early: it stays there
+        return [found.get(step, final) for step in steps]
+
+    def _keep_euclidean(self, centred, trace, signs):
+        state = ExponentState.from_factor(centred, name="X")
+        thresholds, self.gamma_, self.gamma_dissimilar_ = pair_thresholds(
+            state, signs, gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
+            trace=trace)
+        satisfiable_pairs(state, self._pairs, signs, thresholds, trace)  # warns
+        self.n_iter_ = 0
+        self.kernel_estimator_ = None
+        return np.linalg.svd(centred, full_matrices=False)[2][:state.size]
 
     def _constraint_loss(self, sq_distances):
         met = np.where(self.pair_labels_ > 0, sq_distances <= self.gamma_,

@@ -649,7 +649,12 @@ def test_feature_metrics(data):
     if ok:
         Z = model.transform(X)
         assert_finite(Z, "transform")
-        assert_kernel(model.kernel_estimator_.kernel_, fitted_trace(model.kernel_estimator_))
+        estimator = getattr(model, "kernel_estimator_", None)
+        if estimator is not None:  # DefiniteBoostMetric that learned
+            assert_kernel(estimator.kernel_, fitted_trace(estimator))
+        if cls is MEGMetric:
+            assert_kernel(model.exponent_.density(), 1.0)
+        assert_kernel(Z @ Z.T)
 
 
 # -- (c): transactions: a failed call leaves the pickle byte-identical -----------------

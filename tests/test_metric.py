@@ -88,6 +88,11 @@ def test_transform_distances_are_the_learned_kernel_distances(Metric):
         u = metric.coordinates_[pairs[:, 0]] - metric.coordinates_[pairs[:, 1]]
         learned = metric.trace_ * np.einsum("ij,jk,ik->i", u, metric.exponent_.density(), u)
     else:
+        if Metric is DefiniteBoostMetric:  # a fixed length: the kernel estimator is kept
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                metric = Metric(random_state=0, max_iter=300).fit(X, labels)
+            Z, pairs = metric.transform(X), metric.pairs_
         kernel = metric.kernel_estimator_
         learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
     np.testing.assert_allclose(_sq_distances(Z, pairs), learned, rtol=1e-10, atol=1e-10)
@@ -132,20 +137,20 @@ def test_definiteboost_metric_slack_versus_hard_constraints():
     pairs, pair_labels = draw_pairs(labels, 200, random_state=0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Dropped")
-        soft = DefiniteBoostMetric().fit_pairs(X, pairs, pair_labels)
+        soft = DefiniteBoostMetric(max_iter=5000).fit_pairs(X, pairs, pair_labels)
         assert soft.violated_fraction_ < soft.prior_violated_fraction_
         assert soft.kernel_estimator_.converged_
         # the hard problem is infeasible: certified and warned, never silent
         with pytest.warns(Warning, match="infeasible"):
-            DefiniteBoostMetric(slack=None).fit_pairs(X, pairs, pair_labels)
+            DefiniteBoostMetric(slack=None, max_iter=5000).fit_pairs(X, pairs, pair_labels)
 
 
 def test_definiteboost_metric_reports_dropped_dissimilar_pairs():
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
     with pytest.warns(UserWarning, match="Dropped"):
-        metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0).fit_pairs(
-            X, pairs, pair_labels)
+        metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0,
+                                     max_iter=5000).fit_pairs(X, pairs, pair_labels)
     dropped = metric.kernel_estimator_.dropped_constraints_
     assert dropped.size > 0 and np.all(pair_labels[dropped] < 0)
 
@@ -306,3 +311,43 @@ def test_metric_transformers_speak_pandas():
         warnings.filterwarnings("ignore", message="Dropped")
         pipe.fit(X, labels)
         assert hasattr(pipe[:-1].transform(X[:2]), "columns")
+
+
+def _noisy_blobs(n, seed, n_noise=8):
+    from sklearn.datasets import make_blobs
+    X, y = make_blobs(n_samples=n, centers=3, n_features=2, random_state=seed)
+    noise = np.random.default_rng(seed).normal(scale=3.0, size=(n, n_noise))
+    return np.hstack([X, noise]), y
+
+
+def test_definiteboost_metric_validated_length_learns_where_it_helps():
+    X, y = _noisy_blobs(150, seed=0)
+    test_X, test_y = _noisy_blobs(150, seed=0)  # same centres, fresh noise below
+    test_X[:, 2:] = np.random.default_rng(99).normal(scale=3.0, size=(150, 8))
+    model = DefiniteBoostMetric(random_state=0).fit(X, y)
+    log = model.validation_
+    assert log["score"] == "knn" and log["gain_is_real"]
+    assert len(log["scores"]) == len(log["checkpoints"]) and log["checkpoints"][0] == 0
+    assert model.n_iter_ > 0 and model.kernel_estimator_ is not None
+    euclid = KNeighborsClassifier(1).fit(X, y).score(test_X, test_y)
+    learned = KNeighborsClassifier(1).fit(model.transform(X), y).score(
+        model.transform(test_X), test_y)
+    assert learned > euclid
+
+
+def test_definiteboost_metric_keeps_euclidean_on_noise_labels():
+    kept = 0
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(90, 5))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = DefiniteBoostMetric(random_state=seed).fit(X, rng.integers(3, size=90))
+        if model.n_iter_ == 0:
+            kept += 1
+            assert model.kernel_estimator_ is None
+            new = rng.normal(size=(6, 5))
+            pairs = np.argwhere(np.ones((6, 6)))
+            np.testing.assert_allclose(model.pair_sq_distances(new, pairs),
+                                       _sq_distances(new, pairs), rtol=1e-9, atol=1e-12)
+    assert kept > 5, kept

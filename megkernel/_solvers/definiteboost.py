@@ -521,6 +521,12 @@ def _satisfiable(state, pairs, signs, thresholds, trace):
     return ~never
 
 
+def satisfiable_pairs(state, pairs, signs, thresholds, trace):
+    """Mask of the pairs some kernel in the prior's range can satisfy; warns
+    (or raises, if none) about the others, as :func:`fit_pair_constraints`."""
+    return _satisfiable(state, pairs, signs, thresholds, trace)
+
+
 def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar="auto",
                          thresholds=None, trace=1.0, slack=None,
                          projection="approximate", corrective=False, max_iter=2000,

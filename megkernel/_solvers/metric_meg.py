@@ -41,6 +41,8 @@ __all__ = [
     "validate_epochs",
     "mean_range_learning_rate",
     "CHECKPOINTS",
+    "HeldOutScorer",
+    "choose_checkpoint",
     "online_trials",
     "online_bound",
     "normalised_loss",
@@ -316,7 +318,11 @@ def _auc_placements(exponent, diffs, signs):
     half): the mean of each is the AUC, and their paired differences between
     two metrics give the variance of the AUC's difference (DeLong et al. 1988).
     """
-    scores = -exponent.predict(diffs)
+    return _placements(-exponent.predict(diffs), signs)
+
+
+def _placements(scores, signs):
+    """:func:`_auc_placements` of given scores (higher: more similar)."""
     positive, negative = scores[signs > 0], scores[signs < 0]  # in pair order: paired
 
     def share_below(values, sorted_reference):
@@ -455,3 +461,58 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
         return 0.0, log
     log["gain_is_real"] = True
     return best, log
+
+
+class HeldOutScorer:
+    """Scores a fold's metric on its held-out points (or pairs), for any learner.
+
+    The fold learns from the pairs with both ends outside ``held_out``
+    (:attr:`train`); :meth:`score` takes the embedding of all training
+    points under the fold's metric and returns the per-item scores of
+    :func:`validate_epochs` (k-NN margins, or AUC placements).
+    """
+
+    def __init__(self, held_out, pairs, signs, labels, rng):
+        self.train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
+        self.labels = labels
+        if labels is not None:
+            labelled = labels >= 0
+            queries = np.flatnonzero(held_out & labelled)
+            if len(queries) > _MAX_QUERIES:
+                queries = rng.choice(queries, _MAX_QUERIES, replace=False)
+            self.queries, self.references = queries, np.flatnonzero(~held_out & labelled)
+            usable = len(self.queries) > 0 and len(self.references) > 0
+        else:
+            self.val_pairs, self.val_signs = pairs[~self.train], signs[~self.train]
+            usable = len(np.unique(self.val_signs)) == 2
+        self.usable = usable and bool(self.train.any())
+
+    def score(self, embedded):
+        if self.labels is not None:
+            return _knn_score(embedded, self.labels, self.queries, self.references)
+        differences = embedded[self.val_pairs[:, 0]] - embedded[self.val_pairs[:, 1]]
+        sq_distances = np.einsum("ij,ij->i", differences, differences)
+        return _placements(-sq_distances, self.val_signs)
+
+
+def choose_checkpoint(checkpoints, items, *, z=2.0):
+    """The best checkpoint of a completed validation table.
+
+    ``items[c][k]``: fold ``k``'s per-item scores at ``checkpoints[c]``;
+    ``checkpoints[0]`` is the prior. As :func:`validate_epochs`: the best
+    mean score among the others, kept only if its paired gain over the prior
+    exceeds ``z`` standard errors; else the prior.
+
+    Returns
+    -------
+    best : the chosen checkpoint
+    scores : list of float (mean over folds, per checkpoint)
+    gain_is_real : bool
+    """
+    scores = [float(np.mean([_fold_mean(item) for item in row])) for row in items]
+    if len(checkpoints) < 2:
+        return checkpoints[0], scores, False
+    best = 1 + int(np.argmax(scores[1:]))
+    if not _gain_is_real(items[best], items[0], z):
+        return checkpoints[0], scores, False
+    return checkpoints[best], scores, True
