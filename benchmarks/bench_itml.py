@@ -138,9 +138,11 @@ def itml_python(cache_dir):
 
 def nystroem_features(X_train, X_test, n_components=100):
     """Kernelised inputs: an RBF Nystroem map fitted on the training half
-    (``gamma = 1 / n_features`` on standardised features), then standardised."""
+    (``gamma = 1 / n_features`` on standardised features; at most half as
+    many components as training points, so that the map does not make every
+    training point its own dimension), then standardised."""
     mapper = Nystroem(gamma=1.0 / X_train.shape[1],
-                      n_components=min(n_components, len(X_train)), random_state=0)
+                      n_components=min(n_components, len(X_train) // 2), random_state=0)
     mapped_train, mapped_test = mapper.fit_transform(X_train), mapper.transform(X_test)
     scaler = StandardScaler().fit(mapped_train)
     return scaler.transform(mapped_train), scaler.transform(mapped_test)

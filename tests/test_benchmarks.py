@@ -1,0 +1,54 @@
+"""The benchmark scripts' own pipelines run (tiny sizes, no ITML environment)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench_itml():
+    return _load("bench_itml")
+
+
+def test_kernelised_pipeline_runs_our_learners(bench_itml, tmp_path):
+    """Nystroem -> MEGMetric / DefiniteBoostMetric -> k-NN, as the benchmark runs it."""
+    paths = bench_itml.save_splits("iris", bench_itml.DATASETS["iris"], 1, 60, tmp_path,
+                                   kernelise=True)
+    data = np.load(paths[0])
+    assert data["X_train"].shape == (75, 37)  # half as many components as points
+    np.testing.assert_allclose(data["X_train"].mean(axis=0), 0, atol=1e-12)
+    results = bench_itml.run_ours(paths[0])
+    assert set(results) == {"Euclidean", "MEGMetric", "DefiniteBoostMetric"}
+    for result in results.values():
+        assert 0.5 < result["accuracy"]["1"] <= 1.0
+
+
+def test_nystroem_map_is_fitted_on_the_training_half_only(bench_itml):
+    X, y = load_iris(return_X_y=True)
+    X_train, X_test = train_test_split(StandardScaler().fit_transform(X), random_state=0)
+    a_train, a_test = bench_itml.nystroem_features(X_train, X_test)
+    b_train, _ = bench_itml.nystroem_features(X_train, X_test[:5])
+    np.testing.assert_array_equal(a_train, b_train)  # test points do not leak in
+    assert a_test.shape == (len(X_test), a_train.shape[1])
+
+
+def test_scipy_docstrings_are_real_labelled_text(bench_itml):
+    X, y = bench_itml.scipy_docstrings(max_per_class=20, n_components=10)
+    assert X.shape == (len(y), 10) and np.all(np.isfinite(X))
+    assert len(np.unique(y)) == len(bench_itml.SCIPY_SUBPACKAGES)
