@@ -16,13 +16,18 @@ a metric can only trade distances against each other. Thresholds that ask
 every dissimilar pair to be far beyond ``D`` (ITML's 95% quantile) cannot
 all hold; each learner here has a default that allows for that:
 
-* :class:`MEGMetric` regresses squared distances on targets (square loss:
-  an unreachable target only leaves a loss, never a failure);
+* :class:`MEGMetric` learns with a one-sided square loss (a similar pair
+  counts while farther than ``gamma``, a dissimilar one while nearer than
+  ``gamma_dissimilar``, the median squared distance): an unreachable target
+  only leaves a loss, never a failure;
 * :class:`DefiniteBoostMetric` asks for thresholds the trace allows on
   average (``0.1 D`` and ``D``) and bounds what a constraint may cost
   (``slack``), the always-feasible soft-margin problem.
 
-Both report how well the learned metric meets the pairs
+Both choose how long to learn by cross-validation over the training points
+(``n_epochs="auto"``, ``max_iter="auto"``) and keep the Euclidean metric
+unless learning gains clearly on held-out points. Both report how well the
+learned metric meets the pairs
 (``pair_mse_`` for MEG, ``violated_fraction_`` for DefiniteBoost) against the
 Euclidean prior (``prior_pair_mse_``, ``prior_violated_fraction_``) and warn
 when it is worse: a degraded metric
