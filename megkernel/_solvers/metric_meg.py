@@ -310,19 +310,14 @@ def _knn_score(embedded, labels, queries, references):
     return margins
 
 
-def _auc_placements(exponent, diffs, signs):
-    """DeLong's placement values of the ROC AUC of ``-squared distance``.
+def _placements(scores, signs):
+    """DeLong's placement values of the ROC AUC of ``scores`` (higher: similar).
 
     Returns the share of dissimilar pairs each similar pair out-ranks and the
     share of similar pairs each dissimilar pair is out-ranked by (ties count
     half): the mean of each is the AUC, and their paired differences between
     two metrics give the variance of the AUC's difference (DeLong et al. 1988).
     """
-    return _placements(-exponent.predict(diffs), signs)
-
-
-def _placements(scores, signs):
-    """:func:`_auc_placements` of given scores (higher: more similar)."""
     positive, negative = scores[signs > 0], scores[signs < 0]  # in pair order: paired
 
     def share_below(values, sorted_reference):
@@ -334,30 +329,51 @@ def _placements(scores, signs):
             1.0 - share_below(negative, np.sort(positive)))
 
 
-class _Fold:
-    """One fold of :func:`validate_epochs`: its training pairs, state and score."""
+class HeldOutScorer:
+    """Scores a fold's metric on its held-out points (or pairs), for any learner.
 
-    def __init__(self, held_out, coordinates, pairs, targets, sides, signs, labels,
-                 prior, rng):
-        train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
-        self.diffs = coordinates[pairs[train, 0]] - coordinates[pairs[train, 1]]
-        self.targets, self.sides = targets[train], sides[train]
-        self.exponent = MetricExponent.from_prior(prior)
-        self.rng, self.order, self.n_seen = rng, None, 0
-        self.coordinates, self.labels = coordinates, labels
+    The fold learns from the pairs with both ends outside ``held_out``
+    (:attr:`train`); :meth:`score` takes the embedding of all training
+    points under the fold's metric and returns the per-item scores of
+    :func:`validate_epochs` (k-NN margins, or AUC placements).
+    """
+
+    def __init__(self, held_out, pairs, signs, labels, rng):
+        self.train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
+        self.labels = labels
         if labels is not None:
             labelled = labels >= 0
             queries = np.flatnonzero(held_out & labelled)
             if len(queries) > _MAX_QUERIES:
                 queries = rng.choice(queries, _MAX_QUERIES, replace=False)
             self.queries, self.references = queries, np.flatnonzero(~held_out & labelled)
-            self.usable = len(self.queries) > 0 and len(self.references) > 0
+            usable = len(self.queries) > 0 and len(self.references) > 0
         else:
-            val = ~train
-            self.val_diffs = coordinates[pairs[val, 0]] - coordinates[pairs[val, 1]]
-            self.val_signs = signs[val]
-            self.usable = len(np.unique(self.val_signs)) == 2
-        self.usable = self.usable and len(self.diffs) > 0
+            self.val_pairs, self.val_signs = pairs[~self.train], signs[~self.train]
+            usable = len(np.unique(self.val_signs)) == 2
+        self.usable = usable and bool(self.train.any())
+
+    def score(self, embedded):
+        if self.labels is not None:
+            return _knn_score(embedded, self.labels, self.queries, self.references)
+        differences = embedded[self.val_pairs[:, 0]] - embedded[self.val_pairs[:, 1]]
+        sq_distances = np.einsum("ij,ij->i", differences, differences)
+        return _placements(-sq_distances, self.val_signs)
+
+
+class _Fold:
+    """One fold of :func:`validate_epochs`: its training pairs, state and scorer."""
+
+    def __init__(self, held_out, coordinates, pairs, targets, sides, signs, labels,
+                 prior, rng):
+        self.scorer = HeldOutScorer(held_out, pairs, signs, labels, rng)
+        train = self.scorer.train
+        self.diffs = coordinates[pairs[train, 0]] - coordinates[pairs[train, 1]]
+        self.targets, self.sides = targets[train], sides[train]
+        self.exponent = MetricExponent.from_prior(prior)
+        self.rng, self.order, self.n_seen = rng, None, 0
+        self.coordinates = coordinates
+        self.usable = self.scorer.usable
 
     def advance(self, epochs, learning_rate, batch_size):
         stop = int(round(epochs * len(self.diffs)))
@@ -369,10 +385,7 @@ class _Fold:
 
     def score(self):
         """Per-item scores: k-NN margins of the queries, or AUC placements."""
-        if self.labels is not None:
-            return _knn_score(_embedding(self.coordinates, self.exponent), self.labels,
-                              self.queries, self.references)
-        return _auc_placements(self.exponent, self.val_diffs, self.val_signs)
+        return self.scorer.score(_embedding(self.coordinates, self.exponent))
 
 
 def _fold_mean(item):
@@ -461,38 +474,6 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
         return 0.0, log
     log["gain_is_real"] = True
     return best, log
-
-
-class HeldOutScorer:
-    """Scores a fold's metric on its held-out points (or pairs), for any learner.
-
-    The fold learns from the pairs with both ends outside ``held_out``
-    (:attr:`train`); :meth:`score` takes the embedding of all training
-    points under the fold's metric and returns the per-item scores of
-    :func:`validate_epochs` (k-NN margins, or AUC placements).
-    """
-
-    def __init__(self, held_out, pairs, signs, labels, rng):
-        self.train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
-        self.labels = labels
-        if labels is not None:
-            labelled = labels >= 0
-            queries = np.flatnonzero(held_out & labelled)
-            if len(queries) > _MAX_QUERIES:
-                queries = rng.choice(queries, _MAX_QUERIES, replace=False)
-            self.queries, self.references = queries, np.flatnonzero(~held_out & labelled)
-            usable = len(self.queries) > 0 and len(self.references) > 0
-        else:
-            self.val_pairs, self.val_signs = pairs[~self.train], signs[~self.train]
-            usable = len(np.unique(self.val_signs)) == 2
-        self.usable = usable and bool(self.train.any())
-
-    def score(self, embedded):
-        if self.labels is not None:
-            return _knn_score(embedded, self.labels, self.queries, self.references)
-        differences = embedded[self.val_pairs[:, 0]] - embedded[self.val_pairs[:, 1]]
-        sq_distances = np.einsum("ij,ij->i", differences, differences)
-        return _placements(-sq_distances, self.val_signs)
 
 
 def choose_checkpoint(checkpoints, items, *, z=2.0):
