@@ -39,9 +39,19 @@ llvm_binding.add_symbol(
     _DLAED4_SYMBOL,
     get_cython_function_address("scipy.linalg.cython_lapack", "dlaed4"),
 )
+_DGEMM_SYMBOL = "megkernel_scipy_dgemm"
+llvm_binding.add_symbol(
+    _DGEMM_SYMBOL,
+    get_cython_function_address("scipy.linalg.cython_blas", "dgemm"),
+)
 # Bound by symbol name, not by address, so that ``cache=True`` works: the
-# address is re-registered above in every process.
+# addresses are re-registered above in every process. BLAS directly, not
+# ``np.dot``: the same routine, without compiling numba's dot machinery.
 _dlaed4 = types.ExternalFunction(_DLAED4_SYMBOL, types.void(*[types.voidptr] * 8))
+_dgemm = types.ExternalFunction(_DGEMM_SYMBOL, types.void(*[types.voidptr] * 13))
+
+#: ``ord("N")``: BLAS's "no transpose", read as the first byte of an int32.
+_NO_TRANSPOSE = 78
 
 #: LAPACK's relative machine precision ``dlamch('Epsilon')``.
 _EPS = np.finfo(np.float64).eps / 2
@@ -69,11 +79,11 @@ def make_workspace(n, m):
     two ``n x n`` blocks (the secular deltas, the small eigenvectors) and
     two ``n x m`` blocks (the gathered and the updated eigenvector rows);
     an ``intp`` array of :data:`_INDICES` index vectors;
-    ``dlaed4``'s three integer arguments (int32). Contents never matter
-    (written before read).
+    ``dlaed4``'s three and ``dgemm``'s seven integer arguments (int32).
+    Contents never matter (written before read).
     """
-    floats = np.empty(_VECTORS * n + 2 + 2 * n * n + 2 * n * m)
-    return floats, np.empty(_INDICES * n, dtype=np.intp), np.empty(3, dtype=np.int32)
+    floats = np.empty(_VECTORS * n + 4 + 2 * n * n + 2 * n * m)
+    return floats, np.empty(_INDICES * n, dtype=np.intp), np.empty(10, dtype=np.int32)
 
 
 @_reduction
@@ -383,8 +393,8 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
     roots = floats[4 * n:5 * n]
     zhat = floats[5 * n:6 * n]
     shifted = floats[6 * n:7 * n]
-    rbuf = floats[_VECTORS * n:_VECTORS * n + 2]
-    blocks = _VECTORS * n + 2
+    rbuf = floats[_VECTORS * n:_VECTORS * n + 4]
+    blocks = _VECTORS * n + 4
     row_buffer = floats[blocks + 2 * n * n:blocks + 2 * n * n + m]
     pos = ints[0:n]
     kept = ints[n:2 * n]
@@ -521,21 +531,32 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
             # one GEMM
             offset = blocks + 2 * n * n
             gathered = floats[offset:offset + k * m].reshape((k, m))
-            updated = floats[offset + n * m:offset + n * m + k * m].reshape((k, m))
+            updated = floats[offset + n * m:offset + n * m + k * m]
+            # updated (k x m, rows) = small (k x k) @ rows: column-major BLAS
+            # sees the transposes, updated^T = rows^T small^T
+            lapack_ints[3] = m
+            lapack_ints[4] = k
+            lapack_ints[5] = k
+            lapack_ints[6] = _NO_TRANSPOSE
+            rbuf[2] = 1.0
+            rbuf[3] = 0.0
             if k == n and sign > 0:  # nothing deflated: the rows in place
-                np.dot(small, Vt, updated)
+                source = Vt.ctypes
             else:
                 for i in range(k):
                     src = Vt[pos[kept[i]]]
                     dst = gathered[i]
                     for c in range(m):
                         dst[c] = src[c]
-                np.dot(small, gathered, updated)
+                source = gathered.ctypes
+            _dgemm(lapack_ints[6:].ctypes, lapack_ints[6:].ctypes, lapack_ints[3:].ctypes,
+                   lapack_ints[4:].ctypes, lapack_ints[5:].ctypes, rbuf[2:].ctypes,
+                   source, lapack_ints[3:].ctypes, small.ctypes, lapack_ints[5:].ctypes,
+                   rbuf[3:].ctypes, updated.ctypes, lapack_ints[3:].ctypes)
             for j in range(k):
-                src = updated[j]
                 dst = Vt[pos[kept[j]]]
                 for c in range(m):
-                    dst[c] = src[c]
+                    dst[c] = updated[j * m + c]
         _sort_rows(lam, Vt, order, row_buffer)
         updates += 1
 
