@@ -337,8 +337,8 @@ def _sort_rows(lam, Vt, order, tmp):
 
 
 @_strict
-def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
-                predictions, start, budget, floats, ints, lapack_ints):
+def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
+                trace, predictions, start, budget, floats, ints, lapack_ints):
     """MEG trials (or given steps) from ``start`` until the end or ``budget`` updates.
 
     Trial ``t`` is the pair ``(a[t], b[t])``, ``v = e_a - e_b`` (dense mode)
@@ -352,9 +352,10 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
     ----------
     lam : ndarray (n,)
         Ascending eigenvalues of ``exponent``, updated in place.
-    Vt : ndarray (n, n), C-contiguous
-        The eigenvectors as rows (in the coordinates of ``basis``), updated
-        in place.
+    Vt, spare : ndarray (n, n), C-contiguous
+        The eigenvectors as rows (in the coordinates of ``basis``), and a
+        buffer of the same shape: an update that rotates every row writes
+        the new rows into the buffer and the two trade places.
     exponent : ndarray of shape (n, n)
         The exponent, updated exactly in place.
     basis : ndarray of shape (n_objects, n), or (0, 0) in dense mode
@@ -378,6 +379,9 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
         The first trial not run.
     updates : int
         Updates made (trials with a nonzero step).
+    swapped : bool
+        True if the eigenvectors are now in ``spare`` (an odd number of
+        trades).
     info : int
         Nonzero if the root finder failed in the last update: the
         eigenpairs must then be recomputed from ``exponent``.
@@ -402,6 +406,7 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
     z = np.empty(n)
     v = np.empty(n)
     updates = 0
+    swapped = False
     t = start
     while t < a.size and updates < budget:
         at = a[t]
@@ -522,7 +527,7 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
             info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
                                   lapack_ints, rbuf)
             if info != 0:
-                return t, updates, info
+                return t, updates, swapped, info
             # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3)
             _eigenvectors(dk[:k], zk[:k], delta, zhat, small)
             for j in range(k):
@@ -531,33 +536,47 @@ def pair_trials(lam, Vt, exponent, basis, a, b, y, scales, learning_rate, trace,
             # one GEMM
             offset = blocks + 2 * n * n
             gathered = floats[offset:offset + k * m].reshape((k, m))
-            updated = floats[offset + n * m:offset + n * m + k * m]
-            # updated (k x m, rows) = small (k x k) @ rows: column-major BLAS
-            # sees the transposes, updated^T = rows^T small^T
+            updated = floats[offset + n * m:offset + n * m + k * m].reshape((k, m))
+            # new rows (k x m) = small (k x k) @ rows: column-major BLAS sees
+            # the transposes, new^T = rows^T small^T
             lapack_ints[3] = m
             lapack_ints[4] = k
             lapack_ints[5] = k
             lapack_ints[6] = _NO_TRANSPOSE
             rbuf[2] = 1.0
             rbuf[3] = 0.0
-            if k == n and sign > 0:  # nothing deflated: the rows in place
-                source = Vt.ctypes
+            if k == n:  # nothing deflated: every row, written into the spare
+                if sign < 0:  # working order is reversed: reverse both axes
+                    full = delta  # free now (k == n)
+                    for j in range(n):
+                        for i in range(n):
+                            full[pos[j], pos[i]] = small[j, i]
+                    small = full
+                source = Vt
+                target = spare
             else:
                 for i in range(k):
                     src = Vt[pos[kept[i]]]
                     dst = gathered[i]
                     for c in range(m):
                         dst[c] = src[c]
-                source = gathered.ctypes
+                source = gathered
+                target = updated
             _dgemm(lapack_ints[6:].ctypes, lapack_ints[6:].ctypes, lapack_ints[3:].ctypes,
                    lapack_ints[4:].ctypes, lapack_ints[5:].ctypes, rbuf[2:].ctypes,
-                   source, lapack_ints[3:].ctypes, small.ctypes, lapack_ints[5:].ctypes,
-                   rbuf[3:].ctypes, updated.ctypes, lapack_ints[3:].ctypes)
-            for j in range(k):
-                dst = Vt[pos[kept[j]]]
-                for c in range(m):
-                    dst[c] = updated[j * m + c]
+                   source.ctypes, lapack_ints[3:].ctypes, small.ctypes,
+                   lapack_ints[5:].ctypes, rbuf[3:].ctypes, target.ctypes,
+                   lapack_ints[3:].ctypes)
+            if k == n:  # the two buffers trade places
+                Vt, spare = spare, Vt
+                swapped = not swapped
+            else:
+                for j in range(k):
+                    src = updated[j]
+                    dst = Vt[pos[kept[j]]]
+                    for c in range(m):
+                        dst[c] = src[c]
         _sort_rows(lam, Vt, order, row_buffer)
         updates += 1
 
-    return t, updates, 0
+    return t, updates, swapped, 0

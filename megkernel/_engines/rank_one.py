@@ -69,12 +69,16 @@ def _run(lam, rows, exponent, basis, a, b, y, scales, learning_rate, trace,
          predictions, start, budget):
     """The compiled kernel on ``lam`` and the eigenvector ``rows`` (in place).
 
-    Returns ``(next_trial, updates, info)``; ``info != 0``: the root finder
-    failed and the eigenpairs are spoiled.
+    Returns ``(next_trial, updates, rows, info)``: ``rows`` is the array
+    now holding the eigenvectors (the kernel may have traded it for its
+    buffer); ``info != 0``: the root finder failed and the eigenpairs are
+    spoiled.
     """
-    return kernels.pair_trials(lam, rows, exponent, basis, a, b, y, scales,
-                               learning_rate, trace, predictions, start, budget,
-                               *_workspace(*rows.shape))
+    spare = np.empty_like(rows)
+    t, updates, swapped, info = kernels.pair_trials(
+        lam, rows, spare, exponent, basis, a, b, y, scales, learning_rate, trace,
+        predictions, start, budget, *_workspace(*rows.shape))
+    return t, updates, (spare if swapped else rows), info
 
 
 # -- one rank-one eigenproblem ----------------------------------------------
@@ -103,9 +107,8 @@ def rank_one_eig(lam, z, s):
     # the kernel's low-rank mode with basis rows (z, 0) and V = I: v = z
     basis = np.zeros((2, n))
     basis[0] = z
-    rows = np.eye(n)
-    _, _, info = _run(lam, rows, np.zeros((n, n)), basis, _PAIR_A, _PAIR_B, _NONE,
-                      np.array([float(s)]), 0.0, 1.0, _NONE, 0, 1)
+    _, _, rows, info = _run(lam, np.eye(n), np.zeros((n, n)), basis, _PAIR_A, _PAIR_B,
+                            _NONE, np.array([float(s)]), 0.0, 1.0, _NONE, 0, 1)
     if info == 0:
         return lam, rows.T
     # the root finder failed: the small eigenproblem directly
@@ -131,9 +134,9 @@ def pair_update(state, a, b, scale):
     state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     lam = np.array(state.eigenvalues, dtype=float)
     rows = np.ascontiguousarray(state.eigenvectors.T)
-    _, _, info = _run(lam, rows, state.exponent, _basis(state),
-                      np.array([a], dtype=np.intp), np.array([b], dtype=np.intp),
-                      _NONE, np.array([float(scale)]), 0.0, 1.0, _NONE, 0, 1)
+    _, _, rows, info = _run(lam, rows, state.exponent, _basis(state),
+                            np.array([a], dtype=np.intp), np.array([b], dtype=np.intp),
+                            _NONE, np.array([float(scale)]), 0.0, 1.0, _NONE, 0, 1)
     state.eigenvalues, state.eigenvectors = lam, rows.T
     state.updates_since_refresh += 1
     if info != 0 or state.updates_since_refresh >= REFRESH_EVERY:
@@ -168,7 +171,7 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
             state.refresh()
         lam = np.array(state.eigenvalues, dtype=float)
         rows = np.ascontiguousarray(state.eigenvectors.T)
-        t, updates, info = _run(
+        t, updates, rows, info = _run(
             lam, rows, state.exponent, basis, a, b, y, _NONE, learning_rate, trace,
             predictions, t, REFRESH_EVERY - state.updates_since_refresh)
         state.eigenvalues, state.eigenvectors = lam, rows.T
