@@ -178,7 +178,7 @@ def run_ours(path):
     results = {"Euclidean": {"accuracy": knn_accuracy(X_train, data["y_train"], X_test,
                                                       data["y_test"]), "fit_seconds": 0.0}}
     for name, Learner in LEARNERS.items():
-        learner = Learner()
+        learner = Learner(random_state=0)  # as ITML(random_state=0) in the worker
         with threadpool_limits(1):
             start = time.perf_counter()
             learner.fit_pairs(X_train, data["pairs"], data["pair_labels"])

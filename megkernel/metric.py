@@ -78,6 +78,7 @@ from ._solvers.metric_meg import (
     pair_components,
     run_batches,
     validate_epochs,
+    validation_folds,
     whiten,
 )
 from ._warnings import warn_user
@@ -828,9 +829,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
         rng = np.random.default_rng(seed)
         labels = pair_components(len(centred), pairs, signs)
-        assignment = rng.permutation(len(centred)) % self.n_folds
-        scorers = [HeldOutScorer(assignment == k, pairs, signs, labels, rng)
-                   for k in range(self.n_folds)]
+        masks, n_repeats = validation_folds(len(centred), pairs, labels,
+                                            n_folds=self.n_folds, rng=rng)
+        scorers = [HeldOutScorer(mask, pairs, signs, labels, rng) for mask in masks]
         scorers = [scorer for scorer in scorers if scorer.usable]
         sweeps = _SWEEPS
         if not scorers:
@@ -840,10 +841,10 @@ class DefiniteBoostMetric(_FeatureMetric):
             for row, item in zip(items, self._fold_path(centred, trace, pairs, signs,
                                                         scorer, sweeps)):
                 row.append(item)
-        best, scores, real = choose_checkpoint(sweeps, items)
+        best, scores, real = choose_checkpoint(sweeps, items, n_repeats=n_repeats)
         self.validation_ = {"score": "knn" if labels is not None else "auc",
                             "checkpoints": list(sweeps), "scores": scores,
-                            "gain_is_real": real}
+                            "gain_is_real": real, "n_repeats": n_repeats}
         return int(round(best * len(pairs)))
 
     def _fold_path(self, centred, trace, pairs, signs, scorer, sweeps):

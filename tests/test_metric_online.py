@@ -898,7 +898,7 @@ def _validate(X, pairs, signs, seed, **kwargs):
     sides = np.where(signs > 0, 1.0, -1.0)
     return validate_epochs(coordinates, pairs, targets, sides, signs, scales**2 / trace,
                            learning_rate=mean_range_learning_rate(diffs), batch_size=20,
-                           rng=np.random.default_rng(seed), **kwargs)
+                           rng=np.random.default_rng(seed), **{"min_items": 1, **kwargs})
 
 
 def test_validate_epochs_log_and_its_euclidean_start():

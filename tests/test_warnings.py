@@ -94,7 +94,9 @@ def test_draw_pairs_shortage_inside_fit_points_at_the_caller():
 def test_meg_metric_worse_than_prior_points_at_the_caller():
     X, labels = _metric_data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
-    metric = MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6, random_state=0)
+    metric = MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6, n_epochs=1,
+                       loss="square",
+                       random_state=0)
     with pytest.warns(UserWarning, match="worse than the Euclidean") as record:
         metric.fit_pairs(X, pairs, -pair_labels)
     _points_here(record, UserWarning, "worse than the Euclidean")

@@ -43,6 +43,7 @@ __all__ = [
     "CHECKPOINTS",
     "HeldOutScorer",
     "choose_checkpoint",
+    "validation_folds",
     "online_trials",
     "online_bound",
     "normalised_loss",
@@ -392,11 +393,36 @@ def _fold_mean(item):
     return float(item[0].mean() if isinstance(item, tuple) else item.mean())
 
 
-def _gain_is_real(items, prior_items, z):
+#: Held-out items (points or pairs) the validation should see: small data
+#: sets repeat the folds (at most ``_MAX_REPEATS`` times) to reach it.
+_MIN_ITEMS, _MAX_REPEATS = 600, 10
+
+
+def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_ITEMS):
+    """Held-out masks of the points: ``n_folds`` folds, repeated with new
+    random splits until about ``min_items`` held-out items are scored.
+
+    Returns
+    -------
+    masks : list of ndarray of bool
+    n_repeats : int
+    """
+    items = int(np.sum(labels >= 0)) if labels is not None else len(pairs)
+    n_repeats = int(np.clip(np.ceil(min_items / max(items, 1)), 1, _MAX_REPEATS))
+    masks = []
+    for _ in range(n_repeats):
+        assignment = rng.permutation(n_objects) % n_folds
+        masks += [assignment == k for k in range(n_folds)]
+    return masks, n_repeats
+
+
+def _gain_is_real(items, prior_items, z, n_repeats=1):
     """Whether the mean gain over the prior exceeds ``z`` standard errors.
 
     k-NN margins: paired over the held-out points. AUC: DeLong's variance of
     each fold's paired AUC difference, ``var(D10)/n_pos + var(D01)/n_neg``.
+    Repeated folds score the same points again: the standard error is taken
+    as that of one repeat (``sqrt(n_repeats)`` times the naive one).
     """
     gains, variances = [], []
     for item, prior in zip(items, prior_items):
@@ -407,13 +433,13 @@ def _gain_is_real(items, prior_items, z):
             return False
         gains.append(differences[0].mean())
         variances.append(sum(d.var(ddof=1) / len(d) for d in differences))
-    spread = np.sqrt(np.sum(variances)) / len(gains)
+    spread = np.sqrt(np.sum(variances) * n_repeats) / len(gains)
     return bool(np.mean(gains) > z * spread)
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
                     batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2,
-                    z=2.0):
+                    z=2.0, min_items=_MIN_ITEMS):
     """How long to train: cross-validated over the training points.
 
     The points are split into ``n_folds`` folds; each fold's model learns
@@ -444,12 +470,13 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     """
     n_objects = len(coordinates)
     labels = pair_components(n_objects, pairs, signs)
-    assignment = rng.permutation(n_objects) % n_folds
-    folds = [_Fold(assignment == k, coordinates, pairs, targets, sides, signs, labels,
-                   prior, rng) for k in range(n_folds)]
+    masks, n_repeats = validation_folds(n_objects, pairs, labels, n_folds=n_folds, rng=rng,
+                                        min_items=min_items)
+    folds = [_Fold(mask, coordinates, pairs, targets, sides, signs, labels, prior, rng)
+             for mask in masks]
     folds = [fold for fold in folds if fold.usable]
     log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
-           "scores": [], "gain_is_real": False}
+           "scores": [], "gain_is_real": False, "n_repeats": n_repeats}
     if not folds:
         return 1.0, log
     prior_items = best_items = None
@@ -470,13 +497,13 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
             since += 1
             if since >= patience:
                 break
-    if best_items is None or not _gain_is_real(best_items, prior_items, z):
+    if best_items is None or not _gain_is_real(best_items, prior_items, z, n_repeats):
         return 0.0, log
     log["gain_is_real"] = True
     return best, log
 
 
-def choose_checkpoint(checkpoints, items, *, z=2.0):
+def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1):
     """The best checkpoint of a completed validation table.
 
     ``items[c][k]``: fold ``k``'s per-item scores at ``checkpoints[c]``;
@@ -494,6 +521,6 @@ def choose_checkpoint(checkpoints, items, *, z=2.0):
     if len(checkpoints) < 2:
         return checkpoints[0], scores, False
     best = 1 + int(np.argmax(scores[1:]))
-    if not _gain_is_real(items[best], items[0], z):
+    if not _gain_is_real(items[best], items[0], z, n_repeats):
         return checkpoints[0], scores, False
     return checkpoints[best], scores, True
