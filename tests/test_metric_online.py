@@ -1066,3 +1066,18 @@ def test_clone_keeps_the_parameters_and_drops_the_fit(iris):
     assert {k: copy.get_params()[k] for k in params} == params
     assert not hasattr(copy, "components_") and not hasattr(copy, "exponent_")
     np.testing.assert_array_equal(copy.fit(X, y).components_, model.components_)
+
+
+def test_zero_exponent_update_is_the_uniform_metric():
+    """Regression (hostile suite): one feature, the prior's exponent log 1 = 0 and a
+    zero difference: the update leaves A = 0, and the state is M = I / rank."""
+    exponent = MetricExponent.from_prior(np.array([1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exponent.add(np.zeros((1, 1)), np.array([-9.5]))
+    np.testing.assert_array_equal(exponent.density(), [[1.0]])
+    X = np.array([[0.5], [0.0], [1.0], [1.0], [1.0], [1.0], [1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = MEGMetric(random_state=0, n_constraints=2).fit(X, [1, 1, 0, 1, 1, 1, 1])
+    assert np.all(np.isfinite(model.transform(X)))

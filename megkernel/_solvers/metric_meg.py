@@ -123,10 +123,14 @@ class MetricExponent:
         if not np.isfinite(magnitude):  # LAPACK never sees a non-finite matrix
             raise ValueError("The metric's exponent overflowed: the learning rate or "
                              "the targets are too large for double precision.")
-        # numpy's eigh (LAPACK syevd) on the scaled matrix: for the small
-        # rank x rank exponents here, far less call overhead than scipy's
-        eigvals, eigvecs = np.linalg.eigh(exponent / magnitude)
-        self.exponent, self.eigvals, self.eigvecs = exponent, eigvals * magnitude, eigvecs
+        if magnitude == 0:  # A = 0: M = I / rank
+            eigvals, eigvecs = np.zeros(len(exponent)), np.eye(len(exponent))
+        else:
+            # numpy's eigh (LAPACK syevd) on the scaled matrix: for the small
+            # rank x rank exponents here, far less call overhead than scipy's
+            eigvals, eigvecs = np.linalg.eigh(exponent / magnitude)
+            eigvals = eigvals * magnitude
+        self.exponent, self.eigvals, self.eigvecs = exponent, eigvals, eigvecs
 
 
 def one_sided_residuals(predictions, targets, sides):
