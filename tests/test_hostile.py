@@ -1099,3 +1099,14 @@ def test_regression_satisfied_constraints_take_no_step():
     W, log = definiteboost(C, np.eye(2), max_iter=1, tol=-np.inf)
     assert log["converged"] and log["n_iter"] == 0
     assert_kernel(W, 1.0)
+
+
+@pytest.mark.parametrize("threshold", [4.0117393156476785e+292, 4.011739311635939e+292])
+def test_regression_thresholds_over_a_tiny_trace_raise_cleanly(threshold):
+    """Found by the CI profile: thresholds near 1e292 over trace 2.2e-16 overflowed
+    (a RuntimeWarning in the division, or later in the greedy choice)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="double precision"):
+            definiteboost_pairs(np.array([[0, 1]]), None, np.array([threshold]), n_objects=2,
+                                trace=2.220446049250313e-16, max_iter=0, tol=0.01)

@@ -549,8 +549,14 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     # aim at constraints tightened by half the tolerance, stop within the other
     # half: on convergence every constraint holds
     margin = 0.5 * max(tol, 0.0) * gamma
+    with np.errstate(over="ignore"):  # overflow is caught just below
+        target = (thresholds - signs * margin) / trace
+    if not np.all(np.abs(target) < 1e300):  # with room for the violations' arithmetic
+        raise ValueError(
+            f"The thresholds (up to {np.abs(thresholds).max():.3g}) divided by "
+            f"trace={trace:.3g} leave double precision: give the thresholds in the "
+            "kernel's units (at most 2 * trace for a pair's squared distance).")
     kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace))
-    target = (thresholds - signs * margin) / trace
     constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
                                   target[kept], state)
     hard = slack is None
