@@ -51,6 +51,7 @@ from megkernel import (
     normalized_expm,
     von_neumann_divergence,
 )
+from megkernel._solvers.definiteboost import check_pair_signs
 from megkernel.datasets import spectrum_kernel
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"),
@@ -1110,3 +1111,49 @@ def test_regression_thresholds_over_a_tiny_trace_raise_cleanly(threshold):
         with pytest.raises(ValueError, match="double precision"):
             definiteboost_pairs(np.array([[0, 1]]), None, np.array([threshold]), n_objects=2,
                                 trace=2.220446049250313e-16, max_iter=0, tol=0.01)
+
+
+@_scaled(0.5)
+@given(data=st.data())
+def test_meg_metric_partial_fit_streams(data):
+    """On-line metric learning on hostile streams: every chunk either raises a
+    clean ValueError / TypeError and leaves the model byte-identical, or keeps
+    the metric a finite trace-one PSD matrix with a finite loss under its bound."""
+    f = data.draw(st.integers(1, 3), label="features")
+    model = MEGMetric(random_state=0)
+    if data.draw(st.booleans(), label="fit first"):
+        X = data.draw(hnp.arrays(np.float64, (8, f), elements=st.floats(-10, 10)))
+        ok, _ = call(model.fit, X, np.arange(8) % 2)
+        if not ok:
+            return
+    accepted_X, accepted_y = [], []
+    for _ in range(data.draw(st.integers(1, 3), label="chunks")):
+        kind = data.draw(st.sampled_from(["good", "good", "scaled", "hostile"]))
+        n = data.draw(st.integers(1, 5), label="pairs")
+        if kind == "hostile":
+            chunk = data.draw(hostile_arrays(max_dims=3))
+        else:
+            chunk = data.draw(hnp.arrays(np.float64, (n, 2, f),
+                                         elements=st.floats(-10, 10)))
+            if kind == "scaled":
+                chunk = chunk * data.draw(st.sampled_from(MAGNITUDES))
+        labels = data.draw(st.one_of(
+            hnp.arrays(np.int64, len(chunk) if np.ndim(chunk) else 1,
+                       elements=st.sampled_from([-1, 1])),
+            hostile_arrays(max_dims=2)), label="labels")
+        before = pickle.dumps(model)
+        ok, _ = call(model.partial_fit, chunk, labels)
+        if not ok:
+            assert pickle.dumps(model) == before
+            continue
+        accepted_X.append(np.asarray(chunk, dtype=float))
+        if np.ndim(chunk) == 3:  # each chunk's own label convention, as +1 / -1
+            accepted_y.append(check_pair_signs(labels, np.tile([0, 1], (len(chunk), 1))))
+        assert_kernel(model.exponent_.density(), 1.0)
+        assert_finite([model.online_loss_, model.online_normalised_loss_,
+                       model.online_range_], "on-line state")
+    fitted_online = accepted_X and all(x.ndim == 3 for x in accepted_X)
+    if fitted_online:
+        report = model.online_bound(np.concatenate(accepted_X), np.concatenate(accepted_y))
+        assert_finite(list(report.values()), "online_bound")
+        assert report["loss"] <= report["bound"] * (1 + 1e-9) + 1e-300
