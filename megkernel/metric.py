@@ -227,13 +227,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def _fit_pairs(self, X, pairs, pair_labels):
         self.mean_ = X.mean(axis=0)
-        centred = self._centred = X - self.mean_
+        centred = X - self.mean_
         trace = _check_trace(centred)
-        try:
-            self.components_ = self._learn(centred, trace, pairs, pair_labels)
-        finally:
-            self.__dict__.pop("_centred", None)
-            self.__dict__.pop("_pairs", None)
+        self.components_ = self._learn(centred, trace, pairs, pair_labels)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
         self._report(centred)
         return self
@@ -737,10 +733,12 @@ class DefiniteBoostMetric(_FeatureMetric):
         stops there.
     tol : float, default=1e-2
     projection : {"approximate", "exact"}, default="approximate"
+    n_folds : int, default=2
+        Folds of the validation for ``max_iter="auto"``.
     n_constraints : int, default=None
         Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
-        Seed for drawing the pairs.
+        Seed for drawing the pairs and the validation's folds.
     method : {"auto", "eigh", "rank-one"}, default="auto"
     verbose : int, default=0
 
@@ -753,10 +751,10 @@ class DefiniteBoostMetric(_FeatureMetric):
         The fitted projection (iterations, dual objective, dropped pairs);
         ``None`` when the validation kept the Euclidean metric.
     n_iter_ : int
+        Projections made (0 when the validation kept the Euclidean metric).
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
-        mean ``"scores"`` and ``"gain_is_real"``.
-        Projections made.
+        mean ``"scores"``, ``"gain_is_real"`` and ``"n_repeats"``.
     pairs_, pair_labels_ : ndarray
     violated_fraction_, prior_violated_fraction_ : float
         Share of the pairs violating their threshold under the learned and
@@ -805,24 +803,20 @@ class DefiniteBoostMetric(_FeatureMetric):
         if max_iter == "auto":
             max_iter = self._validated_max_iter(centred, trace, pairs, pair_labels)
             if max_iter == 0:  # the Euclidean metric earned its place
-                self._pairs = pairs
-                return self._keep_euclidean(centred, trace, pair_labels)
+                return self._keep_euclidean(centred, trace, pairs, pair_labels)
         with warnings.catch_warnings():
             if self.max_iter == "auto":  # stopping early is the validated choice
                 warnings.simplefilter("ignore", ConvergenceWarning)
-            estimator = self._estimator(trace, max_iter).fit(pairs, pair_labels)
+            estimator = DefiniteBoostKernel(
+                init_factor=centred, trace=trace, gamma=self.gamma,
+                gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
+                max_iter=max_iter, tol=self.tol, projection=self.projection,
+                method=self.method).fit(pairs, pair_labels)
         self.gamma_ = estimator.gamma_
         self.gamma_dissimilar_ = estimator.gamma_dissimilar_
         self.n_iter_ = estimator.n_iter_
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
-
-    def _estimator(self, trace, max_iter, init_factor=None):
-        return DefiniteBoostKernel(
-            init_factor=init_factor if init_factor is not None else self._centred,
-            trace=trace, gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
-            slack=self.slack, max_iter=max_iter, tol=self.tol, projection=self.projection,
-            method=self.method)
 
     def _validated_max_iter(self, centred, trace, pairs, signs):
         """Greedy steps by cross-validation over the training points."""
@@ -845,7 +839,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.validation_ = {"score": "knn" if labels is not None else "auc",
                             "checkpoints": list(sweeps), "scores": scores,
                             "gain_is_real": real, "n_repeats": n_repeats}
-        return int(round(best * len(pairs)))
+        return 0 if best == 0 else max(1, int(round(best * len(pairs))))
 
     def _fold_path(self, centred, trace, pairs, signs, scorer, sweeps):
         """One fold's scores after each number of sweeps (0: the prior)."""
@@ -868,12 +862,12 @@ class DefiniteBoostMetric(_FeatureMetric):
         final = scorer.score(state.factor())  # converged early: it stays there
         return [found.get(step, final) for step in steps]
 
-    def _keep_euclidean(self, centred, trace, signs):
+    def _keep_euclidean(self, centred, trace, pairs, signs):
         state = ExponentState.from_factor(centred, name="X")
         thresholds, self.gamma_, self.gamma_dissimilar_ = pair_thresholds(
             state, signs, gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
             trace=trace)
-        satisfiable_pairs(state, self._pairs, signs, thresholds, trace)  # warns
+        satisfiable_pairs(state, pairs, signs, thresholds, trace)  # warns
         self.n_iter_ = 0
         self.kernel_estimator_ = None
         return np.linalg.svd(centred, full_matrices=False)[2][:state.size]

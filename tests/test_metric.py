@@ -325,9 +325,9 @@ def _noisy_blobs(n, seed, n_noise=8):
 
 
 def test_definiteboost_metric_validated_length_learns_where_it_helps():
-    X, y = _noisy_blobs(150, seed=0)
-    test_X, test_y = _noisy_blobs(150, seed=0)  # same centres, fresh noise below
-    test_X[:, 2:] = np.random.default_rng(99).normal(scale=3.0, size=(150, 8))
+    points, classes = _noisy_blobs(300, seed=0)
+    X, y = points[::2], classes[::2]
+    test_X, test_y = points[1::2], classes[1::2]  # held-out points, never fitted
     model = DefiniteBoostMetric(random_state=0).fit(X, y)
     log = model.validation_
     assert log["score"] == "knn" and log["gain_is_real"]

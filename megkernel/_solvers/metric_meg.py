@@ -217,10 +217,7 @@ def online_bound(comparator_losses, ranges, divergence):
     for any comparator density ``U``, where ``loss_U,t`` is ``U``'s one-sided
     loss on trial ``t`` (see the README, "The one-sided loss and its bound").
     """
-    ranges = np.asarray(ranges, dtype=float)
-    moving = ranges > 0  # before any pair of distinct points: loss_t = loss_U,t
-    normalised = (np.sqrt(comparator_losses[moving]) / ranges[moving]) ** 2
-    return float(2.0 * np.sum(normalised) + divergence)
+    return 2.0 * normalised_loss(comparator_losses, ranges) + float(divergence)
 
 
 def divergence_to(comparator, start_log):
@@ -232,7 +229,11 @@ def divergence_to(comparator, start_log):
 
 
 def normalised_loss(losses, ranges):
-    """Left-hand side of :func:`online_bound`: ``sum_t loss_t / rho_t^2``."""
+    """Left-hand side of :func:`online_bound`: ``sum_t loss_t / rho_t^2``.
+
+    Trials before any pair of distinct points (``rho_t = 0``) are left out on
+    both sides: there every metric predicts 0, so ``loss_t = loss_U,t``.
+    """
     ranges = np.asarray(ranges, dtype=float)
     moving = ranges > 0
     return float(np.sum((np.sqrt(losses[moving]) / ranges[moving]) ** 2))
@@ -464,6 +465,9 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     held-out pair's AUC placement) exceeds ``z`` standard errors. The run
     stops after ``patience`` checkpoints without a better mean score.
 
+    Without a usable fold (no held-out point with a labelled reference, or
+    no held-out pair of each kind) one epoch is run, as the paper's pass.
+
     Returns
     -------
     epochs : float
@@ -481,29 +485,25 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     folds = [fold for fold in folds if fold.usable]
     log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
            "scores": [], "gain_is_real": False, "n_repeats": n_repeats}
-    if not folds:
+    if not folds:  # nothing to validate on: one pass, the paper's on-line run
         return 1.0, log
-    prior_items = best_items = None
-    best, best_score, since = 0.0, -np.inf, 0
+    table, best_score, since = [], -np.inf, 0
     for epochs in checkpoints:
         for fold in folds:
             fold.advance(epochs, learning_rate, batch_size)
-        items = [fold.score() for fold in folds]
-        score = float(np.mean([_fold_mean(item) for item in items]))
+        table.append([fold.score() for fold in folds])
         log["checkpoints"].append(epochs)
-        log["scores"].append(score)
-        if prior_items is None:
-            prior_items = items
+        score = float(np.mean([_fold_mean(item) for item in table[-1]]))
+        if len(table) == 1:  # the prior does not count for patience
             continue
         if score > best_score:
-            best, best_score, best_items, since = epochs, score, items, 0
+            best_score, since = score, 0
         else:
             since += 1
             if since >= patience:
                 break
-    if best_items is None or not _gain_is_real(best_items, prior_items, z, n_repeats):
-        return 0.0, log
-    log["gain_is_real"] = True
+    best, log["scores"], log["gain_is_real"] = choose_checkpoint(
+        log["checkpoints"], table, z=z, n_repeats=n_repeats)
     return best, log
 
 
