@@ -641,7 +641,7 @@ def test_feature_metrics(data):
     cls = data.draw(st.sampled_from([MEGMetric, DefiniteBoostMetric]), label="cls")
     params = {"random_state": 0, "n_constraints": data.draw(st.one_of(st.integers(1, 10), junk))}
     if cls is DefiniteBoostMetric:
-        params["max_iter"] = data.draw(st.integers(1, 200))
+        params["max_iter"] = data.draw(st.one_of(st.integers(1, 200), st.just("auto")))
         params["slack"] = data.draw(st.one_of(st.none(), st.sampled_from([0.7, 1e-3])))
     model = cls(**params)
     with warnings.catch_warnings():
@@ -1157,3 +1157,31 @@ def test_meg_metric_partial_fit_streams(data):
         report = model.online_bound(np.concatenate(accepted_X), np.concatenate(accepted_y))
         assert_finite(list(report.values()), "online_bound")
         assert report["loss"] <= report["bound"] * (1 + 1e-9) + 1e-300
+
+
+@pytest.mark.parametrize("target", ["fit_pair_constraints", "run_batches"])
+def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkeypatch):
+    """A KeyboardInterrupt in the middle of the validated length (DefiniteBoost's
+    fold runs, MEG's fold epochs) leaves a fitted model byte-identical."""
+    import megkernel._solvers.metric_meg as metric_meg
+    import megkernel.metric as metric_module
+
+    cls = DefiniteBoostMetric if target == "fit_pair_constraints" else MEGMetric
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = cls(random_state=0, n_constraints=20).fit(_FEATURES, _CLASSES)
+    before = pickle.dumps(model)
+    module = metric_module if target == "fit_pair_constraints" else metric_meg
+    real, calls = getattr(module, target), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, target, interrupted)
+    with warnings.catch_warnings(), pytest.raises(KeyboardInterrupt):
+        warnings.simplefilter("ignore", UserWarning)
+        model.fit(_FEATURES + 0.5, _CLASSES)
+    _assert_unchanged(model, before, "interrupted fit")
