@@ -22,6 +22,7 @@ from ._solvers.bounds import (
 )
 from ._solvers.definiteboost import definiteboost, definiteboost_pairs
 from ._solvers.meg import meg, meg_general
+from ._warnings import NoImprovementWarning
 from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
 from .meg_regressor import MEGKernelRegressor
@@ -51,6 +52,7 @@ __all__ = [
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",
     "KernelDistances",
+    "NoImprovementWarning",
     "kernel_to_distances",
     "make_knn_kernel_scorer",
     "nearest_neighbor_error",

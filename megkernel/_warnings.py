@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["warn_user"]
+__all__ = ["NoImprovementWarning", "warn_if_not_better", "warn_user"]
 
 
 def _directory(path):
@@ -68,3 +68,36 @@ def warn_user(message, category=UserWarning):
     """``warnings.warn`` attributed to the first frame outside megkernel and
     scikit-learn (the user's line)."""
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
+
+
+class NoImprovementWarning(UserWarning):
+    """A learned kernel or metric scores no better than its prior (or than the
+    raw information it was given) on held-out data it did not train on."""
+
+
+def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=True):
+    """Warn (:class:`NoImprovementWarning`) when a learned model's held-out
+    ``score`` is not better than its prior's, naming both figures.
+
+    Parameters
+    ----------
+    learner : str
+        The learner's name, as the user wrote it.
+    score, prior_score : float
+        The held-out score of the learned model and of its prior.
+    what : str
+        What the score is, e.g. ``"R^2 of the held-out squared distances"``.
+    higher_is_better : bool, default=True
+
+    Returns
+    -------
+    bool
+        Whether the learned model is better.
+    """
+    better = score > prior_score if higher_is_better else score < prior_score
+    if not better:
+        warn_user(
+            f"{learner}: the learned kernel is no better than its prior on held-out "
+            f"pairs ({what}: learned {score:.4g}, prior {prior_score:.4g}); check the "
+            "units of the targets and the parameters.", NoImprovementWarning)
+    return better
