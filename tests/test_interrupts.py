@@ -1,0 +1,103 @@
+"""Interrupts at every line (issue 22): nothing can be left held.
+
+A ``KeyboardInterrupt`` is raised at each line event, in turn, of the code
+that pins the BLAS thread count (``megkernel._numerics.threads``), through a
+trace function; after each, a clean call must pin and restore as if nothing
+had happened. The sweep runs in a subprocess with a time limit, so that a
+lock or counter left held (the next call waiting forever, as it did before
+this was fixed) fails the test instead of hanging it.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SWEEP = textwrap.dedent("""
+    import gc, json, sys
+    import numpy as np
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+    from megkernel._numerics import threads
+
+    np.dot(np.ones((2, 2)), np.ones((2, 2)))  # BLAS loaded
+    libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    threadpool_limits(limits=2, user_api="blas")
+    counts = lambda: [library.get_num_threads() for library in libraries]
+    original = counts()
+    observable = bool(original) and min(original) >= 2
+    seen = []
+
+    def fit(nested):
+        # what the engines do: a frame running a pinned block (nested: a
+        # solver inside a solver)
+        with threads.blas_threads(10):
+            seen.append(counts())
+            if nested:
+                with threads.blas_threads(10):
+                    seen.append(counts())
+                seen.append(counts())
+            with threads.blas_threads(5000):  # large: shares the outer pin
+                seen.append(counts())
+
+    def run_with_interrupt_at(target, nested):
+        events = [0]
+
+        def local(frame, event, arg):
+            if event == "line":
+                events[0] += 1
+                if events[0] == target:
+                    raise KeyboardInterrupt(f"injected at line event {target}")
+            return local
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_filename == threads.__file__:
+                return local
+            return None
+
+        sys.settrace(tracer)
+        try:
+            fit(nested)
+        except KeyboardInterrupt as error:
+            kept.append(error)  # its traceback keeps the abandoned frames alive
+            return True
+        finally:
+            sys.settrace(None)
+        return False
+
+    kept, failures, points = [], [], 0
+    for nested in (False, True):
+        for target in range(1, 10_000):
+            if not run_with_interrupt_at(target, nested):
+                break
+            points += 1
+            seen.clear()
+            fit(nested)  # the next call: must neither wait nor leave a pin
+            problems = []
+            if observable and any(c != [1] * len(original) for c in seen):
+                problems.append(f"not pinned inside: {seen}")
+            if observable and counts() != original:
+                problems.append(f"counts after: {counts()} != {original}")
+            left = threads._holders, getattr(threads, "_saved", None)
+            if left[0] or left[1] is not None:
+                problems.append(f"left held: {left}")
+            if problems:
+                failures.append((nested, target, problems))
+        kept.clear()
+        gc.collect()
+    print(json.dumps({"points": points, "failures": failures[:5],
+                      "n_failures": len(failures), "observable": observable}))
+""")
+
+
+def test_an_interrupt_at_every_line_of_the_blas_pin_leaves_nothing_held():
+    try:
+        result = subprocess.run([sys.executable, "-c", SWEEP], capture_output=True,
+                                text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a call after an injected interrupt waited forever (a lock left held)")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["points"] >= 20, report  # the sweep reached the code
+    assert report["n_failures"] == 0, report
