@@ -1163,15 +1163,15 @@ def test_meg_metric_partial_fit_streams(data):
 def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkeypatch):
     """A KeyboardInterrupt in the middle of the validated length (DefiniteBoost's
     fold runs, MEG's fold epochs) leaves a fitted model byte-identical."""
-    import megkernel._solvers.metric_meg as metric_meg
-    import megkernel.metric as metric_module
+    import megkernel.metric.definiteboost as definiteboost_metric
+    import megkernel.metric.meg as meg_metric
 
     cls = DefiniteBoostMetric if target == "fit_pair_constraints" else MEGMetric
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = cls(random_state=0, n_constraints=20).fit(_FEATURES, _CLASSES)
     before = pickle.dumps(model)
-    module = metric_module if target == "fit_pair_constraints" else metric_meg
+    module = definiteboost_metric if target == "fit_pair_constraints" else meg_metric
     real, calls = getattr(module, target), []
 
     def interrupted(*args, **kwargs):

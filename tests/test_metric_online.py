@@ -1,4 +1,4 @@
-"""MEGMetric's solver (``megkernel._solvers.metric_meg``) against independent
+"""MEGMetric and its solver (``megkernel._solvers.metric_meg``) against independent
 computations: dense MEG updates with ``scipy.linalg.expm``, the one-sided
 relative loss bound on adversarial streams, invariances of the learned
 metric, transactional ``partial_fit``, the training-length validation, and
@@ -25,10 +25,9 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
 
-import megkernel.metric as metric_module
+import megkernel.metric.meg as metric_module
 from megkernel import MEGMetric
 from megkernel._solvers.metric_meg import (
-    CHECKPOINTS,
     MetricExponent,
     divergence_to,
     mean_range_learning_rate,
@@ -36,11 +35,11 @@ from megkernel._solvers.metric_meg import (
     one_sided_residuals,
     online_bound,
     online_trials,
-    pair_components,
     run_batches,
-    validate_epochs,
     whiten,
 )
+from megkernel.metric._training_length import pair_components
+from megkernel.metric.meg import CHECKPOINTS, validate_epochs
 
 # -- independent references ------------------------------------------------------
 

@@ -178,7 +178,7 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     direct = MEGKernelRegressor(objects=names, learning_rate=rate).fit(
         np.c_[names[a], names[b]], 1e3 * y)
     assert_allclose(best.kernel_, direct.kernel_, rtol=1e-12)
-    assert_allclose(best.distances(), direct.distances_, rtol=1e-12, atol=1e-15)
+    assert_allclose(best.distances_, direct.distances_, rtol=1e-12, atol=1e-15)
     assert 0 <= search.best_score_ <= 1
 
 
@@ -191,7 +191,7 @@ def test_kernel_distances_speak_pandas_and_refuse_unknown_ids():
     assert frame.shape == (2, 4)
     with pytest.raises(ValueError, match="'zz'.*not one of"):
         step.transform(["zz"])
-    with pytest.raises(ValueError, match="either kernel .* or learner"):
+    with pytest.raises(ValueError, match="either kernel .* distances, or pairs"):
         KernelDistances().fit(names)
 
 

@@ -1,0 +1,277 @@
+"""How long a metric learner trains: one validation loop for every learner.
+
+The training points are split into folds; each fold's model learns from the
+pairs among the other points only (as the final model learns from pairs
+among the training points and then meets new points) and is scored on the
+held-out points after each checkpoint of its training length:
+
+* ``"knn"`` -- the mean relative 1-NN margin of the held-out points against
+  the others, with the similar pairs' connected components as classes
+  (:func:`pair_components`), when those can stand in for classes;
+* ``"auc"`` -- otherwise the ROC AUC of the held-out pairs (those with a
+  held-out end) by their learned distance.
+
+A learner enters the loop through a *fold path*: an object made from a
+fold's :class:`HeldOutScorer` whose ``score_at(length)`` trains the fold's
+model to ``length`` (in the learner's units, asked in increasing order) and
+returns the scorer's per-item scores. :func:`validate_length` advances the
+folds together, stops after ``patience`` checkpoints without a better mean
+score and chooses by :func:`choose_checkpoint`: checkpoint 0 is the prior
+(the Euclidean metric), and learning has to earn its place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+__all__ = [
+    "HeldOutScorer",
+    "choose_checkpoint",
+    "pair_components",
+    "validate_length",
+    "validation_folds",
+]
+
+#: Queries per fold of the k-NN validation score (a random subset beyond).
+_MAX_QUERIES = 400
+
+#: Held-out items (points or pairs) the validation should see: small data
+#: sets repeat the folds (at most ``_MAX_REPEATS`` times) to reach it.
+_MIN_ITEMS, _MAX_REPEATS = 600, 10
+
+
+def pair_components(n_objects, pairs, signs, *, min_size=10, min_coverage=0.8):
+    """Class-like labels from the similar pairs' connected components.
+
+    Returns ``None`` when they cannot stand in for classes: a dissimilar pair
+    inside a component, fewer than two components of two or more points, or
+    less than ``min_coverage`` of the linked points in components of at
+    least ``min_size`` points (the similar pairs too sparse to link a class
+    together). Points in no similar pair get -1.
+    """
+    similar = pairs[signs > 0]
+    graph = coo_matrix((np.ones(len(similar)), (similar[:, 0], similar[:, 1])),
+                       shape=(n_objects, n_objects))
+    _, labels = connected_components(graph, directed=False)
+    sizes = np.bincount(labels)
+    labels = np.where(sizes[labels] > 1, labels, -1)
+    dissimilar = pairs[signs < 0]
+    a, b = labels[dissimilar[:, 0]], labels[dissimilar[:, 1]]
+    if np.any((a >= 0) & (a == b)):
+        return None
+    linked = sizes[sizes > 1]
+    if len(linked) < 2 or linked[linked >= min_size].sum() < min_coverage * linked.sum():
+        return None
+    return labels
+
+
+def _knn_score(embedded, labels, queries, references):
+    """Relative 1-NN margin of each query against ``references``.
+
+    For each query, ``(d_other - d_same) / (d_other + d_same)`` with ``d_same``
+    (``d_other``) the distance to its nearest reference of the same (another)
+    class: positive exactly where 1-NN is right, and smooth in the metric, so
+    that the mean is less noisy than the 0/1 accuracy. Queries without both
+    kinds of reference score 0.
+
+    Returns
+    -------
+    margins : ndarray of shape (n_queries,)
+    """
+    q, ref = embedded[queries], embedded[references]
+    sq = (np.einsum("ij,ij->i", q, q)[:, None] - 2.0 * q @ ref.T
+          + np.einsum("ij,ij->i", ref, ref)[None, :])
+    distances = np.sqrt(np.maximum(sq, 0.0))
+    same = labels[references][None, :] == labels[queries][:, None]
+    d_same = np.where(same, distances, np.inf).min(axis=1)
+    d_other = np.where(same, np.inf, distances).min(axis=1)
+    ok = np.isfinite(d_same) & np.isfinite(d_other) & (d_same + d_other > 0)
+    margins = np.zeros(len(queries))
+    margins[ok] = (d_other[ok] - d_same[ok]) / (d_other[ok] + d_same[ok])
+    return margins
+
+
+def _placements(scores, signs):
+    """DeLong's placement values of the ROC AUC of ``scores`` (higher: similar).
+
+    Returns the share of dissimilar pairs each similar pair out-ranks and the
+    share of similar pairs each dissimilar pair is out-ranked by (ties count
+    half): the mean of each is the AUC, and their paired differences between
+    two metrics give the variance of the AUC's difference (DeLong et al. 1988).
+    """
+    positive, negative = scores[signs > 0], scores[signs < 0]  # in pair order: paired
+
+    def share_below(values, sorted_reference):
+        below = np.searchsorted(sorted_reference, values, side="left")
+        at_or_below = np.searchsorted(sorted_reference, values, side="right")
+        return (below + at_or_below) / (2.0 * len(sorted_reference))
+
+    return (share_below(positive, np.sort(negative)),
+            1.0 - share_below(negative, np.sort(positive)))
+
+
+class HeldOutScorer:
+    """Scores a fold's metric on its held-out points (or pairs), for any learner.
+
+    The fold learns from the pairs with both ends outside ``held_out``
+    (:attr:`train`); :meth:`score` takes the embedding of all training
+    points under the fold's metric and returns the per-item scores
+    (k-NN margins, or AUC placements).
+    """
+
+    def __init__(self, held_out, pairs, signs, labels, rng):
+        self.train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
+        self.labels = labels
+        if labels is not None:
+            labelled = labels >= 0
+            queries = np.flatnonzero(held_out & labelled)
+            if len(queries) > _MAX_QUERIES:
+                queries = rng.choice(queries, _MAX_QUERIES, replace=False)
+            self.queries, self.references = queries, np.flatnonzero(~held_out & labelled)
+            usable = len(self.queries) > 0 and len(self.references) > 0
+        else:
+            self.val_pairs, self.val_signs = pairs[~self.train], signs[~self.train]
+            usable = len(np.unique(self.val_signs)) == 2
+        self.usable = usable and bool(self.train.any())
+
+    def score(self, embedded):
+        """Per-item scores of the embedding of all training points."""
+        if self.labels is not None:
+            return _knn_score(embedded, self.labels, self.queries, self.references)
+        differences = embedded[self.val_pairs[:, 0]] - embedded[self.val_pairs[:, 1]]
+        sq_distances = np.einsum("ij,ij->i", differences, differences)
+        return _placements(-sq_distances, self.val_signs)
+
+
+def _fold_mean(item):
+    return float(item[0].mean() if isinstance(item, tuple) else item.mean())
+
+
+def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_ITEMS):
+    """Held-out masks of the points: ``n_folds`` folds, repeated with new
+    random splits until about ``min_items`` held-out items are scored.
+
+    Returns
+    -------
+    masks : list of ndarray of bool
+    n_repeats : int
+    """
+    items = int(np.sum(labels >= 0)) if labels is not None else len(pairs)
+    n_repeats = int(np.clip(np.ceil(min_items / max(items, 1)), 1, _MAX_REPEATS))
+    masks = []
+    for _ in range(n_repeats):
+        assignment = rng.permutation(n_objects) % n_folds
+        masks += [assignment == k for k in range(n_folds)]
+    return masks, n_repeats
+
+
+def _gain_is_real(items, prior_items, z, n_repeats=1):
+    """Whether the mean gain over the prior exceeds ``z`` standard errors.
+
+    k-NN margins: paired over the held-out points. AUC: DeLong's variance of
+    each fold's paired AUC difference, ``var(D10)/n_pos + var(D01)/n_neg``.
+    Repeated folds score the same points again: the standard error is taken
+    as that of one repeat (``sqrt(n_repeats)`` times the naive one).
+    """
+    gains, variances = [], []
+    for item, prior in zip(items, prior_items):
+        parts = item if isinstance(item, tuple) else (item,)
+        prior_parts = prior if isinstance(prior, tuple) else (prior,)
+        differences = [a - b for a, b in zip(parts, prior_parts)]
+        if min(len(d) for d in differences) < 2:
+            return False
+        gains.append(differences[0].mean())
+        variances.append(sum(d.var(ddof=1) / len(d) for d in differences))
+    spread = np.sqrt(np.sum(variances) * n_repeats) / len(gains)
+    return bool(np.mean(gains) > z * spread)
+
+
+def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1):
+    """The best checkpoint of a completed validation table.
+
+    ``items[c][k]``: fold ``k``'s per-item scores at ``checkpoints[c]``;
+    ``checkpoints[0]`` is the prior. The best mean score among the others,
+    kept only if its paired gain over the prior exceeds ``z`` standard
+    errors; else the prior. Ties go to the earliest checkpoint.
+
+    Returns
+    -------
+    best : the chosen checkpoint
+    scores : list of float (mean over folds, per checkpoint)
+    gain_is_real : bool
+    """
+    scores = [float(np.mean([_fold_mean(item) for item in row])) for row in items]
+    if len(checkpoints) < 2:
+        return checkpoints[0], scores, False
+    best = 1 + int(np.argmax(scores[1:]))
+    if not _gain_is_real(items[best], items[0], z, n_repeats):
+        return checkpoints[0], scores, False
+    return checkpoints[best], scores, True
+
+
+def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
+                    patience=2, z=2.0, min_items=_MIN_ITEMS):
+    """How long to train: cross-validated over the training points.
+
+    Parameters
+    ----------
+    n_objects : int
+        Number of training points.
+    pairs : ndarray of shape (n_pairs, 2)
+        Row indices of the training points.
+    signs : ndarray of shape (n_pairs,)
+        ``+1`` similar, ``-1`` dissimilar.
+    make_path : callable
+        ``make_path(scorer)``: the learner's fold path for a usable
+        :class:`HeldOutScorer` (see the module docs).
+    checkpoints : sequence of float
+        Training lengths to score, increasing; the first is 0 (the prior).
+    n_folds : int
+    rng : numpy.random.Generator
+        Draws the folds (and the queries of large folds).
+    patience : int or None, default=2
+        Stop after this many learned checkpoints without a better mean
+        score (the prior does not count); ``None``: score every checkpoint.
+    z : float, default=2.0
+        Standard errors the chosen gain over the prior must exceed.
+    min_items : int, default=600
+        Held-out items to score: small data sets repeat their folds.
+
+    Returns
+    -------
+    length : float or None
+        The chosen checkpoint; ``None`` when no fold can be scored (no
+        held-out point with a labelled reference, or no held-out pair of
+        each kind).
+    log : dict
+        ``"score"`` ("knn" or "auc"), ``"checkpoints"`` and ``"scores"``
+        (mean over folds, one per checkpoint reached), ``"gain_is_real"``
+        and ``"n_repeats"``.
+    """
+    labels = pair_components(n_objects, pairs, signs)
+    masks, n_repeats = validation_folds(n_objects, pairs, labels, n_folds=n_folds, rng=rng,
+                                        min_items=min_items)
+    scorers = [HeldOutScorer(mask, pairs, signs, labels, rng) for mask in masks]
+    paths = [make_path(scorer) for scorer in scorers if scorer.usable]
+    log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
+           "scores": [], "gain_is_real": False, "n_repeats": n_repeats}
+    if not paths:
+        return None, log
+    table, best_score, since = [], -np.inf, 0
+    for length in checkpoints:
+        table.append([path.score_at(length) for path in paths])
+        log["checkpoints"].append(length)
+        score = float(np.mean([_fold_mean(item) for item in table[-1]]))
+        if len(table) == 1:  # the prior does not count for patience
+            continue
+        if score > best_score:
+            best_score, since = score, 0
+        elif patience is not None:
+            since += 1
+            if since >= patience:
+                break
+    best, log["scores"], log["gain_is_real"] = choose_checkpoint(
+        log["checkpoints"], table, z=z, n_repeats=n_repeats)
+    return best, log

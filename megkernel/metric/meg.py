@@ -1,0 +1,503 @@
+"""MEGMetric: a metric learned with MEG from similar / dissimilar pairs.
+
+The estimator of :mod:`megkernel.metric` (see its docs for the coordinates
+and the loss); the MEG arithmetic is the solver
+:mod:`megkernel._solvers.metric_meg`, and the validated number of epochs
+comes from the one loop of :mod:`megkernel.metric._training_length`.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._numerics.spectral import check_symmetric
+from .._pair_estimator import transactional
+from .._solvers.metric_meg import (
+    MetricExponent,
+    divergence_to,
+    embedding,
+    mean_range_learning_rate,
+    normalised_loss,
+    one_sided_residuals,
+    online_bound,
+    online_trials,
+    run_batches,
+    whiten,
+)
+from .._warnings import warn_user
+from ._base import (
+    _MAX_TRACE,
+    _check_pairs_of_points,
+    _check_trace,
+    _FeatureMetric,
+    _pair_labels,
+    _pair_sq_distance_quantiles,
+    _PairInput,
+    draw_pairs,
+)
+from ._training_length import _MIN_ITEMS, validate_length
+
+__all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs", "CHECKPOINTS"]
+
+#: Training lengths tried by :func:`validate_epochs`, in epochs over the pairs.
+CHECKPOINTS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+class _EpochPath:
+    """One fold of :func:`validate_epochs`: mini-batch MEG over the fold's
+    training pairs, advanced epoch by epoch (see
+    :mod:`megkernel.metric._training_length`)."""
+
+    def __init__(self, scorer, coordinates, pairs, targets, sides, prior, *,
+                 learning_rate, batch_size, rng):
+        train = scorer.train
+        self.scorer, self.coordinates = scorer, coordinates
+        self.diffs = coordinates[pairs[train, 0]] - coordinates[pairs[train, 1]]
+        self.targets, self.sides = targets[train], sides[train]
+        self.exponent = MetricExponent.from_prior(prior)
+        self.learning_rate, self.batch_size = learning_rate, batch_size
+        self.rng, self.order, self.n_seen = rng, None, 0
+
+    def score_at(self, epochs):
+        stop = int(round(epochs * len(self.diffs)))
+        _, self.order = run_batches(
+            self.exponent, self.diffs, self.targets, self.sides,
+            learning_rate=self.learning_rate, n_seen=self.n_seen,
+            n_more=stop - self.n_seen, batch_size=self.batch_size, rng=self.rng,
+            order=self.order)
+        self.n_seen = stop
+        return self.scorer.score(embedding(self.coordinates, self.exponent))
+
+
+def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
+                    batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2,
+                    z=2.0, min_items=_MIN_ITEMS):
+    """How many epochs of mini-batch MEG: cross-validated over the training points.
+
+    :func:`megkernel.metric._training_length.validate_length` with MEG's
+    folds: each learns from the pairs among its training points from the
+    prior ``prior`` (eigenvalues of the diagonal start) by
+    :func:`megkernel._solvers.metric_meg.run_batches`. Without a usable fold
+    one epoch is run, as the paper's pass.
+
+    Returns
+    -------
+    epochs : float
+        The chosen checkpoint.
+    log : dict
+        As :func:`~megkernel.metric._training_length.validate_length`.
+    """
+    def make_path(scorer):
+        return _EpochPath(scorer, coordinates, pairs, targets, sides, prior,
+                          learning_rate=learning_rate, batch_size=batch_size, rng=rng)
+
+    epochs, log = validate_length(len(coordinates), pairs, signs, make_path,
+                                  checkpoints=checkpoints, n_folds=n_folds, rng=rng,
+                                  patience=patience, z=z, min_items=min_items)
+    return (1.0 if epochs is None else epochs), log
+
+
+class MEGMetric(_FeatureMetric):
+    r"""Metric learned with MEG from similar / dissimilar pairs, in batch or on-line.
+
+    The metric lives in the whitened coordinates of the centred training
+    points (``z = S^-1 V^T (x - mean)``, see :mod:`megkernel.metric`): a
+    density matrix ``M`` with the Euclidean metric ``S^2 / tau`` as prior,
+    and ``d^2(x, x') = tau (z - z')^T M (z - z')``. Each pair is an MEG trial
+    (eqs. 2-4) with instance ``u u^T``, ``u = z - z'``, and target
+    ``gamma`` (similar) or ``gamma_dissimilar`` (dissimilar).
+
+    With the default one-sided loss a similar pair counts only when farther
+    than ``gamma`` and a dissimilar one only when nearer than
+    ``gamma_dissimilar``; a pair that meets its target makes no update. It
+    keeps the square loss's relative loss bound (derivation:
+    the README, "The one-sided loss and its bound"), and is the loss of the k-NN goal: only the
+    order of distances matters.
+
+    :meth:`fit` runs mini-batch epochs (one eigendecomposition per batch)
+    for a length chosen by cross-validation over the training points;
+    :meth:`partial_fit` learns from a stream of pairs of points, one MEG
+    update per pair at the bound's rate, and keeps the cumulative loss that
+    :meth:`online_bound` sets beside its bound.
+
+    Parameters
+    ----------
+    gamma : float or "auto", default="auto"
+        Target squared distance of similar pairs, in the units of the
+        squared Euclidean distance of ``X``. ``"auto"``: 0 (a similar pair's
+        loss is its squared distance).
+    gamma_dissimilar : float or "auto", default="auto"
+        Target of dissimilar pairs. ``"auto"``: the median squared distance
+        between distinct training points. (The trace fixes the mean squared
+        distance: every dissimilar pair can be at least as far as a typical
+        pair, not all beyond a high quantile.)
+    loss : {"one-sided", "square"}, default="one-sided"
+        ``"square"``: every pair's error counts (the paper's loss).
+    learning_rate : float or "auto", default="auto"
+        MEG's ``eta`` (trace-one units) for :meth:`fit`. ``"auto"``: Lemma
+        3.2's rate ``2 / rho^2`` at the mean instance range ``rho`` (mean of
+        ``||u||^2`` over the pairs).
+    n_epochs : int, float or "auto", default="auto"
+        Passes over the pairs in :meth:`fit` (fractions allowed; 0 keeps the
+        Euclidean metric). ``"auto"``: the best of 0, 1/8, 1/4, ..., 16 by
+        ``n_folds``-fold cross-validation over the training points (see
+        :attr:`validation_`).
+    batch_size : int or "auto", default="auto"
+        Pairs per MEG update in :meth:`fit` (1: on-line MEG). ``"auto"``:
+        ``max(50, 2 rank)``, so that a batch's products (``O(b rank^2)``)
+        cost about one eigendecomposition (``O(rank^3)``).
+    n_folds : int, default=2
+        Folds of the validation for ``n_epochs="auto"``.
+    shuffle : bool, default=True
+        Draw a new order of the pairs for each epoch.
+    n_constraints : int, default=None
+        Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
+    random_state : int, RandomState instance or None, default=None
+        Seed for drawing the pairs, the folds and the order of the pairs.
+    method : {"auto", "eigh", "rank-one"}, default="auto"
+        Deprecated and ignored: the metric is learned in its own
+        ``rank x rank`` space, one eigendecomposition per batch.
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (rank, n_features)
+        ``transform(X) = (X - mean_) @ components_.T``.
+    mean_ : ndarray of shape (n_features,)
+    gamma_, gamma_dissimilar_ : float
+        Targets used.
+    learning_rate_ : float
+    n_epochs_ : float
+        Epochs run by :meth:`fit`.
+    validation_ : dict or None
+        ``n_epochs="auto"``: ``"score"`` (``"knn"``: mean relative 1-NN margin
+        of held-out points, the similar pairs' connected components standing
+        in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
+        components cannot), ``"checkpoints"`` and their mean ``"scores"``.
+    pairs_, pair_labels_ : ndarray
+        The fitted pairs (row indices of the training ``X``) and labels.
+    pair_mse_, prior_pair_mse_ : float
+        Mean of the pairs' counted squared errors against their targets
+        under the learned and under the Euclidean metric (a warning says
+        when the first is larger).
+    n_pairs_seen_ : int
+        Pairs learned on-line by :meth:`partial_fit`.
+    online_loss_ : float
+        Sum of the on-line trials' losses (squared distance units squared).
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from megkernel import MEGMetric
+    >>> X, y = load_iris(return_X_y=True)
+    >>> MEGMetric(random_state=0).fit(X, y).transform(X).shape
+    (150, 4)
+    """
+
+    _loss_name = "pair_mse"
+
+    _parameter_constraints: dict = {
+        **_FeatureMetric._parameter_constraints,
+        "gamma": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "loss": [StrOptions({"one-sided", "square"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "n_epochs": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "n_folds": [Interval(Integral, 2, None, closed="left")],
+        "shuffle": ["boolean"],
+    }
+
+    def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
+                 learning_rate="auto", n_epochs="auto", batch_size="auto", n_folds=2,
+                 shuffle=True, n_constraints=None, random_state=None, method="auto",
+                 verbose=0):
+        self.gamma = gamma
+        self.gamma_dissimilar = gamma_dissimilar
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_folds = n_folds
+        self.shuffle = shuffle
+        self.n_constraints = n_constraints
+        self.random_state = random_state
+        self.method = method
+        self.verbose = verbose
+
+    # -- batch -----------------------------------------------------------------
+
+    def _learn(self, centred, trace, pairs, pair_labels):
+        if self.method != "auto":
+            warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
+                      "(the metric is learned in its rank x rank space); it will be "
+                      "removed in 0.3.", FutureWarning)
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        rng = np.random.default_rng(seed)
+        self._start_space(centred, rng)
+        diffs = self._pair_diffs(self.coordinates_, pairs)
+        targets, sides = self._targets_and_sides(pair_labels)
+        self.learning_rate_ = (mean_range_learning_rate(diffs)
+                               if self.learning_rate == "auto" else float(self.learning_rate))
+        prior = self.scales_**2 / self.trace_
+        batch_size = (max(50, 2 * len(prior)) if self.batch_size == "auto"
+                      else self.batch_size)
+        self.validation_ = None
+        if self.n_epochs == "auto":
+            epochs, self.validation_ = validate_epochs(
+                self.coordinates_, pairs, targets, sides, pair_labels, prior,
+                learning_rate=self.learning_rate_, batch_size=batch_size, rng=rng,
+                n_folds=self.n_folds)
+        else:
+            epochs = float(self.n_epochs)
+        exponent = MetricExponent.from_prior(prior)
+        run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
+                    n_seen=0, n_more=int(round(epochs * len(diffs))),
+                    batch_size=batch_size, rng=rng if self.shuffle else None)
+        self.n_epochs_ = epochs
+        self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
+        if self.verbose:
+            print(f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
+                  + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
+        return self._components()
+
+    def _start_space(self, centred, rng):
+        """Whitened coordinates and targets of the training points."""
+        self.coordinates_, self.scales_, self.directions_, self.trace_ = whiten(centred)
+        self.gamma_, self.gamma_dissimilar_ = self._targets(centred, rng)
+
+    def _targets(self, centred, rng):
+        gamma = 0.0 if self.gamma == "auto" else float(self.gamma)
+        if self.gamma_dissimilar != "auto":
+            return gamma, float(self.gamma_dissimilar)
+        (median,) = _pair_sq_distance_quantiles(centred, (0.5,), rng)
+        return gamma, float(median)
+
+    def _targets_and_sides(self, signs):
+        targets = np.where(signs > 0, self.gamma_, self.gamma_dissimilar_) / self.trace_
+        sides = np.where(signs > 0, 1.0, -1.0) if self.loss == "one-sided" else np.zeros(
+            len(signs))
+        return targets, sides
+
+    @staticmethod
+    def _pair_diffs(coordinates, pairs):
+        return coordinates[pairs[:, 0]] - coordinates[pairs[:, 1]]
+
+    def _whiten_points(self, points):
+        return ((points - self.mean_) @ self.directions_.T) / self.scales_
+
+    def _components(self):
+        exponent = self.exponent_
+        root = exponent.eigvecs * np.sqrt(exponent.weights * self.trace_)
+        return root.T @ (self.directions_ / self.scales_[:, None])
+
+    def _set_online_start(self, exponent, largest_range):
+        self.exponent_ = exponent
+        self.online_start_ = exponent.density()
+        self.online_start_log_ = exponent.log_density()
+        self.online_range_ = largest_range
+        self.online_start_range_ = largest_range
+        self.n_pairs_seen_ = 0
+        self.online_loss_ = 0.0
+        self.online_normalised_loss_ = 0.0
+
+    def _constraint_loss(self, sq_distances):
+        targets, sides = self._targets_and_sides(self.pair_labels_)
+        residuals = one_sided_residuals(sq_distances, targets * self.trace_, sides)
+        return float(np.mean(residuals**2))
+
+    # -- on-line ---------------------------------------------------------------
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    @transactional
+    def partial_fit(self, X, y):
+        """Learn on-line from labelled pairs of points, one MEG update per pair.
+
+        After :meth:`fit`, the metric goes on learning in the training
+        points' whitened coordinates (parts of new points outside their span
+        are ignored, as by :meth:`transform`). Without a previous fit, the
+        first call's distinct points set the coordinates, the Euclidean
+        prior and the targets. Each pair is one trial at Lemma 3.1's rate
+        ``1 / rho_t^2`` (``c = 2``), ``rho_t`` the largest instance range
+        seen so far; see :meth:`online_bound`.
+
+        A chunk of labelled points (2-D ``X``, class labels ``y``) is turned
+        into pairs as by :meth:`fit` (``n_constraints`` of each kind, drawn
+        within the chunk) and learned in the same way.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
+            The two points of each pair, in the order they arrive; or points.
+        y : array-like of shape (n_pairs,) or (n_samples,)
+            Pair labels, ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
+            ``False`` dissimilar; or the points' class labels.
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "exponent_")
+        if np.ndim(X) == 2:
+            pairs_of_points, signs = self._chunk_pairs(X, y, reset=first)
+        else:
+            pairs_of_points = _check_pairs_of_points(
+                X, None if first else self.n_features_in_)
+            signs = _pair_labels(y, len(pairs_of_points))
+        if first:
+            self._start_online(pairs_of_points)
+        diffs, ranges = self._stream_diffs(pairs_of_points)
+        targets, sides = self._targets_and_sides(signs)
+        ranges = np.maximum.accumulate(np.r_[self.online_range_, ranges])[1:]
+        exponent = self.exponent_.copy()
+        losses = online_trials(exponent, diffs, targets, sides, ranges)
+        self.exponent_ = exponent
+        self.online_range_ = float(ranges[-1])
+        self.n_pairs_seen_ += len(diffs)
+        self.online_loss_ += float(losses.sum()) * self.trace_**2
+        self.online_normalised_loss_ += normalised_loss(losses, ranges)
+        self.components_ = self._components()
+        return self
+
+    def _chunk_pairs(self, X, y, *, reset):
+        """Pairs of points drawn from a chunk of labelled points."""
+        X, y = validate_data(self, X, y, reset=reset, ensure_min_samples=2, dtype=float)
+        check_classification_targets(y)
+        n_classes = np.unique(y).size
+        if n_classes < 2:
+            raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
+        seed = None if self.random_state is None else check_random_state(
+            self.random_state).randint(np.iinfo(np.int32).max) + getattr(
+            self, "n_pairs_seen_", 0)
+        pairs, signs = draw_pairs(y, self.n_constraints or 20 * n_classes**2,
+                                  random_state=seed)
+        return X[pairs], signs.astype(float)
+
+    def _start_online(self, pairs_of_points):
+        n_features = pairs_of_points.shape[2]
+        points = np.unique(pairs_of_points.reshape(-1, n_features), axis=0)
+        if len(points) < 2:
+            raise ValueError("The first pairs of partial_fit hold fewer than 2 distinct "
+                             "points: they cannot set the metric's coordinates.")
+        self.n_features_in_ = n_features
+        self.mean_ = points.mean(axis=0)
+        centred = points - self.mean_
+        _check_trace(centred)
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        self._start_space(centred, np.random.default_rng(seed))
+        self.learning_rate_ = None
+        self.n_epochs_ = 0.0
+        self.validation_ = None
+        self._set_online_start(MetricExponent.from_prior(self.scales_**2 / self.trace_),
+                               0.0)
+
+    def _stream_diffs(self, pairs_of_points):
+        """Whitened differences of the pairs and their ranges ``||u||^2``.
+
+        Raises before any state changes when a pair lies so far outside the
+        coordinates' scale that its squared distance (in X's units) or its
+        squared loss would leave double precision.
+        """
+        with np.errstate(all="ignore"):
+            diffs = (self._whiten_points(pairs_of_points[:, 0])
+                     - self._whiten_points(pairs_of_points[:, 1]))
+            ranges = np.einsum("ij,ij->i", diffs, diffs)
+            sq_distances = ranges * self.trace_
+        limit = _MAX_TRACE
+        if not (np.all(np.isfinite(ranges)) and np.all(sq_distances < limit)
+                and np.all(ranges < limit)):
+            worst = int(np.argmax(np.where(np.isfinite(sq_distances), sq_distances,
+                                           np.inf)))
+            raise ValueError(
+                f"Pair {worst} lies far outside the scale of the metric's points: its "
+                f"squared Euclidean distance is {sq_distances[worst]:.3g} (limit "
+                f"{limit:g}), where its squared loss would leave double precision. "
+                "Rescale X as the points the metric was fitted on.")
+        return diffs, ranges
+
+    def online_bound(self, X, y, *, comparator=None):
+        """The on-line loss beside its relative loss bound.
+
+        For the stream of pairs given to :meth:`partial_fit` since the last
+        :meth:`fit` (all of them, in the same order), and any comparator
+        metric ``U`` in the same coordinates (a density matrix)::
+
+            sum_t loss_t / rho_t^2 <= 2 sum_t loss_U,t / rho_t^2 + Delta(U, M_start)
+
+        with ``M_start`` the metric before the stream (the Euclidean prior,
+        or the fitted one) and ``Delta`` the von Neumann divergence (eq. 1);
+        losses in trace-one units. Derivation: the README, "The one-sided loss and its bound".
+
+        Parameters
+        ----------
+        X, y : the stream, as given to :meth:`partial_fit`.
+        comparator : ndarray of shape (rank, rank) or None
+            ``None``: the metric learned so far (hindsight's comparator).
+
+        Returns
+        -------
+        dict
+            ``"loss"`` (the left side), ``"bound"`` (the right side),
+            ``"comparator_loss"`` and ``"divergence"``.
+        """
+        check_is_fitted(self, "exponent_")
+        pairs_of_points = _check_pairs_of_points(X, self.n_features_in_)
+        signs = _pair_labels(y, len(pairs_of_points))
+        if len(pairs_of_points) != self.n_pairs_seen_:
+            raise ValueError(f"Give the whole stream: partial_fit saw {self.n_pairs_seen_} "
+                             f"pairs since the last fit, got {len(pairs_of_points)}.")
+        diffs, ranges = self._stream_diffs(pairs_of_points)
+        targets, sides = self._targets_and_sides(signs)
+        ranges = np.maximum.accumulate(np.r_[self.online_start_range_, ranges])[1:]
+        if comparator is None:
+            U = self.exponent_.density()
+            divergence = self.exponent_.divergence_from(self.online_start_log_)
+        else:
+            U = check_symmetric(comparator, name="comparator")
+            if U.shape != self.online_start_.shape:
+                raise ValueError(f"comparator must have shape {self.online_start_.shape}, "
+                                 f"got {U.shape}.")
+            if np.linalg.eigvalsh(U)[0] < -1e-12 * np.abs(U).max() or np.trace(U) <= 0:
+                raise ValueError("comparator must be positive semidefinite and nonzero.")
+            U = U / np.trace(U)
+            divergence = divergence_to(U, self.online_start_log_)
+        projected = np.einsum("ij,jk,ik->i", diffs, U, diffs)
+        comparator_losses = one_sided_residuals(projected, targets, sides) ** 2
+        return {"loss": self.online_normalised_loss_,
+                "bound": online_bound(comparator_losses, ranges, divergence),
+                "comparator_loss": normalised_loss(comparator_losses, ranges),
+                "divergence": divergence}
+
+
+class MEGPairMetric(_PairInput, MEGMetric):
+    """:class:`MEGMetric` learned from labelled pairs of points.
+
+    ``X`` holds pairs of points, shape (n_pairs, 2, n_features), and ``y``
+    their labels, as metric-learn's pair learners (``ITML``): scikit-learn's
+    ``GridSearchCV`` / ``cross_val_score`` then split the pairs. The distinct
+    points of the pairs are the objects; :meth:`transform` embeds any point.
+    After fitting, ``threshold_`` is calibrated on the training pairs
+    (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
+
+    Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import MEGPairMetric
+    >>> rng = np.random.default_rng(0)
+    >>> points = rng.normal(size=(40, 3))
+    >>> labels = (points[:, 0] > 0).astype(int)
+    >>> a, b = rng.integers(0, 40, (2, 200))
+    >>> pairs = np.stack([points[a], points[b]], axis=1)
+    >>> model = MEGPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
+    >>> model.predict(pairs[:3]).shape
+    (3,)
+    """
