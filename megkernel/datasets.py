@@ -23,11 +23,22 @@ the MEG experiment and :func:`similar_pairs` / :func:`dissimilar_pairs` /
 (:func:`similarity_threshold` picks ``gamma`` by the fraction of pairs).
 Distances are squared feature-space distances
 ``||x_a - x_b||^2 = K_aa + K_bb - 2 K_ab`` throughout.
+
+**Input rule of the readers**: a file is read only as far as it is what it
+claims to be, and never beyond a stated bound. :func:`read_fasta` refuses,
+with a ``ValueError`` naming the file and line, anything but UTF-8 text
+(binary data, another encoding), a line longer than :data:`MAX_FASTA_LINE`
+characters or a file larger than :data:`MAX_FASTA_BYTES` (counted while
+reading, so an endless stream such as ``/dev/zero`` stops), and records
+without headers, sequence or distinct names; what it accepts means one thing
+however it is written (byte order mark, ``\\r\\n`` line ends, white space
+and line breaks inside sequences, residue case).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from importlib import resources
 from numbers import Integral, Real
@@ -155,8 +166,31 @@ def load_wine_kernel(n_objects=52, random_state=0):
 # ------------------------------------------------------------------- FASTA
 
 
+#: Longest FASTA line read (characters): longer than any bacterial chromosome
+#: on one line, and a bound on what one endless line (``/dev/zero``, a pipe)
+#: can make :func:`read_fasta` hold.
+MAX_FASTA_LINE = 2**24
+
+#: Largest FASTA file read (bytes), checked before reading a regular file and
+#: while reading a stream: everything read is held in memory.
+MAX_FASTA_BYTES = 2**30
+
+#: Bytes read at a time (the first block is also examined for NUL bytes,
+#: the mark of a binary file).
+_BLOCK_BYTES = 2**16
+
+
 def read_fasta(path):
     """Read a FASTA file.
+
+    Input rules (each broken rule is a ``ValueError`` naming the file, and
+    the line where there is one): UTF-8 text (a byte order mark is skipped;
+    ``\\n``, ``\\r\\n`` or ``\\r`` line ends), no NUL bytes (a binary
+    file), at most :data:`MAX_FASTA_BYTES` bytes and lines of at most
+    :data:`MAX_FASTA_LINE` characters (checked while reading, so a stream
+    without end stops), at least one record, no sequence before the first
+    header, no empty sequence, and distinct headers (records are named by
+    them, e.g. as object ids).
 
     Parameters
     ----------
@@ -166,31 +200,104 @@ def read_fasta(path):
     Returns
     -------
     headers : list of str
-        Header lines without the leading ``>``.
+        Header lines without the leading ``>`` (and surrounding white space).
     sequences : list of str
-        The sequences, line breaks and white space removed.
+        The sequences as written (case kept), line breaks and all white space
+        removed.
     """
-    headers, chunks = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.strip()
-            if line.startswith(">"):
-                headers.append(line[1:].strip())
-                chunks.append([])
-            elif line:
-                if not headers:
-                    raise ValueError(
-                        f"{path}: line {number} holds sequence before any "
-                        "'>' header; not a FASTA file."
-                    )
-                chunks[-1].append(line)
+    headers, chunks, first_line = [], [], {}
+    for number, line in _fasta_lines(path):
+        if line.startswith(">"):
+            header = line[1:].strip()
+            if header in first_line:
+                raise ValueError(
+                    f"{path}: line {number} repeats the header {header!r} of line "
+                    f"{first_line[header]}; records are named by their headers, "
+                    "give each a distinct one.")
+            first_line[header] = number
+            headers.append(header)
+            chunks.append([])
+        else:
+            residues = "".join(line.split())
+            if not residues:
+                continue
+            if not headers:
+                raise ValueError(
+                    f"{path}: line {number} holds sequence before any "
+                    "'>' header; not a FASTA file."
+                )
+            chunks[-1].append(residues)
     if not headers:
-        raise ValueError(f"{path}: no FASTA records found.")
+        raise ValueError(f"{path}: no FASTA records found (no line starts with '>').")
     sequences = ["".join(chunk) for chunk in chunks]
     empty = [header for header, seq in zip(headers, sequences) if not seq]
     if empty:
-        raise ValueError(f"{path}: empty sequence for record {empty[0]!r}.")
+        raise ValueError(f"{path}: empty sequence for record {empty[0]!r} (line "
+                         f"{first_line[empty[0]]}).")
     return headers, sequences
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _fasta_lines(path):
+    """``(line number, line)`` of a text file under :func:`read_fasta`'s rules
+    (read in blocks: each line is decoded and checked on its own, so that an
+    error names its line)."""
+    with open(path, "rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        if size > MAX_FASTA_BYTES:
+            raise ValueError(
+                f"{path}: {size} bytes, more than the {MAX_FASTA_BYTES} "
+                "(MAX_FASTA_BYTES) read into memory.")
+        number, total, pending = 0, 0, b""
+        while True:
+            block = raw.read(_BLOCK_BYTES)
+            if total == 0:
+                if block.startswith((b"\xff\xfe", b"\xfe\xff")):
+                    raise ValueError(f"{path}: UTF-16 or UTF-32 text (its byte order "
+                                     "mark), not UTF-8 text; save it as UTF-8.")
+                if b"\0" in block:
+                    raise ValueError(f"{path}: holds NUL bytes: a binary file, not "
+                                     "FASTA text.")
+                block = block.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
+            data = pending + block
+            held = b"\r" if block and data.endswith(b"\r") else b""  # maybe \r\n
+            lines = _LINE_END.split(data[:len(data) - len(held)])
+            pending = (lines.pop() + held) if block else b""
+            if len(pending) > MAX_FASTA_LINE:
+                raise ValueError(
+                    f"{path}: line {number + len(lines) + 1} is longer than "
+                    f"{MAX_FASTA_LINE} characters (MAX_FASTA_LINE); a file without "
+                    "line breaks is not FASTA.")
+            total += len(block)
+            if total > MAX_FASTA_BYTES:
+                raise ValueError(
+                    f"{path}: more than {MAX_FASTA_BYTES} bytes (MAX_FASTA_BYTES) by "
+                    f"line {number + len(lines) + 1}; larger files are not read into "
+                    "memory.")
+            for line in lines:
+                number += 1
+                yield number, _fasta_line(path, number, line)
+            if not block:
+                return
+
+
+def _fasta_line(path, number, line):
+    if len(line) > MAX_FASTA_LINE:
+        raise ValueError(f"{path}: line {number} is longer than {MAX_FASTA_LINE} "
+                         "characters (MAX_FASTA_LINE); a file without line breaks is "
+                         "not FASTA.")
+    if b"\0" in line:
+        raise ValueError(f"{path}: line {number} holds NUL bytes: a binary file, not "
+                         "FASTA text.")
+    try:
+        return line.decode("utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: line {number} is not UTF-8 text ({error.reason} at byte "
+            f"{line[error.start:error.start + 1]!r}); a binary file, or text in "
+            "another encoding (save it as UTF-8).") from None
 
 
 @validate_params(
@@ -202,14 +309,18 @@ def spectrum_kernel(sequences, k=3):
 
     ``K_ij = <phi(s_i), phi(s_j)> / (||phi(s_i)|| ||phi(s_j)||)``, where
     ``phi(s)`` counts each contiguous substring of length ``k`` of ``s``
-    (Leslie, Eskin & Noble, 2002). Counting is scikit-learn's
+    (Leslie, Eskin & Noble, 2002). Sequences are read as :func:`read_fasta`
+    does: white space anywhere is removed, and case does not matter
+    (lower-case residues, e.g. soft-masked ones, are the same residues: all
+    are counted upper case). Counting is scikit-learn's
     ``CountVectorizer(analyzer="char", ngram_range=(k, k), lowercase=False)``.
 
     Parameters
     ----------
     sequences : list of str
     k : int, default=3
-        Length of the k-mers.
+        Length of the k-mers; every sequence must have at least one (a
+        shorter or blank one is refused: it has no spectrum to normalise).
 
     Returns
     -------
@@ -218,14 +329,21 @@ def spectrum_kernel(sequences, k=3):
     """
     if len(sequences) == 0:
         raise ValueError("sequences is empty: give at least one sequence.")
-    short = [i for i, seq in enumerate(sequences) if len(seq) < k]
+    residues = []
+    for i, seq in enumerate(sequences):
+        if not isinstance(seq, str):
+            raise ValueError(f"Sequence {i} is {seq!r} of type {type(seq).__name__}; "
+                             "sequences must be strings.")
+        residues.append("".join(seq.split()).upper())
+    short = [i for i, seq in enumerate(residues) if len(seq) < k]
     if short:
         raise ValueError(
-            f"Sequence {short[0]} is shorter than k={k}; it has no {k}-mers."
+            f"Sequence {short[0]} is shorter than k={k} ({len(residues[short[0]])} "
+            f"residues without white space); it has no {k}-mers."
         )
     counts = CountVectorizer(
         analyzer="char", ngram_range=(k, k), lowercase=False
-    ).fit_transform(sequences)
+    ).fit_transform(residues)
     unit_rows = normalize(counts.astype(float))
     return (unit_rows @ unit_rows.T).toarray()
 
