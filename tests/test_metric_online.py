@@ -295,6 +295,23 @@ def test_run_batches_epochs_orders_and_resumption():
     assert _state_bytes(one_split) == _state_bytes(one)
 
 
+@pytest.mark.parametrize("r, n", [(4, 10), (13, 57), (64, 130)])
+def test_a_pairs_prediction_does_not_depend_on_its_batch(r, n):
+    """Bit for bit the same prediction alone, in any slice or in the whole batch:
+    whether a pair meets its target cannot depend on the pairs beside it (one
+    BLAS product over many rows rounds differently from one over a single row)."""
+    rng = np.random.default_rng(r)
+    exponent = _random_exponent(rng, r)
+    diffs = rng.normal(size=(n, r))
+    whole = exponent.predict(diffs)
+    for start, stop in [(0, 1), (3, 4), (n - 1, n), (2, 9), (1, n - 2), (5, n)]:
+        np.testing.assert_array_equal(exponent.predict(diffs[start:stop]),
+                                      whole[start:stop])
+    np.testing.assert_allclose(whole, np.einsum("ij,jk,ik->i", diffs,
+                                                _dense_density(exponent.exponent), diffs),
+                               rtol=1e-11)
+
+
 def test_satisfied_one_sided_trials_leave_the_state_bit_identical():
     rng = np.random.default_rng(7)
     r, n = 4, 10

@@ -105,9 +105,16 @@ class MetricExponent:
         return float(max(np.sum(self.density() * (log_own - start_log)), 0.0))
 
     def predict(self, diffs):
-        """``u^T M u`` for each row ``u`` of ``diffs``."""
-        projected = diffs @ self.eigvecs
-        return (projected * projected) @ self.weights
+        """``u^T M u`` for each row ``u`` of ``diffs``.
+
+        Each row is computed by the same vector-matrix product and the same
+        row sum whatever the other rows: a pair's prediction (and so whether
+        it meets its target) does not depend on the batch it is in. (One
+        matrix product over all rows would let BLAS pick a different kernel,
+        with a different rounding, for one row than for many.)
+        """
+        projected = np.matmul(diffs[:, None, :], self.eigvecs)[:, 0, :]
+        return np.sum(projected * projected * self.weights, axis=1)
 
     def add(self, diffs, coefficients):
         """``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalise."""
