@@ -9,6 +9,9 @@ Estimators with ``verbose`` and the command line draw their progress here:
   only, about N s)…", before the first use of an engine whose numba cache
   is cold — checked cheaply from numba's cache index files (``__pycache__``
   beside the engine modules, or ``NUMBA_CACHE_DIR``), without compiling.
+  Which engines compile, and for how long, is the engine registry's
+  (:attr:`~megkernel._engines.Engine.compiled`,
+  :attr:`~megkernel._engines.Engine.compile_seconds`).
 """
 
 from __future__ import annotations
@@ -17,16 +20,9 @@ import sys
 
 from tqdm import tqdm
 
-from ._engines import _lanczos_kernels, _rank_one_kernels
+from ._engines import ENGINES
 
 __all__ = ["bar", "detail", "note_compiling", "numba_cache_cold"]
-
-#: Compiled kernels of each numba engine, and how long a cold compile takes
-#: (measured on a 2-core machine: rank-one 4.6 s, Lanczos 1.8 s).
-_NUMBA_ENGINES = {
-    "rank-one": (_rank_one_kernels, 5),
-    "lanczos": (_lanczos_kernels, 2),
-}
 
 #: Engines whose compile note was printed in this process.
 _NOTED = set()
@@ -81,9 +77,9 @@ def numba_cache_cold(engine):
     engines without numba kernels, and whenever numba's cache cannot be
     inspected (its index format is not a public interface).
     """
-    if engine not in _NUMBA_ENGINES:
+    module = ENGINES[engine].compiled if engine in ENGINES else None
+    if module is None:
         return False
-    module, _ = _NUMBA_ENGINES[engine]
     try:
         return any(not dispatcher._cache._cache_file._load_index()
                    for dispatcher in _dispatchers(module) if len(dispatcher.overloads) == 0)
@@ -109,7 +105,7 @@ def note_compiling(engines, *, file=None):
     if not cold:
         return False
     _NOTED.update(cold)
-    seconds = sum(_NUMBA_ENGINES[name][1] for name in cold)
-    tqdm.write(f"compiling the numba kernels (first run only, about {seconds} s)…",
+    seconds = sum(ENGINES[name].compile_seconds for name in cold if name in ENGINES)
+    tqdm.write(f"compiling the numba kernels (first run only, about {seconds:g} s)…",
                file=file or sys.stderr)
     return True

@@ -96,10 +96,43 @@ def test_imports_only_downward_and_at_module_level(module, path):
 
 
 def test_every_engine_is_declared_in_one_place():
-    from megkernel._engines import ENGINES, METHODS
+    """Each public module of ``_engines`` backs one registered engine, and
+    each registered engine's entry points live in such a module: the
+    registry lists them all, whatever they are."""
+    from megkernel._engines import ENGINES, methods
 
-    assert set(ENGINES) == {"eigh", "rank-one", "lanczos"}
-    assert METHODS == ("auto", *ENGINES)
+    assert ENGINES, "no engine registered"
+    modules = {}
+    for name, engine in ENGINES.items():
+        assert engine.name == name
+        module = engine.pair_trials.__module__
+        assert module.startswith("megkernel._engines."), (name, module)
+        if engine.pair_update is not None:
+            assert engine.pair_update.__module__ == module, name
+        assert engine.fallback is None or engine.fallback in ENGINES, name
+        modules[module.rsplit(".", 1)[-1]] = name
     engine_modules = {path.stem for path in (PACKAGE / "_engines").glob("*.py")
                       if not path.stem.startswith("_")}
-    assert engine_modules == {"eigh", "rank_one", "lanczos"}
+    assert engine_modules == set(modules)
+    assert methods() == ("auto", *ENGINES)
+    assert set(methods("update")) == {"auto"} | {
+        name for name, engine in ENGINES.items() if engine.pair_update is not None}
+
+
+def _wine(n_objects=12):
+    from megkernel.datasets import distance_triples, load_wine_kernel
+
+    wine = load_wine_kernel(n_objects, random_state=0)
+    return distance_triples(wine.kernel, 300, random_state=0)
+
+
+def test_unregistered_method_is_refused():
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+    pairs, y = _wine()
+    with pytest.raises(InvalidParameterError, match="'toy'"):
+        MEGKernelRegressor(n_objects=12, trace=1.0, method="toy").fit(pairs, y)
+    with pytest.raises(InvalidParameterError, match="'toy'"):
+        DefiniteBoostKernel(n_objects=12, gamma=0.1, method="toy").fit(pairs[:20])
