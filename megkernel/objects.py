@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -78,6 +79,8 @@ CACHE_BYTES = 256 * 2**20
 
 _cache = OrderedDict()
 _cache_stats = {"hits": 0, "misses": 0, "fits": 0}
+_locks_guard = threading.Lock()
+_key_locks = {}
 
 
 class _Entry(NamedTuple):
@@ -126,7 +129,9 @@ def cache_info():
 
 def clear_cache():
     """Forget the learned kernels of this process (an on-disk ``memory`` stays)."""
-    _cache.clear()
+    with _locks_guard:
+        _cache.clear()
+        _key_locks.clear()
     _cache_stats.update(hits=0, misses=0, fits=0)
 
 
@@ -178,27 +183,39 @@ def _learn(key, fit):
     return fit()
 
 
+@contextmanager
+def _process_lock(key):
+    """Hold this process's lock on ``key``: threads wanting the same kernel
+    learn it once (the others wait, then take it from the cache)."""
+    with _locks_guard:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
+        yield
+
+
 def _cached_entry(learner, key, fit, memory):
     """The entry of ``key``: from this process's cache, else from the on-disk
     ``memory``, else learned by ``fit()`` (and stored in both)."""
     process_key = (type(learner), key)  # the class itself: same-named classes differ
-    entry = _cache.get(process_key)
-    if entry is not None:
-        _cache.move_to_end(process_key)
-        _cache_stats["hits"] += 1
-        return entry
-    _cache_stats["misses"] += 1
-    memory = _check_memory(memory)
-    if memory is None:
-        kernel, objects = _learn(key, fit)
-    else:
-        with _disk_lock(memory, key):
-            kernel, objects = memory.cache(_learn, ignore=["fit"])(key, fit)
-    entry = _Entry(_frozen(np.asarray(kernel, dtype=float)), _frozen(np.asarray(objects)))
-    _cache[process_key] = entry
-    total = sum(_entry_bytes(kept) for kept in _cache.values())
-    while total > CACHE_BYTES and len(_cache) > 1:
-        total -= _entry_bytes(_cache.popitem(last=False)[1])
+    with _process_lock(process_key):
+        entry = _cache.get(process_key)
+        if entry is not None:
+            _cache.move_to_end(process_key)
+            _cache_stats["hits"] += 1
+            return entry
+        _cache_stats["misses"] += 1
+        memory = _check_memory(memory)
+        if memory is None:
+            kernel, objects = _learn(key, fit)
+        else:
+            with _disk_lock(memory, key):
+                kernel, objects = memory.cache(_learn, ignore=["fit"])(key, fit)
+        entry = _Entry(_frozen(np.asarray(kernel, dtype=float)), _frozen(np.asarray(objects)))
+        with _locks_guard:
+            _cache[process_key] = entry
+            total = sum(_entry_bytes(kept) for kept in _cache.values())
+            while total > CACHE_BYTES and len(_cache) > 1:
+                total -= _entry_bytes(_cache.popitem(last=False)[1])
     return entry
 
 

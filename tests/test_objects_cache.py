@@ -1,0 +1,206 @@
+"""The learned-kernel cache of KernelDistances: never a wrong kernel, never a
+writeable shared array, each kernel learned once (in a process, and with
+``memory`` across the processes of a parallel search)."""
+
+import os
+
+import joblib
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.model_selection import ShuffleSplit, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import Pipeline
+
+import megkernel
+from megkernel import KernelDistances
+from megkernel import MEGKernelRegressor as BaseMEG
+from megkernel.objects import cache_info, clear_cache
+
+D = 10
+
+
+def _side(seed=0, n=300):
+    rng = np.random.default_rng(seed)
+    points = rng.normal(size=(D, 3))
+    a, b = rng.integers(0, D, (2, n))
+    return np.column_stack([a, b]), ((points[a] - points[b]) ** 2).sum(1)
+
+
+def _step(learner=None, **params):
+    pairs, y = _side()
+    return KernelDistances(learner=BaseMEG(n_objects=D) if learner is None else learner,
+                           pairs=pairs, targets=y, **params)
+
+
+class MEGKernelRegressor(BaseMEG):
+    """Same name as megkernel's, another kernel (twice the trace)."""
+
+    def fit(self, X, y):
+        super().fit(X, y)
+        self.trace_ *= 2.0
+        return self
+
+
+def _same_named_class(factor):
+    class Scaled(BaseMEG):
+        def fit(self, X, y):
+            super().fit(X, y)
+            self.trace_ *= factor
+            return self
+    return Scaled
+
+
+class CountingMEG(BaseMEG):
+    """Writes a line to ``log`` at every fit (counts fits across processes)."""
+
+    def __init__(self, *, n_objects=None, learning_rate="auto", log=None):
+        super().__init__(n_objects=n_objects, learning_rate=learning_rate)
+        self.log = log
+
+    def fit(self, X, y):
+        with open(self.log, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return super().fit(X, y)
+
+
+def _n_fits(log):
+    return len(open(log).read().split()) if os.path.exists(log) else 0
+
+
+def test_cached_kernels_are_read_only_for_good():
+    clear_cache()
+    first, second = _step().fit(np.arange(D)), _step().fit(np.arange(D))
+    assert cache_info()["fits"] == 1
+    reference = first.kernel_.copy()
+    for array in (first.kernel_, first.objects_):
+        assert not array.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 1
+        with pytest.raises(ValueError):
+            array.setflags(write=True)
+        base = array
+        while isinstance(base, np.ndarray):  # nothing down the chain can be unlocked
+            if base.base is None or not isinstance(base.base, np.ndarray):
+                with pytest.raises(ValueError):
+                    base.setflags(write=True)
+            base = base.base
+    # an in-place edit by one pipeline cannot reach another's kernel
+    with pytest.raises(ValueError):
+        np.add(first.kernel_, 1.0, out=first.kernel_)
+    assert_array_equal(second.kernel_, reference)
+    out = second.transform(np.arange(3))
+    out[:] = -1.0                                 # outputs are the caller's own
+    assert np.all(second.transform(np.arange(3)) >= 0)
+    # a fixed kernel is copied and read-only too
+    K = np.eye(D) + 1.0
+    fixed = KernelDistances(kernel=K).fit(np.arange(D))
+    K[0, 0] = 50.0
+    assert fixed.kernel_[0, 0] == 2.0 and not fixed.kernel_.flags.writeable
+
+
+def test_a_class_of_the_same_name_gets_its_own_kernel():
+    clear_cache()
+    base = _step().fit(np.arange(D))
+    other = _step(MEGKernelRegressor(n_objects=D)).fit(np.arange(D))
+    assert type(other.learner).__qualname__ == type(base.learner).__qualname__
+    assert_allclose(other.kernel_, 2.0 * base.kernel_, rtol=1e-12)
+    # same module and qualified name: still two classes, two kernels
+    one, two = _same_named_class(3.0), _same_named_class(5.0)
+    assert (one.__module__, one.__qualname__) == (two.__module__, two.__qualname__)
+    k3 = _step(one(n_objects=D)).fit(np.arange(D)).kernel_
+    k5 = _step(two(n_objects=D)).fit(np.arange(D)).kernel_
+    assert_allclose(k3, 3.0 * base.kernel_, rtol=1e-12)
+    assert_allclose(k5, 5.0 * base.kernel_, rtol=1e-12)
+    assert cache_info()["fits"] == 4
+
+
+def test_a_parameter_change_gets_its_own_kernel():
+    clear_cache()
+    pairs, y = _side()
+    prior = np.eye(D) + 0.5
+    step = _step(BaseMEG(init=prior))
+    first = step.fit(np.arange(D)).kernel_
+    prior[0, 1] = prior[1, 0] = 0.9              # the same array, edited in place
+    edited = step.fit(np.arange(D)).kernel_
+    direct = BaseMEG(init=prior).fit(pairs, y).kernel_
+    assert_allclose(edited, direct, rtol=1e-12)
+    assert not np.allclose(first, edited)
+    step.set_params(learner__learning_rate=0.1)
+    assert_allclose(step.fit(np.arange(D)).kernel_,
+                    BaseMEG(init=prior, learning_rate=0.1).fit(pairs, y).kernel_, rtol=1e-12)
+    assert cache_info()["fits"] == 3
+
+
+def test_a_data_change_gets_its_own_kernel():
+    clear_cache()
+    pairs, y = _side()
+    step = KernelDistances(learner=BaseMEG(n_objects=D), pairs=pairs, targets=y)
+    first = step.fit(np.arange(D)).kernel_
+    y[:10] *= 3.0                                 # targets edited in place
+    second = step.fit(np.arange(D)).kernel_
+    assert_allclose(second, BaseMEG(n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
+    pairs[0] = [1, 2]                             # pairs edited in place
+    third = step.fit(np.arange(D)).kernel_
+    assert_allclose(third, BaseMEG(n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
+    assert not np.allclose(first, second) and not np.allclose(second, third)
+    assert cache_info()["fits"] == 3
+
+
+def test_memory_keeps_kernels_on_disk_keyed_by_the_version(tmp_path, monkeypatch):
+    clear_cache()
+    first = _step(memory=tmp_path).fit(np.arange(D))
+    assert cache_info()["fits"] == 1
+    clear_cache()                                 # a new process, in effect
+    again = _step(memory=str(tmp_path)).fit(np.arange(D))
+    assert cache_info() == dict(hits=0, misses=1, fits=0, size=1, bytes=cache_info()["bytes"])
+    assert_array_equal(again.kernel_, first.kernel_)
+    assert not again.kernel_.flags.writeable
+    clear_cache()
+    joblib_memory = joblib.Memory(str(tmp_path), verbose=0)  # the same folder
+    _step(memory=joblib_memory).fit(np.arange(D))
+    assert cache_info()["fits"] == 0
+    clear_cache()
+    monkeypatch.setattr(megkernel, "__version__", "0.0.0-other")
+    _step(memory=tmp_path).fit(np.arange(D))
+    assert cache_info()["fits"] == 1              # another version learns anew
+
+
+def _search_fits(tmp_path, backend, n_jobs, memory=True):
+    log = str(tmp_path / f"fits-{backend}.log")
+    pairs, y = _side(n=600)
+    labels = np.arange(D) % 2
+    results = []
+    with joblib.parallel_backend(backend, n_jobs=n_jobs):
+        for rate in (0.2, 0.5):
+            step = KernelDistances(learner=CountingMEG(n_objects=D, learning_rate=rate,
+                                                       log=log),
+                                   pairs=pairs, targets=y,
+                                   memory=tmp_path / "cache" if memory else None)
+            pipe = Pipeline([("d", step), ("knn", KNeighborsClassifier(1, metric="precomputed"))])
+            results.append(cross_val_score(pipe, np.arange(D), labels, n_jobs=n_jobs,
+                                           cv=ShuffleSplit(6, test_size=0.5, random_state=0)))
+    return _n_fits(log), results
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_threads_learn_each_kernel_once(tmp_path, memory):
+    clear_cache()
+    fits, scores = _search_fits(tmp_path, "threading", 2, memory)
+    assert fits == 2
+    clear_cache()
+    fits_sequential, sequential = _search_fits(tmp_path / "sequential", "threading", 1)
+    assert fits_sequential == 2
+    for a, b in zip(scores, sequential):
+        assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_processes_with_memory_learn_each_kernel_once(tmp_path):
+    clear_cache()
+    fits, scores = _search_fits(tmp_path, "loky", 2)
+    assert fits == 2                              # not once per worker
+    clear_cache()
+    _, sequential = _search_fits(tmp_path / "sequential", "threading", 1)
+    for a, b in zip(scores, sequential):
+        assert_array_equal(a, b)
