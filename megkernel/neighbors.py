@@ -6,6 +6,14 @@ classifies with scikit-learn's ``KNeighborsClassifier(metric="precomputed")``
 on these distances, and takes the kernel itself as input, so that it can
 judge a learned kernel by neighbour accuracy as Section 5 of Tsuda, Raetsch &
 Warmuth (2004) does.
+
+**The rule for kernels from the user** (here and in :func:`kernel_to_distances`):
+distances are computed on the kernel divided by a power of four near its
+largest entry (exact in floating point, and neighbours do not depend on the
+scale), so that any finite kernel gives finite distances, never NaN; and a
+kernel that cannot be positive semidefinite (a clearly negative induced
+squared distance or diagonal entry) is named in a ``UserWarning``, since its
+"distances" are not those of any embedding.
 """
 
 from __future__ import annotations
@@ -35,13 +43,19 @@ def kernel_to_distances(K, *, squared=False):
         KNeighborsClassifier(metric="precomputed").fit(D[train][:, train], y[train])
         ... .predict(D[test][:, train])
 
+    Computed on ``K`` divided by a power of four near its largest entry and
+    scaled back (exact), so that a kernel anywhere in the float range gives
+    finite distances.
+
     Parameters
     ----------
     K : array-like of shape (n, n)
-        Symmetric kernel (positive semidefinite for true distances; negative
-        squared distances of an indefinite one are clipped at 0).
+        Symmetric kernel; positive semidefinite for true distances. For an
+        indefinite one a ``UserWarning`` says so, and negative squared
+        distances are clipped at 0.
     squared : bool, default=False
-        Return squared distances.
+        Return squared distances (a ``ValueError`` if one exceeds the float
+        range, which the distances themselves never do).
 
     Returns
     -------
@@ -49,10 +63,29 @@ def kernel_to_distances(K, *, squared=False):
         Symmetric, zero diagonal.
     """
     K = check_symmetric(K, name="K")
+    scale = _power_of_four_scale(np.abs(K).max(initial=0.0))
+    K = K / scale
     diagonal = np.diag(K)
-    squared_distances = np.maximum(induced_sq_distances(K, diagonal, diagonal), 0.0)
+    squared_distances = induced_sq_distances(K, diagonal, diagonal)
+    _warn_if_not_psd(K, diagonal, squared_distances, name="The kernel K")
+    squared_distances = np.maximum(squared_distances, 0.0)
     np.fill_diagonal(squared_distances, 0.0)
-    return squared_distances if squared else np.sqrt(squared_distances)
+    if not squared:
+        return np.sqrt(squared_distances) * np.sqrt(scale)  # sqrt of a power of 4: exact
+    largest = float(squared_distances.max(initial=0.0))
+    if scale > 1.0 and largest > np.finfo(float).max / scale:
+        raise ValueError(
+            f"The largest squared distance of K, {largest:.6g} x {scale:.6g}, exceeds the "
+            "float range; use squared=False (the distances are finite) or scale K down.")
+    return squared_distances * scale
+
+
+def _power_of_four_scale(magnitude):
+    """A power of four near ``magnitude`` (1 for 0): dividing by it is exact,
+    and brings the largest entry of a kernel near 1."""
+    magnitude = float(magnitude) or 1.0
+    exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
+    return float(np.ldexp(1.0, 2 * exponent))
 
 
 def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
@@ -79,7 +112,7 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def _warn_if_not_psd(kernel, diagonal, squared):
+def _warn_if_not_psd(kernel, diagonal, squared, *, name="The training kernel"):
     """Warn when a kernel cannot be positive semidefinite: some induced squared
     distance ``K_ii + K_jj - 2 K_ij`` (``squared``), or some ``K_ii``, is
     clearly negative (``O(n^2)``, no eigendecomposition)."""
@@ -87,7 +120,7 @@ def _warn_if_not_psd(kernel, diagonal, squared):
     worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
     if worst < -1e-8 * scale:
         warn_user(
-            f"The training kernel is not positive semidefinite (an induced squared "
+            f"{name} is not positive semidefinite (an induced squared "
             f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbours "
             "of such a 'kernel' are not those of any embedding of the objects.",
             UserWarning)
@@ -194,9 +227,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
             # neighbours do not change with the kernel's scale: work at largest
             # entry near 1, so kernels anywhere in the float range give finite
             # distances; a power of 4 scales them (and the distances) exactly
-            magnitude = float(np.abs(X).max()) or 1.0
-            exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
-            scale = float(np.ldexp(1.0, 2 * exponent))
+            scale = _power_of_four_scale(np.abs(X).max())
             X = X / scale
             diagonal = np.diag(X).copy()
             squared = induced_sq_distances(X, diagonal, diagonal)
@@ -255,11 +286,19 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         """What the neighbour search ranks: distances, or a row-wise
         order-preserving substitute when ``K_ii`` is unknown."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64) / self.kernel_scale_
+        X = validate_data(self, X, reset=False, dtype=np.float64)
         if test_diagonal is not None:
             test_diagonal = self._check_test_diagonal(test_diagonal, len(X))
-            test_diagonal = test_diagonal / self.kernel_scale_
-            return kernel_distances(X, test_diagonal, self.train_diagonal_ / self.kernel_scale_)
+        # the training scale, unless the test kernel is so much larger that
+        # its distances would overflow in it (a power of four again: exact)
+        magnitude = max(np.abs(X).max(initial=0.0),
+                        0.0 if test_diagonal is None else np.abs(test_diagonal).max())
+        scale = self.kernel_scale_
+        if magnitude > scale * 2.0**256:
+            scale = _power_of_four_scale(magnitude)
+        X = X / scale
+        if test_diagonal is not None:
+            return kernel_distances(X, test_diagonal / scale, self.train_diagonal_ / scale)
         if self.weights != "uniform":
             raise ValueError(
                 f"weights={self.weights!r} needs the distances themselves, which "
@@ -269,7 +308,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
                 "cross-validate object ids through megkernel.KernelDistances and "
                 "scikit-learn's KNeighborsClassifier(metric='precomputed') instead."
             )
-        ranking = self.train_diagonal_[None, :] / self.kernel_scale_ - 2.0 * X
+        ranking = self.train_diagonal_[None, :] / scale - 2.0 * X
         return ranking - ranking.min(axis=1, keepdims=True)
 
     @staticmethod

@@ -167,3 +167,78 @@ def test_invalid_parameters():
     with pytest.raises(ValueError, match="n_neighbors"):
         KernelKNeighborsClassifier(n_neighbors=5).fit(np.eye(3), [0, 1, 1]).predict(
             np.eye(3))
+
+
+# -- kernels near the float limits and indefinite ones (issue 22) -----------------
+
+_HUGE = 0.9 * np.finfo(float).max
+
+
+def _gram(seed=0):
+    features, labels = _points(n=12, seed=seed)
+    return features @ features.T, labels
+
+
+@pytest.mark.parametrize("factor", [_HUGE, 1e-300])
+def test_kernel_to_distances_at_any_scale_is_the_scaled_unit_answer(factor):
+    from megkernel.neighbors import kernel_to_distances
+
+    K, _ = _gram()
+    K = K / np.abs(K).max()  # largest entry 1: the reference, computed directly
+    expected = euclidean_distances(np.linalg.cholesky(K + 1e-12 * np.eye(len(K))))
+    D = kernel_to_distances(factor * K)
+    assert np.all(np.isfinite(D))
+    np.testing.assert_allclose(D / np.sqrt(factor), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_kernel_to_distances_squared_beyond_the_float_range_is_refused():
+    from megkernel.neighbors import kernel_to_distances
+
+    K = _HUGE * np.array([[1.0, -1.0], [-1.0, 1.0]])  # squared distance 4 x max
+    assert np.isfinite(kernel_to_distances(K)).all()
+    with pytest.raises(ValueError, match="exceeds the float range"):
+        kernel_to_distances(K, squared=True)
+
+
+def test_kernel_to_distances_warns_on_an_indefinite_kernel_like_the_classifier():
+    from megkernel.neighbors import kernel_to_distances
+
+    K = np.array([[1.0, 2.0], [2.0, 1.0]])  # squared distance 1 + 1 - 4 = -2
+    with pytest.warns(UserWarning, match="The kernel K is not positive semidefinite"):
+        D = kernel_to_distances(K)
+    np.testing.assert_array_equal(D, 0.0)  # clipped, as documented
+    with pytest.warns(UserWarning, match="The training kernel is not positive"):
+        KernelKNeighborsClassifier().fit(K, [0, 1])
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_classifier_on_a_kernel_near_the_float_maximum(weights):
+    """The whole kernel at the float maximum: the same votes as at unit scale."""
+    K, labels = _gram()
+    K = K / np.abs(K).max()
+    train, test = _split(len(K))
+    votes = []
+    for factor in (1.0, _HUGE):
+        model = KernelKNeighborsClassifier(n_neighbors=3, weights=weights).fit(
+            factor * K[np.ix_(train, train)], labels[train])
+        votes.append(model.predict_proba(factor * K[np.ix_(test, train)],
+                                         test_diagonal=factor * np.diag(K)[test]))
+        if weights == "uniform":
+            votes.append(model.predict_proba(factor * K[np.ix_(test, train)]))
+    assert np.all(np.isfinite(votes))
+    for vote in votes[1:]:
+        np.testing.assert_allclose(vote, votes[0])
+
+
+def test_classifier_on_test_rows_far_larger_than_the_training_kernel():
+    """Test rows near the float maximum after a training kernel near 1e-200
+    (no kernel has both, but nothing stops a user passing them): finite
+    rankings and votes, never NaN (they were NaN: inf - inf)."""
+    K, labels = _gram()
+    K = K / np.abs(K).max()
+    train, test = _split(len(K))
+    model = KernelKNeighborsClassifier(n_neighbors=3).fit(
+        1e-200 * K[np.ix_(train, train)], labels[train])
+    rows = _HUGE * K[np.ix_(test, train)]
+    assert np.all(np.isfinite(model._query_distances(rows, None)))
+    assert np.all(np.isfinite(model.predict_proba(rows)))
