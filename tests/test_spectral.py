@@ -189,3 +189,32 @@ def test_divergence_validation():
         von_neumann_divergence(np.diag([1.0, 0.5, -0.5]), U)
     with pytest.raises(ValueError, match="W is not positive semidefinite"):
         von_neumann_divergence(U, np.diag([1.0, 0.5, -0.5]))
+
+
+# -- kernel -> distances -------------------------------------------------------
+def test_induced_sq_distances_of_a_gram_kernel_are_squared_euclidean():
+    from scipy.spatial.distance import cdist
+
+    from megkernel._numerics.spectral import induced_sq_distances
+
+    X = np.random.default_rng(0).normal(size=(7, 3))
+    K = X @ X.T
+    assert_allclose(induced_sq_distances(K), cdist(X, X, "sqeuclidean"), atol=1e-12)
+    rows, cols = np.array([4, 0, 4]), np.array([1, 4, 6, 2])
+    block = induced_sq_distances(K[np.ix_(rows, cols)], np.diag(K)[rows], np.diag(K)[cols])
+    assert_allclose(block, cdist(X[rows], X[cols], "sqeuclidean"), atol=1e-12)
+    assert block[0, 1] == 0.0 and block[2, 1] == 0.0  # object 4 with itself
+
+
+def test_induced_sq_distances_clip_and_self_distances():
+    from megkernel._numerics.spectral import induced_sq_distances
+
+    indefinite = np.array([[1.0, 2.0], [2.0, 1.0]])  # K_00 + K_11 - 2 K_01 = -2
+    assert_allclose(induced_sq_distances(indefinite), [[0.0, -2.0], [-2.0, 0.0]])
+    assert_allclose(induced_sq_distances(indefinite, clip=True), np.zeros((2, 2)))
+    huge = np.diag([1e308, 1.0])  # 2 K_00 overflows, yet an object is at 0 from itself
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, then set to 0
+        squared = induced_sq_distances(huge)
+    assert squared[0, 0] == 0.0 and squared[1, 1] == 0.0 and squared[0, 1] == 1e308 + 1
+    with pytest.raises(ValueError, match="both diagonals"):
+        induced_sq_distances(indefinite, np.diag(indefinite))

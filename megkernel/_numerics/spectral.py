@@ -194,20 +194,40 @@ def von_neumann_divergence(U, W, *, rtol=1e-12):
     return float(max(u_log_u - u_log_w - trace_u + trace_w, 0.0))
 
 
-def induced_sq_distances(kernel_rows, row_diagonal, column_diagonal):
+def induced_sq_distances(kernel_rows, row_diagonal=None, column_diagonal=None, *,
+                         clip=False):
     """``K_ii + K_jj - 2 K_ij``: the squared distances a kernel induces.
+
+    The one home of kernel -> distances: distance matrices, blocks of them
+    and the distances of a kernel's objects all go through here.
 
     Parameters
     ----------
     kernel_rows : ndarray of shape (n_rows, n_columns)
-        ``K_ij`` between row objects ``i`` and column objects ``j``.
-    row_diagonal, column_diagonal : ndarray of shape (n_rows,), (n_columns,)
-        ``K_ii`` of the row objects, ``K_jj`` of the column objects.
+        ``K_ij`` between row objects ``i`` and column objects ``j``; with
+        neither diagonal given, the whole (square, symmetric) kernel.
+    row_diagonal, column_diagonal : ndarray of shape (n_rows,), (n_columns,), optional
+        ``K_ii`` of the row objects, ``K_jj`` of the column objects. Both
+        omitted: ``kernel_rows`` is the whole kernel, both are its
+        diagonal, and every object is at distance exactly 0 from itself
+        (also where ``2 K_ii`` would overflow).
+    clip : bool, default=False
+        Clip at 0 (round-off of coinciding objects, or an indefinite
+        kernel). Not clipped, negative entries are the caller's to judge.
 
     Returns
     -------
     ndarray of shape (n_rows, n_columns)
-        Not clipped: negative entries (round-off, or an indefinite kernel)
-        are the caller's to judge.
     """
-    return row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
+    whole = row_diagonal is None and column_diagonal is None
+    if whole:
+        row_diagonal = column_diagonal = np.diagonal(kernel_rows)
+    elif row_diagonal is None or column_diagonal is None:
+        raise ValueError("Give both diagonals (a block of the kernel) or neither "
+                         "(the whole kernel).")
+    squared = row_diagonal[:, None] + column_diagonal[None, :] - 2.0 * kernel_rows
+    if clip:
+        np.maximum(squared, 0.0, out=squared)
+    if whole:
+        np.fill_diagonal(squared, 0.0)
+    return squared

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from .limits import MAX_STEP, MAX_TRACE, MIN_TRACE
+
 __all__ = [
     "check_pair_indices",
     "check_squared_distances",
@@ -14,16 +16,6 @@ __all__ = [
     "check_trace",
     "check_n_objects",
 ]
-
-#: Traces (and targets) of kernels within this range keep squared distances,
-#: their squared errors and every threshold in double precision.
-MIN_TRACE, MAX_TRACE = 1e-100, 1e100
-
-#: Largest exponent change one MEG trial may make: far below overflow of the
-#: exponent, its eigenvalues and the rank-one eigenproblem (whose arithmetic
-#: squares the step), and far beyond any useful step (a step of 50 already
-#: makes W a projection to double precision).
-MAX_STEP = 1e100
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X"):
