@@ -6,18 +6,29 @@ In low-rank mode (a prior given as a factor ``F``, d x r, ``W_1 = F F^T /
 (d x r) orthonormal and ``M`` (r x r) evolved instead of ``W`` (derivation:
 ``LOWRANK.md`` of the project's paper notes); nothing of size d x d is
 formed unless asked for explicitly.
+
+**Object ids are kept exactly as given.** Pairs and ``objects`` name objects
+by integer indices or by ids of any one hashable kind (strings, or any other
+single type); the kind is never converted (a list of lists holding ``1`` and
+``'a'`` would become strings in numpy: ids of several kinds, ``int`` next to
+``str`` say, are refused instead, whatever the container, so that a list of
+lists, an ndarray and a DataFrame of the same pairs always give the same
+model), and a missing id (``None``, ``pd.NA``, NaN) is refused naming its
+row and column. Fitted ids (``objects_``) are the model's own read-only copy,
+never the caller's array.
 """
 
 from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
 from ._numerics.validation import check_pair_indices
@@ -25,6 +36,7 @@ from ._numerics.validation import check_pair_indices
 __all__ = [
     "KernelViewsMixin",
     "ObjectIndex",
+    "check_id_kinds",
     "object_ids",
     "declared_n_objects",
     "initial_state",
@@ -32,9 +44,6 @@ __all__ = [
     "unchanged_on_error",
     "validate_pairs",
 ]
-
-#: Largest ``d`` for which ``kernel_`` forms the d x d kernel in low-rank mode.
-MAX_DENSE_OBJECTS = 5000
 
 #: Largest number of objects inferred from the pairs' largest index (a larger
 #: model must be asked for with ``n_objects``).
@@ -57,19 +66,120 @@ def unchanged_on_error(estimator):
         raise
 
 
+def _id_kind(value):
+    """The kind of an object id: ``"number"``, ``"str"``, ``"bool"``, another
+    type's name, or None for a missing value."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, Real):
+        return None if value != value else "number"  # NaN: missing
+    if isinstance(value, str):
+        return "str"
+    return type(value).__name__
+
+
+def check_id_kinds(X, *, name="X"):
+    """Refuse missing ids and ids of several kinds in pairs or object lists
+    (the rule of the module docstring), before any container converts them.
+
+    Parameters
+    ----------
+    X : array-like or pandas DataFrame
+        Pairs (2-D) or ids (1-D), as the caller gave them.
+    name : str
+        What to call ``X`` in a message.
+
+    Returns
+    -------
+    X : array-like or pandas DataFrame
+        ``X``, or for a list of pairs whose ids numpy would split (tuples)
+        the same pairs as an (n, 2) object array.
+    """
+    where = None
+    if isinstance(X, (pd.DataFrame, pd.Series)):
+        dtypes = X.dtypes if isinstance(X, pd.DataFrame) else [X.dtype]
+        if all(isinstance(dtype, np.dtype) and dtype.kind in "iuf" for dtype in dtypes):
+            return X  # plain numbers (a NaN is validate_data's to report)
+        values = X.to_numpy(dtype=object)
+        labels = X.index.tolist()
+        columns = X.columns if isinstance(X, pd.DataFrame) else None
+
+        def where(i, j):
+            column = "" if columns is None else f", column {columns[j]!r}"
+            return f"row {labels[i]!r}{column}"
+    elif isinstance(X, np.ndarray):
+        if X.dtype != object:
+            return X  # one kind already (numbers, or strings numpy made)
+        values = X
+    else:
+        try:
+            if np.asarray(X).dtype.kind in "iufb":
+                return X  # numbers only
+            values = np.asarray(X, dtype=object)
+        except (ValueError, TypeError):
+            values = _rows_of_ids(X)  # ids numpy takes for a dimension (tuples)
+            if values is None:
+                return X  # ragged or odd: validate_data explains
+            X = values
+    if values.ndim not in (1, 2):
+        return X
+    if where is None:
+        def where(i, j):
+            return f"row {i}" + (f", column {j}" if values.ndim == 2 else "")
+    width = values.shape[1] if values.ndim == 2 else 1
+    first = {}
+    for position, value in enumerate(values.ravel().tolist()):
+        kind = _id_kind(value)
+        if kind in first:
+            continue
+        i, j = divmod(position, width)
+        if kind is None:
+            raise ValueError(f"{name} has a missing id ({value!r}) at {where(i, j)}; "
+                             "every id must name an object.")
+        first[kind] = (value, where(i, j))
+        if len(first) > 1:
+            (one, (a, at_a)), (other, (b, at_b)) = first.items()
+            raise ValueError(
+                f"{name} mixes kinds of object ids: {one} {a!r} ({at_a}) and {other} "
+                f"{b!r} ({at_b}). Ids are kept exactly as given, never converted: give "
+                f"them all as one kind (e.g. all str).")
+    return X
+
+
+def _rows_of_ids(X):
+    """A list of 2-element rows as an (n, 2) object array, each id kept whole
+    (numpy would read a tuple id as a third dimension); else None."""
+    try:
+        rows = [tuple(row) for row in X]
+    except TypeError:
+        return None
+    if not rows or any(len(row) != 2 for row in rows):
+        return None
+    values = np.empty((len(rows), 2), dtype=object)
+    for i, (a, b) in enumerate(rows):
+        values[i, 0], values[i, 1] = a, b
+    return values
+
+
 class ObjectIndex:
     """Object ids -> rows of the kernel (any hashable ids, in a fixed order).
 
     Parameters
     ----------
     objects : array-like of shape (n_objects,)
-        Distinct ids; row ``i`` of the kernel is ``objects[i]``.
+        Distinct ids of one kind; row ``i`` of the kernel is ``objects[i]``.
+        Copied (read-only): ``objects`` is the index's own array.
     """
 
     def __init__(self, objects, *, name="objects"):
-        # a list may mix kinds of ids: keep each as it is (no cast to strings)
-        objects = (objects if isinstance(objects, np.ndarray)
-                   else np.asarray(objects, dtype=object))
+        check_id_kinds(objects, name=name)
+        # a copy: the caller's array may change later; a list keeps each id
+        # as it is (object dtype, no cast to strings)
+        objects = (np.array(objects) if isinstance(objects, np.ndarray)
+                   else np.array(objects, dtype=object))
+        objects.flags.writeable = False
         if objects.ndim != 1 or len(objects) < 2:
             raise ValueError(f"{name} must be a 1-D sequence of at least 2 object ids, "
                              f"got shape {objects.shape}.")
@@ -95,7 +205,8 @@ class ObjectIndex:
         if len(ids) < 2:
             raise ValueError(f"The pairs name {len(ids)} distinct object(s); a kernel "
                              "needs at least 2 (declare them with objects=[...]).")
-        return cls(ids)
+        # Python values in an object array, whatever container held the pairs
+        return cls(np.array(ids.tolist(), dtype=object))
 
     def __len__(self):
         return len(self.objects)
@@ -141,9 +252,15 @@ def _as_index_array(X):
         return None
     if np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating):
         return X
-    if X.dtype == object and all(isinstance(v, Integral) and not isinstance(v, bool)
-                                 for v in X.ravel().tolist()):
-        return X.astype(np.int64) if X.size else X.astype(np.intp)
+    if X.dtype == object:
+        values = X.ravel().tolist()
+        if not X.size:
+            return X.astype(np.intp)
+        if all(isinstance(v, Integral) and not isinstance(v, (bool, np.bool_))
+               for v in values):
+            return X.astype(np.int64)
+        if all(_id_kind(v) == "number" for v in values):
+            return X.astype(float)  # as a float array would be: indices if whole
     return None
 
 
@@ -185,6 +302,7 @@ def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
     """
     categories = _categories(X) if reset and objects is None else None
     kwargs = dict(reset=reset, dtype=None, ensure_min_samples=1)
+    X = check_id_kinds(X)
     with unchanged_on_error(estimator):
         if y is None:
             X = validate_data(estimator, X, **kwargs)

@@ -1,0 +1,138 @@
+"""Object ids are kept exactly as given (issue 22; rule: the docstring of
+``megkernel._pair_estimator``).
+
+The same pairs as a list of lists, an ndarray and a DataFrame give the same
+model, or the same refusal; a mix of kinds of ids (which numpy would turn
+into strings) and a missing id are refused, naming where; ``objects_`` is
+the model's own read-only copy.
+"""
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+ESTIMATORS = [
+    pytest.param(lambda **p: MEGKernelRegressor(**p), [0.1, 0.2, 0.3], id="MEG"),
+    pytest.param(lambda **p: DefiniteBoostKernel(gamma=0.1, **p), [1, 1, -1],
+                 id="DefiniteBoost"),
+]
+
+CONTAINERS = {
+    "list": lambda rows: [list(row) for row in rows],
+    "object ndarray": lambda rows: np.array(rows, dtype=object),
+    "DataFrame": lambda rows: pd.DataFrame(rows, columns=["u", "v"]),
+    "DataFrame of objects": lambda rows: pd.DataFrame(rows, columns=["u", "v"],
+                                                      dtype=object),
+}
+
+
+def _fit(make, y, X, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # convergence notes
+        return make(**params).fit(X, y)
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+@pytest.mark.parametrize("container", list(CONTAINERS))
+@pytest.mark.parametrize("rows", [
+    [[1, "a"], ["a", "b"], ["b", 1]],        # int and str: numpy would make '1'
+    [["a", 1.5], ["a", "b"], ["b", "a"]],    # float and str
+    [[True, "a"], ["a", "b"], ["b", "a"]],   # bool and str
+    [[("t", 1), "a"], ["a", "b"], ["b", "a"]],  # tuple and str
+])
+def test_a_mix_of_kinds_is_refused_in_every_container(make, y, container, rows):
+    X = CONTAINERS[container](rows)
+    with pytest.raises(ValueError, match="mixes kinds of object ids") as error:
+        _fit(make, y, X)
+    assert "row 0" in str(error.value)
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+def test_same_ids_in_every_container_give_the_same_model(make, y):
+    rows = [["x", "a"], ["a", "b"], ["b", "x"]]
+    models = {name: _fit(make, y, to(rows)) for name, to in CONTAINERS.items()}
+    models["unicode ndarray"] = _fit(make, y, np.array(rows))
+    models["categorical DataFrame"] = _fit(
+        make, y, pd.DataFrame(rows, columns=["u", "v"]).astype("category"))
+    reference = models.pop("list")
+    assert reference.objects_.dtype == object
+    assert reference.objects_.tolist() == ["a", "b", "x"]
+    assert all(type(i) is str for i in reference.objects_)
+    for name, model in models.items():
+        assert model.objects_.dtype == object, name
+        assert model.objects_.tolist() == reference.objects_.tolist(), name
+        np.testing.assert_array_equal(model.kernel_, reference.kernel_, err_msg=name)
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+def test_whole_numbers_in_an_object_array_are_indices_as_in_a_numeric_one(make, y):
+    rows = [[0, 1], [1, 2], [2, 0]]
+    reference = _fit(make, y, np.array(rows))
+    for X in (np.array(rows, dtype=object), np.array(rows, dtype=object).astype(float),
+              pd.DataFrame(rows, dtype=object), [[0, 1.0], [1, 2], [2, 0]]):
+        model = _fit(make, y, X)
+        assert model.objects_.tolist() == [0, 1, 2]
+        np.testing.assert_array_equal(model.kernel_, reference.kernel_)
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+@pytest.mark.parametrize("missing", [None, pd.NA, np.nan, float("nan")])
+@pytest.mark.parametrize("container", ["list", "object ndarray", "DataFrame"])
+def test_a_missing_id_is_refused_naming_row_and_column(make, y, missing, container):
+    rows = [["a", "b"], ["b", "c"], ["c", missing]]
+    X = CONTAINERS[container](rows)
+    column = "'v'" if container == "DataFrame" else "1"
+    with pytest.raises(ValueError, match=f"missing id .* at row 2, column {column}"):
+        _fit(make, y, X)
+
+
+def test_a_missing_id_in_a_nullable_string_column():
+    X = pd.DataFrame({"u": pd.array(["a", "b", pd.NA], dtype="string"),
+                      "v": ["b", "c", "a"]}, index=[10, 11, 12])
+    with pytest.raises(ValueError, match="missing id .* at row 12, column 'u'"):
+        MEGKernelRegressor().fit(X, [0.1, 0.2, 0.3])
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+def test_a_refused_pair_table_leaves_a_fitted_model_unchanged(make, y):
+    model = _fit(make, y, [["a", "b"], ["b", "c"], ["c", "a"]])
+    before = pickle.dumps(model)
+    for X in ([[1, "a"], ["a", "b"], ["b", 1]], [["a", None], ["a", "b"], ["b", "c"]]):
+        with pytest.raises(ValueError):
+            model.fit(X, y)
+    assert pickle.dumps(model) == before
+    if hasattr(model, "partial_fit"):
+        with pytest.raises(ValueError, match="mixes kinds"):
+            model.partial_fit([[1, "a"]], y[:1])
+        assert pickle.dumps(model) == before
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+@pytest.mark.parametrize("kind", ["object", "str", "int"])
+def test_objects_are_the_models_own_copy(make, y, kind):
+    ids = {"object": np.array(["c", "a", "b"], dtype=object),
+           "str": np.array(["c", "a", "b"]),
+           "int": np.array([30, 10, 20])}[kind]
+    names = ids.tolist()
+    pairs = [[names[0], names[1]], [names[1], names[2]], [names[2], names[0]]]
+    model = _fit(make, y, pairs, objects=ids)
+    kernel = model.kernel_.copy()
+    assert not np.shares_memory(model.objects_, ids)
+    assert model.objects_.dtype == ids.dtype  # the kind given, kept
+    ids.sort()  # the caller's array changes: the model does not
+    assert model.objects_.tolist() == names
+    np.testing.assert_array_equal(model.kernel_, kernel)
+    with pytest.raises(ValueError, match="read-only"):
+        model.objects_.sort()  # nor can the model's own ids be reordered in place
+
+
+@pytest.mark.parametrize("objects", [[1, "a", "b"], np.array([1, "a", "b"], dtype=object),
+                                     ["a", None, "b"]])
+def test_declared_objects_follow_the_same_rule(objects):
+    with pytest.raises(ValueError, match="objects (mixes kinds|has a missing id)"):
+        MEGKernelRegressor(objects=objects).fit([["a", "b"]], [0.1])
