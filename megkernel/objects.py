@@ -209,7 +209,13 @@ def _cached_entry(learner, key, fit, memory):
             kernel, objects = _learn(key, fit)
         else:
             with _disk_lock(memory, key):
-                kernel, objects = memory.cache(_learn, ignore=["fit"])(key, fit)
+                cached = memory.cache(_learn, ignore=["fit"])
+                if hasattr(cached, "check_call_in_cache"):
+                    # joblib skips recording the function in a folder when this
+                    # process recorded it in another; a process that never did
+                    # then misses there. Checking first records it.
+                    cached.check_call_in_cache(key, fit)
+                kernel, objects = cached(key, fit)
         entry = _Entry(_frozen(np.asarray(kernel, dtype=float)), _frozen(np.asarray(objects)))
         with _locks_guard:
             _cache[process_key] = entry

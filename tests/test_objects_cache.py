@@ -204,3 +204,37 @@ def test_processes_with_memory_learn_each_kernel_once(tmp_path):
     _, sequential = _search_fits(tmp_path / "sequential", "threading", 1)
     for a, b in zip(scores, sequential):
         assert_array_equal(a, b)
+
+
+def test_a_process_new_to_the_folder_reads_what_another_learned(tmp_path):
+    """joblib records the cached function in a folder only the first time a
+    process meets the function: a kernel learned by a process that met it
+    in another folder must still be read (not learned again) by a process
+    that never met it (the race the benchmark's loky runs hit)."""
+    clear_cache()
+    _step(memory=tmp_path / "first").fit(np.arange(D))
+    _step(BaseMEG(n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
+        np.arange(D))
+    assert cache_info()["fits"] == 2
+    clear_cache()
+    joblib.memory._FUNCTION_HASHES.clear()        # a process that never met _learn
+    _step(BaseMEG(n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
+        np.arange(D))
+    assert cache_info()["fits"] == 0
+
+
+def test_the_search_benchmark_runs_and_counts_its_fits(tmp_path):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_search.py"
+    spec = importlib.util.spec_from_file_location("bench_search", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_search"] = bench
+    spec.loader.exec_module(bench)
+    problem = bench.make_problem(24)
+    assert problem[2].shape[1] == 2 and len(problem[3]) == len(problem[2])
+    for memory in (False, True):
+        seconds, learned = bench.run("GridSearchCV", problem, 1, memory, str(tmp_path))
+        assert learned == 3 and seconds > 0      # 3 learning rates, once each
