@@ -31,7 +31,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
-from ._numerics.validation import check_pair_indices
+from ._numerics.validation import check_n_objects, check_pair_indices
 
 __all__ = [
     "KernelViewsMixin",
@@ -365,7 +365,8 @@ def initial_state(estimator, pairs, index=None):
                     f"the model would hold {n_objects} objects (a dense {n_objects} x "
                     f"{n_objects} kernel). Give n_objects (or objects=[...] for ids, "
                     "init_factor for a low-rank model) to mean it.")
-        return ExponentState.identity(n_objects)
+        name = "n_objects" if index is None else "len(objects)"
+        return ExponentState.identity(check_n_objects(n_objects, name=name))
     if index is not None and len(index) != state.n_objects:
         raise ValueError(f"The prior is over {state.n_objects} objects, but the pairs "
                          f"or objects name {len(index)}.")

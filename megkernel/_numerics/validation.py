@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .limits import MAX_STEP, MAX_TRACE, MIN_TRACE
+from .limits import MAX_DENSE_OBJECTS, MAX_STEP, MAX_TRACE, MIN_TRACE
 
 __all__ = [
     "check_pair_indices",
@@ -105,6 +105,12 @@ def check_n_objects(n_objects, *, name="n_objects"):
     if n_objects < 2:
         raise ValueError(f"{name} must be at least 2 (a kernel's distances need two "
                          f"objects), got {n_objects}.")
+    if n_objects > MAX_DENSE_OBJECTS:  # before any d x d allocation
+        raise ValueError(
+            f"{name}={n_objects} asks for a dense model of {n_objects} x {n_objects} "
+            f"matrices ({8 * float(n_objects) ** 2 / 2**30:.3g} GiB each); dense mode "
+            f"holds at most {MAX_DENSE_OBJECTS} objects (MAX_DENSE_OBJECTS). For more, "
+            "give a low-rank prior (init_factor; prior_factor for the functions).")
     return int(n_objects)
 
 
