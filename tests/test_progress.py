@@ -77,3 +77,37 @@ def test_cache_check_is_cheap_and_boolean():
     for engine in ["rank-one", "lanczos", "eigh"]:
         assert _progress.numba_cache_cold(engine) in (True, False)
     assert _progress.numba_cache_cold("eigh") is False
+
+
+TOY_NUMBA_ENGINE = """
+from numba import njit
+
+
+@njit(cache=True)
+def step(x):
+    return x + 1.0
+"""
+
+
+def test_compile_note_reads_the_engine_registry(tmp_path, monkeypatch, capsys):
+    """An engine's numba kernels and compile time are its registry line's:
+    a new compiled engine gets the note with no change here."""
+    import importlib.util
+
+    from megkernel import _engines
+
+    path = tmp_path / "toy_numba_engine.py"
+    path.write_text(TOY_NUMBA_ENGINE)
+    spec = importlib.util.spec_from_file_location("toy_numba_engine", path)
+    toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toy)
+    eigh = _engines.ENGINES["eigh"]
+    monkeypatch.setitem(_engines.ENGINES, "toy", eigh._replace(
+        name="toy", compiled=toy, compile_seconds=7))
+    monkeypatch.setattr(_progress, "_NOTED", set())
+    assert _progress.numba_cache_cold("toy") is True  # nothing compiled or cached yet
+    assert _progress.note_compiling(["eigh", "toy"]) is True
+    assert "about 7 s" in capsys.readouterr().err
+    assert toy.step(1.0) == 2.0  # compiles, and writes the cache
+    assert _progress.numba_cache_cold("toy") is False
+    assert _progress.numba_cache_cold("not an engine") is False
