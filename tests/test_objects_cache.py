@@ -238,3 +238,28 @@ def test_the_search_benchmark_runs_and_counts_its_fits(tmp_path):
     for memory in (False, True):
         seconds, learned = bench.run("GridSearchCV", problem, 1, memory, str(tmp_path))
         assert learned == 3 and seconds > 0      # 3 learning rates, once each
+
+
+def test_a_worker_process_without_memory_says_it_learns_again(tmp_path, monkeypatch):
+    import multiprocessing
+    import warnings
+
+    import megkernel.objects as objects
+
+    clear_cache()
+    monkeypatch.setattr(objects, "_warned_in_worker", [])
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    with pytest.warns(UserWarning, match="worker process without memory.*memory="):
+        _step().fit(np.arange(D))
+    clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _step().fit(np.arange(D))                 # once per process
+        monkeypatch.setattr(objects, "_warned_in_worker", [])
+        clear_cache()
+        _step(memory=tmp_path).fit(np.arange(D))  # with memory: nothing to say
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
+    clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _step().fit(np.arange(D))                 # the main process
