@@ -474,7 +474,8 @@ def _given_matrix(distances, objects):
     matrix = _as_float(distances, "distances")
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"distances must be a square matrix (objects x objects), got "
-                         f"shape {matrix.shape}.")
+                         f"shape {matrix.shape}; give a table of pairs as pairs=(its two "
+                         "id columns) and targets=(its distances).")
     objects = (np.arange(len(matrix)) if objects is None
                else np.asarray(objects) if isinstance(objects, np.ndarray)
                else np.asarray(objects, dtype=object))

@@ -101,3 +101,28 @@ def test_search_on_a_local_dask_cluster(wine, triples, sequential_meg_search):
     np.testing.assert_array_equal(on_dask.cv_results_["mean_test_knn"],
                                   local.cv_results_["mean_test_knn"])
     assert on_dask.best_params_ == local.best_params_
+
+
+def test_learned_and_raw_kernels_in_one_parallel_grid_with_memory(wine, tmp_path):
+    """The no-learning baseline and the learned kernels share one Pipeline and
+    one GridSearchCV; with memory, n_jobs=2 gives n_jobs=1's results."""
+    from sklearn.model_selection import ShuffleSplit
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import Pipeline
+
+    from megkernel import KernelDistances
+    from megkernel.datasets import distance_triples as triples_of
+
+    pairs, sq = triples_of(wine.kernel, 600, random_state=1)
+    step = KernelDistances(learner=MEGKernelRegressor(n_objects=D), pairs=pairs,
+                           targets=1e3 * sq, given_squared=True, memory=tmp_path)
+    pipe = Pipeline([("distances", step), ("knn", KNeighborsClassifier(metric="precomputed"))])
+    grid = [{"distances__learner": [None], "knn__n_neighbors": [1, 3]},
+            {"distances__learner__learning_rate": [0.5, 2.0], "knn__n_neighbors": [1, 3]}]
+    cv = ShuffleSplit(4, test_size=0.5, random_state=0)
+    ids = np.arange(D)
+    results = [GridSearchCV(pipe, grid, cv=cv, n_jobs=n_jobs).fit(ids, wine.labels).cv_results_
+               for n_jobs in (1, 2)]
+    np.testing.assert_array_equal(results[0]["mean_test_score"], results[1]["mean_test_score"])
+    assert len(results[0]["params"]) == 6
+    assert np.all(np.isfinite(results[0]["mean_test_score"]))
