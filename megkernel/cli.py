@@ -9,6 +9,10 @@ Progress: one bar per experiment on stderr (``--quiet``: nothing but errors;
 ``--verbose``: a detail line per checkpoint and the whole table). Everything
 is composed from :mod:`megkernel.datasets`, :mod:`megkernel.experiments` and
 :mod:`megkernel.plotting`.
+
+A refused run leaves no trace: every input (arguments, data, the similar
+pairs ``gamma`` admits) is checked before the ``--out`` directory is made,
+and directories made for a run that then fails are removed while empty.
 """
 
 from __future__ import annotations
@@ -148,15 +152,31 @@ def _load_target(args):
 
 
 def _prepare_output(directory):
-    """Create the output directory and check it is writable, before any work."""
+    """Create the output directory and check it is writable, before the
+    experiments; return the directories created (innermost last)."""
+    missing = [path for path in [directory, *directory.parents] if not path.exists()]
+    created = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        for path in reversed(missing):
+            path.mkdir()
+            created.append(path)
         probe = directory / ".megkernel-write-test"
         probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as error:
+        _remove_created(created)
         raise OSError(f"cannot write to the output directory {directory}: "
                       f"{error.strerror or error}") from error
+    return created
+
+
+def _remove_created(created):
+    """Remove the directories a refused run created, if still empty."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def _data_name(args):
@@ -218,11 +238,17 @@ def _gamma(args, kernel):
     d = len(kernel)
     if args.gamma is not None:
         count = len(similar_pairs(kernel, args.gamma, shuffle=False))
+        if count == 0:  # as run_batch_experiment would say, after the on-line run
+            raise ValueError(f"No pair is closer than gamma={args.gamma:.4g} in the "
+                             "target kernel; raise --gamma (or use --similar-fraction).")
         return args.gamma, (f"DefiniteBoost: gamma = {args.gamma * d:.4g}/d (--gamma) "
                             f"admits {count} of {n_pairs} pairs "
                             f"(fraction {count / n_pairs:.3f})")
     gamma = similarity_threshold(kernel, args.similar_fraction)
     count = len(similar_pairs(kernel, gamma, shuffle=False))
+    if count == 0:  # as run_batch_experiment would say, after the on-line run
+        raise ValueError(f"No pair is closer than gamma={gamma:.4g} in the target "
+                         "kernel; raise --similar-fraction.")
     how = ("the paper's share, 980 of 1326" if args.similar_fraction == PAPER_SIMILAR_FRACTION
            else f"--similar-fraction {args.similar_fraction:g}")
     return gamma, (f"DefiniteBoost: {count} of {n_pairs} pairs similar ({how}), "
@@ -237,10 +263,21 @@ def reproduce(args, *, log=print, argv=()):
         def log(message):
             return None
     verbose = 0 if args.quiet else (2 if args.verbose else 1)
-    _prepare_output(args.out)
+    # every input is checked before the output directory is made: a refused
+    # run leaves no trace (and one that fails later removes it if still empty)
     target = _load_target(args)
-    log(f"Target: {target.description}")
     gamma, gamma_line = _gamma(args, target.kernel)
+    created = _prepare_output(args.out)
+    try:
+        return _run(args, argv, log, verbose, target, gamma, gamma_line, started)
+    except BaseException:
+        _remove_created(created)
+        raise
+
+
+def _run(args, argv, log, verbose, target, gamma, gamma_line, started):
+    """The experiments, figures and tables of :func:`reproduce`."""
+    log(f"Target: {target.description}")
     log(gamma_line)
     d = len(target.labels)
     if verbose:

@@ -99,16 +99,46 @@ def test_reproduce_on_a_fasta_file(tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [(["--fasta", "/nonexistent/file.faa"], "No such file"),
+     (["--fasta", "/dev/zero"], "binary file"),
      (["--gamma", "1e-9"], "No pair is closer"),
      (["--n-objects", "400"], "fewer than the"),
      (["--data", "wine", "--n-objects", "400"], "fewer than the")],
 )
 def test_reproduce_reports_errors(tmp_path, capsys, arguments, message):
+    out = tmp_path / "results" / "run"
     with pytest.raises(SystemExit) as exit_info:
-        main(["reproduce", *SMALL_RUN[:4], "--out", str(tmp_path), "--quiet",
-              *arguments])
+        main(["reproduce", *SMALL_RUN[:4], "--out", str(out), "--quiet", *arguments])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()  # a refused run creates no folder
+
+
+@pytest.mark.parametrize("error", [RuntimeError("late failure"), KeyboardInterrupt()])
+def test_a_run_failing_before_writing_removes_the_folders_it_made(tmp_path, monkeypatch,
+                                                                   error):
+    import megkernel.cli as cli
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(cli, "run_online_experiment", fail)
+    existing = tmp_path / "kept"
+    existing.mkdir()
+    for out in (tmp_path / "new" / "run", existing):
+        with pytest.raises(type(error)):
+            main(["reproduce", *SMALL_RUN, "--data", "wine", "--quiet", "--out", str(out)])
+    assert not (tmp_path / "new").exists()
+    assert existing.is_dir()  # not ours to remove
+
+
+def test_an_unwritable_output_is_refused_leaving_nothing(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        main(["reproduce", *SMALL_RUN, "--data", "wine", "--quiet",
+              "--out", str(blocker / "run")])
+    assert "cannot write to the output directory" in capsys.readouterr().err
+    assert blocker.is_file()
 
 
 @pytest.mark.parametrize("arguments", [["--trials", "0"], ["--similar-fraction", "2"]])
