@@ -107,8 +107,8 @@ def test_every_engine_is_declared_in_one_place():
         assert engine.name == name
         module = engine.pair_trials.__module__
         assert module.startswith("megkernel._engines."), (name, module)
-        if engine.pair_update is not None:
-            assert engine.pair_update.__module__ == module, name
+        for entry in (engine.pair_update, engine.pair_sq_distance_after):
+            assert entry is None or entry.__module__ == module, name
         assert engine.fallback is None or engine.fallback in ENGINES, name
         modules[module.rsplit(".", 1)[-1]] = name
     engine_modules = {path.stem for path in (PACKAGE / "_engines").glob("*.py")

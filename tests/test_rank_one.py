@@ -84,6 +84,41 @@ def test_engine_registered_and_auto():
     assert select("auto", ExponentState.identity(2), need="update") is ENGINES["eigh"]
 
 
+@pytest.mark.parametrize("name", ["eigh", "rank-one"])
+@pytest.mark.parametrize("basis_rank", [None, 4])
+def test_line_search_of_each_engine_matches_the_dense_formula(name, basis_rank):
+    """``pair_sq_distance_after`` of the engine record against ``v^T W' v``
+    with ``W' = expm(A + s v v^T) / tr`` formed densely by scipy."""
+    from scipy.linalg import expm
+
+    rng = np.random.default_rng(7)
+    if basis_rank is None:
+        F = rng.standard_normal((8, 8))
+        state = ExponentState.from_prior(F @ F.T + np.eye(8))
+    else:
+        state = ExponentState.from_factor(rng.standard_normal((8, basis_rank)))
+    line_search = ENGINES[name].pair_sq_distance_after
+    for a, b, scale in [(0, 5, 0.7), (2, 3, -3.0), (7, 1, 40.0)]:
+        v = state.pair_vectors(np.array([a]), np.array([b]))[0]
+        A = state.exponent + scale * np.outer(v, v)
+        W = expm(A - np.linalg.eigvalsh(A).max() * np.eye(len(A)))
+        expected = v @ (W / np.trace(W)) @ v
+        z = state.pair_coordinates(a, b)[0]
+        assert line_search(state, z, scale) == pytest.approx(expected, rel=1e-10, abs=1e-15)
+    assert ENGINES["lanczos"].pair_sq_distance_after is None
+
+
+def test_exact_steps_go_to_an_engine_with_a_line_search():
+    state = ExponentState.identity(12)
+    assert select("eigh", state, need="exact-update") is ENGINES["eigh"]
+    assert select("rank-one", state, need="exact-update") is ENGINES["rank-one"]
+    assert select("lanczos", state, need="exact-update") is ENGINES["rank-one"]
+    assert select("auto", state, need="exact-update") is ENGINES["rank-one"]
+    assert select("auto", ExponentState.identity(2), need="exact-update") is ENGINES["eigh"]
+    with pytest.raises(ValueError, match="need must be"):
+        select("auto", state, need="steps")
+
+
 def test_engine_matches_eigh_after_5000_trials():
     trials = _distance_trials(20, 5000)
     fast, slow = ExponentState.identity(20), ExponentState.identity(20)

@@ -13,6 +13,13 @@ Every engine is one module with the same two functions:
 ``pair_update(state, a, b, scale)``
     One step ``A <- A + scale v v^T`` with the eigenpairs kept current
     (DefiniteBoost's projection), or ``None`` if the engine has none.
+``pair_sq_distance_after(state, z, scale)``
+    ``v^T W' v`` after such a step, with ``z = V^T v``, without changing
+    the state (the exact line search of DefiniteBoost's projection), or
+    ``None``.
+
+Squared distances of many pairs under a dense state, which every engine
+shares, are :func:`pair_sq_distances`.
 
 All engines give the same results up to round-off. To add one: write the
 module, and add one :class:`Engine` line to :data:`ENGINES` (and, if it
@@ -36,6 +43,7 @@ from sklearn.utils._param_validation import Options, StrOptions
 
 from .._numerics.threads import blas_threads
 from . import _lanczos_kernels, _rank_one_kernels, eigh, lanczos, rank_one
+from ._distances import pair_sq_distances
 
 __all__ = [
     "Engine",
@@ -45,6 +53,7 @@ __all__ = [
     "MethodOptions",
     "methods",
     "methods_doc",
+    "pair_sq_distances",
     "select",
     "run_pair_trials",
 ]
@@ -67,6 +76,10 @@ class Engine(NamedTuple):
         Whether it runs low-rank states (``state.basis`` set).
     fallback : str or None, default=None
         The engine that runs the trials this one declines.
+    pair_sq_distance_after : callable or None, default=None
+        ``pair_sq_distance_after(state, z, scale)`` (see the module docs),
+        or ``None``: DefiniteBoost's exact projection then runs by the
+        rank-one engine.
     compiled : module or None, default=None
         The module of its numba kernels, if any: the compile note checks
         their cache.
@@ -80,6 +93,7 @@ class Engine(NamedTuple):
     pair_update: Callable | None
     low_rank: bool
     fallback: str | None = None
+    pair_sq_distance_after: Callable | None = None
     compiled: ModuleType | None = None
     compile_seconds: float = 0.0
 
@@ -87,9 +101,11 @@ class Engine(NamedTuple):
 #: The engines by ``method`` name. Compile times measured on a 2-core
 #: machine: rank-one 4.6 s, Lanczos 1.8 s.
 ENGINES = {
-    "eigh": Engine("eigh", eigh.pair_trials, eigh.pair_update, low_rank=True),
+    "eigh": Engine("eigh", eigh.pair_trials, eigh.pair_update, low_rank=True,
+                   pair_sq_distance_after=eigh.pair_sq_distance_after),
     "rank-one": Engine("rank-one", rank_one.pair_trials, rank_one.pair_update,
-                       low_rank=True, compiled=_rank_one_kernels, compile_seconds=5),
+                       low_rank=True, pair_sq_distance_after=rank_one.pair_sq_distance_after,
+                       compiled=_rank_one_kernels, compile_seconds=5),
     "lanczos": Engine("lanczos", lanczos.pair_trials, None, low_rank=False,
                       fallback="eigh", compiled=_lanczos_kernels, compile_seconds=2),
 }
@@ -199,8 +215,10 @@ def select(method, state, n_trials=None, *, need="trials"):
     state : ExponentState
     n_trials : int, optional
         Trials of the call, if known.
-    need : {"trials", "update"}
-        What the caller will run: MEG trials or single DefiniteBoost steps.
+    need : {"trials", "update", "exact-update"}
+        What the caller will run: MEG trials, single DefiniteBoost steps,
+        or those steps with their exact line search
+        (``pair_sq_distance_after``).
 
     Returns
     -------
@@ -209,6 +227,8 @@ def select(method, state, n_trials=None, *, need="trials"):
         (Lanczos on a low-rank state, or for single steps) is replaced by
         the rank-one engine.
     """
+    if need not in ("trials", "update", "exact-update"):
+        raise ValueError(f"need must be 'trials', 'update' or 'exact-update', got {need!r}.")
     if method != "auto" and method not in ENGINES:
         raise ValueError(f"Unknown method {method!r}; available: {sorted(methods())}.")
     size = state.size
@@ -218,10 +238,12 @@ def select(method, state, n_trials=None, *, need="trials"):
                 and (n_trials is None or n_trials >= AUTO_LANCZOS_MIN_TRIALS)):
             method = "lanczos"
     engine = ENGINES[method]
-    if (state.basis is not None and not engine.low_rank) or (
-            need == "update" and engine.pair_update is None):
+    steps = need in ("update", "exact-update")
+    if ((state.basis is not None and not engine.low_rank)
+            or (steps and engine.pair_update is None)
+            or (need == "exact-update" and engine.pair_sq_distance_after is None)):
         engine = ENGINES["rank-one"]
-    if need == "update" and engine.name == "rank-one" and size < RANK_ONE_FROM:
+    if steps and engine.name == "rank-one" and size < RANK_ONE_FROM:
         engine = ENGINES["eigh"]
     return engine
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pair_trials", "pair_update"]
+from .._numerics.spectral import eigh_symmetric, normalized_exp_weights
+
+__all__ = ["pair_trials", "pair_update", "pair_sq_distance_after"]
 
 
 def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
@@ -40,3 +42,16 @@ def pair_update(state, a, b, scale):
     """``A <- A + scale v v^T`` for the pair ``(a, b)``, then ``eigh(A)``."""
     state.add_pair_outer(a, b, scale)
     state.refresh()
+
+
+def pair_sq_distance_after(state, z, scale):
+    """``v^T W' v`` for ``W' = exp(A + scale v v^T) / tr``, with ``z = V^T v``.
+
+    In the eigenbasis of ``A`` the step is ``diag(lam) + scale z z^T``: one
+    ``eigh`` of that matrix (``O(r^3)``); ``state`` is not changed.
+    """
+    z = np.asarray(z, dtype=float)
+    lam_new, vecs = eigh_symmetric(np.diag(state.eigenvalues) + scale * np.outer(z, z),
+                                   name="the exponent after the step", check=False)
+    proj = vecs.T @ z
+    return float((proj * proj) @ normalized_exp_weights(lam_new))
