@@ -912,6 +912,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         if self.targets is not None:
             raise ValueError("A stream's chunks hold their targets: leave targets=None "
                              "when pairs is a callable.")
+        if hasattr(self.learner, "_validate_params"):  # its errors, not a chunk's
+            self.learner._validate_params()
         scan = _scan_stream(self.pairs)
         key = _key(self.learner, ("stream", scan.digest))
         entry = _cached_entry(self.learner, key,

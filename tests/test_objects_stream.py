@@ -200,6 +200,8 @@ def _empty():
     (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=DefiniteBoostKernel()),
      "partial_fit, which DefiniteBoostKernel does not have"),
     (dict(pairs=iter([([[0, 1]], [1.0])])), "pairs"),   # a one-shot iterator
+    (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=MEGKernelRegressor(
+        learning_rate=-1.0)), "^The 'learning_rate' parameter"),  # the learner's, not a chunk's
 ])
 def test_streams_of_the_wrong_kind_are_refused(params, message):
     step = KernelDistances(**{"learner": MEGKernelRegressor(n_objects=D), **params})
