@@ -402,21 +402,34 @@ def _stream_params(learner, stream, scan):
     return fixed
 
 
+def _stream_epochs(learner):
+    """Passes over the stream: the learner's ``n_epochs`` (MEG), else 1; a
+    stream is replayed in its order, so ``shuffle=True`` is refused."""
+    params = learner.get_params(deep=False)
+    if params.get("shuffle"):
+        raise ValueError(f"{type(learner).__name__}(shuffle=True) cannot shuffle a "
+                         "stream: it is replayed in its order (shuffle the chunks in the "
+                         "stream, and leave shuffle=False).")
+    epochs = params.get("n_epochs", 1)
+    return epochs if isinstance(epochs, int) and epochs >= 1 else 1
+
+
 def _streamed_entry(learner, stream, scan):
     """``fit`` for a stream: the scale fixed over the whole stream, then the
-    learner's ``partial_fit`` chunk by chunk."""
+    learner's ``partial_fit`` chunk by chunk, for each of its epochs."""
     def fit():
         model = clone(learner).set_params(**_stream_params(learner, stream, scan))
-        digest = hashlib.sha256()
-        for i, pairs, targets, values, y in _chunks(stream):
-            digest.update(_chunk_digest(values, y))
-            try:
-                model.partial_fit(pairs, targets)
-            except ValueError as error:
-                raise ValueError(f"Chunk {i} of the stream: {error}") from error
-        if digest.hexdigest() != scan.digest:
-            raise ValueError("The stream gave other chunks on its second pass than on "
-                             "its first: it must replay the same chunks at every call.")
+        for _ in range(_stream_epochs(learner)):
+            digest = hashlib.sha256()
+            for i, pairs, targets, values, y in _chunks(stream):
+                digest.update(_chunk_digest(values, y))
+                try:
+                    model.partial_fit(pairs, targets)
+                except ValueError as error:
+                    raise ValueError(f"Chunk {i} of the stream: {error}") from error
+            if digest.hexdigest() != scan.digest:
+                raise ValueError("The stream gave other chunks on a later pass than on "
+                                 "its first: it must replay the same chunks at every call.")
         return model.kernel_, np.asarray(model.objects_)
     return fit
 
@@ -663,7 +676,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         (for :class:`~megkernel.MEGKernelRegressor`: its objects, ``trace="auto"``
         and low-rank ``learning_rate="auto"``, as its one-shot on-line fit on
         the chunks' concatenation would), then ``partial_fit`` runs chunk by
-        chunk.
+        chunk, over the whole stream once per ``n_epochs`` of the learner (in
+        the stream's order: ``shuffle=True`` is refused).
     targets : array-like of shape (n_pairs,), default=None
         With a learner: its targets (squared distances for MEG, pair labels
         for DefiniteBoost; ``None``: all similar). Without: the pairs'
@@ -914,6 +928,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                              "when pairs is a callable.")
         if hasattr(self.learner, "_validate_params"):  # its errors, not a chunk's
             self.learner._validate_params()
+        _stream_epochs(self.learner)
         scan = _scan_stream(self.pairs)
         key = _key(self.learner, ("stream", scan.digest))
         entry = _cached_entry(self.learner, key,

@@ -77,6 +77,22 @@ def test_streaming_equals_one_online_pass_over_the_concatenation():
     assert abs(chained.trace_ - trace) > 0.1 * trace
 
 
+def test_a_stream_replays_once_per_epoch():
+    pairs, y, _ = _triples(seed=4)
+    stream = Stream(pairs, y)
+    step = KernelDistances(learner=MEGKernelRegressor(n_objects=D, n_epochs=3),
+                           pairs=stream).fit(np.arange(D))
+    assert stream.calls == 1 + 3                  # the scan, then three passes
+    moving = pairs[:, 0] != pairs[:, 1]
+    reference = MEGKernelRegressor(n_objects=D, trace=D * y[moving].mean() / 2)
+    for _ in range(3):
+        reference.partial_fit(pairs, y)
+    assert_allclose(step.kernel_, reference.kernel_, rtol=1e-10,
+                    atol=1e-12 * reference.trace_)
+    one_pass = _reference(pairs, y, n_objects=D, trace=reference.trace_)
+    assert not np.allclose(step.kernel_, one_pass.kernel_, rtol=1e-3)
+
+
 def test_a_stream_of_ids_takes_all_its_ids_as_the_objects():
     pairs, y, _ = _triples(seed=1)
     names = np.array([f"p{i:02d}" for i in range(D)], dtype=object)
@@ -154,7 +170,7 @@ def _nan(chunk):
     (_nan, "Chunk 2 of the stream has NaN"),
     (lambda chunk: (chunk[0] - 50, chunk[1]), "Chunk 2 of the stream: pairs .*negative"),
     (lambda chunk: (chunk[0], -chunk[1]), "Chunk 2 of the stream: .*negative"),
-    ("other", "other chunks on its second pass"),
+    ("other", "other chunks on a later pass"),
 ])
 def test_a_bad_chunk_fails_clearly_and_changes_nothing(bad, message):
     clear_cache()
@@ -200,6 +216,8 @@ def _empty():
     (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=DefiniteBoostKernel()),
      "partial_fit, which DefiniteBoostKernel does not have"),
     (dict(pairs=iter([([[0, 1]], [1.0])])), "pairs"),   # a one-shot iterator
+    (dict(pairs=lambda: iter([([[0, 1]], [1.0])]),
+          learner=MEGKernelRegressor(shuffle=True)), "cannot shuffle a stream"),
     (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=MEGKernelRegressor(
         learning_rate=-1.0)), "^The 'learning_rate' parameter"),  # the learner's, not a chunk's
 ])
