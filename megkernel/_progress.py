@@ -29,8 +29,10 @@ _NOTED = set()
 
 
 class _NoBar:
-    """What :func:`bar` returns when disabled: nothing drawn, nothing paid
-    (a disabled tqdm costs ~40 us, as much as a MEG trial at d = 52)."""
+    """What :func:`bar` returns when disabled: nothing drawn, nothing paid.
+
+    A disabled tqdm costs ~40 us, as much as a MEG trial at d = 52.
+    """
 
     def __enter__(self):
         return self
@@ -52,7 +54,7 @@ _NO_BAR = _NoBar()
 
 
 def bar(*, total, desc, unit, enabled=True, leave=True):
-    """A tqdm progress bar on stderr (a no-op stand-in when not ``enabled``)."""
+    """Return a tqdm progress bar on stderr (a no-op stand-in when not ``enabled``)."""
     if not enabled:
         return _NO_BAR
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,

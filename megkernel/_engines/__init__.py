@@ -1,5 +1,7 @@
-"""Layer 2, engines: interchangeable ways to run MEG trials and DefiniteBoost
-steps on an :class:`~megkernel._numerics.state.ExponentState`.
+"""Layer 2, engines: interchangeable ways to run MEG and DefiniteBoost steps.
+
+Each engine runs MEG trials and DefiniteBoost steps on an
+:class:`~megkernel._numerics.state.ExponentState`.
 
 Every engine is one module with the same two functions:
 
@@ -112,7 +114,7 @@ ENGINES = {
 
 
 def methods(need="trials"):
-    """The ``method`` values the registry offers now, ``"auto"`` first.
+    """Return the ``method`` values the registry offers now, ``"auto"`` first.
 
     Parameters
     ----------
@@ -132,7 +134,7 @@ def methods(need="trials"):
 
 
 def methods_doc(need="trials"):
-    """The ``method`` options as numpydoc writes them: ``{"auto", "eigh", ...}``.
+    """Return the ``method`` options as numpydoc writes them: ``{"auto", "eigh", ...}``.
 
     For docstrings built from the registry (read when the calling module
     is imported).
@@ -203,7 +205,7 @@ RANK_ONE_FROM = 3
 
 
 def select(method, state, n_trials=None, *, need="trials"):
-    """The engine for ``method`` on ``state``.
+    """Return the engine for ``method`` on ``state``.
 
     Parameters
     ----------

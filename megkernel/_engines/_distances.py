@@ -19,8 +19,10 @@ __all__ = ["pair_sq_distances"]
 
 @njit(cache=True, error_model="numpy")
 def _pair_sq_distances(Vt, weights, a, b, out):
-    """``out[j] = sum_e weights[e] (Vt[e, a[j]] - Vt[e, b[j]])^2``, summed
-    over ascending ``e``."""
+    """Set ``out[j] = sum_e weights[e] (Vt[e, a[j]] - Vt[e, b[j]])^2``.
+
+    Summed over ascending ``e``.
+    """
     m = a.size
     n = Vt.shape[0]
     for j in range(m):

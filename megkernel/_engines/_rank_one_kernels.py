@@ -88,8 +88,10 @@ def make_workspace(n, m):
 
 @_reduction
 def _secular_sums(zk, shifted, tau, row, split):
-    """``row = shifted - tau`` and ``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``
-    (``psi`` over the poles up to ``split``, ``phi`` over the rest)."""
+    """Set ``row = shifted - tau``; return ``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``.
+
+    ``psi`` sums over the poles up to ``split``, ``phi`` over the rest.
+    """
     psi = 0.0
     dpsi = 0.0
     phi = 0.0

@@ -39,7 +39,7 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
 
 
 def pair_update(state, a, b, scale):
-    """``A <- A + scale v v^T`` for the pair ``(a, b)``, then ``eigh(A)``."""
+    """Update ``A <- A + scale v v^T`` for the pair ``(a, b)``, then ``eigh(A)``."""
     state.add_pair_outer(a, b, scale)
     state.refresh()
 

@@ -98,7 +98,7 @@ _GL_NODES, _GL_WEIGHTS = _gauss_legendre_table()
 
 
 def _settings():
-    """The module constants as the kernel's settings arguments, in order.
+    """Return the module constants as the kernel's settings arguments, in order.
 
     Read at each call (tests patch the constants); converted to ``int`` and
     ``float`` so that the compiled kernel always sees the same types.

@@ -67,7 +67,7 @@ _PAIR_B = np.array([1], dtype=np.intp)
 
 def _run(lam, rows, exponent, basis, a, b, y, scales, learning_rate, trace,
          predictions, start, budget):
-    """The compiled kernel on ``lam`` and the eigenvector ``rows`` (in place).
+    """Run the compiled kernel on ``lam`` and the eigenvector ``rows`` (in place).
 
     Returns ``(next_trial, updates, rows, info)``: ``rows`` is the array
     now holding the eigenvectors (the kernel may have traded it for its
@@ -122,7 +122,7 @@ def _basis(state):
 
 
 def pair_update(state, a, b, scale):
-    """``A <- A + scale v v^T`` for the pair ``(a, b)``, eigenpairs included.
+    """Update ``A <- A + scale v v^T`` for the pair ``(a, b)``, eigenpairs included.
 
     The exponent is updated exactly (as :meth:`ExponentState.add_pair_outer`);
     the eigendecomposition by a rank-one update, re-anchored on ``eigh(A)``

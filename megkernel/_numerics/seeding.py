@@ -18,7 +18,7 @@ SEED_BOUND = np.iinfo(np.int32).max
 
 
 def derived_seed(random_state):
-    """An int seed drawn from ``random_state``.
+    """Draw an int seed from ``random_state``.
 
     Parameters
     ----------
@@ -36,5 +36,5 @@ def derived_seed(random_state):
 
 
 def derived_generator(random_state):
-    """A NumPy ``Generator`` seeded by :func:`derived_seed` of ``random_state``."""
+    """Return a NumPy ``Generator`` seeded by :func:`derived_seed` of ``random_state``."""
     return np.random.default_rng(derived_seed(random_state))

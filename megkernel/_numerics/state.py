@@ -32,8 +32,11 @@ _GATHER_CHUNK = 100_000
 
 
 class PartitionAnchor(NamedTuple):
-    """``log tr exp(A)`` carried across calls by an engine that does not keep
-    eigenpairs per trial (Lanczos), valid while ``stamp`` matches the state."""
+    """``log tr exp(A)`` carried across calls by an engine.
+
+    Kept by an engine that does not keep eigenpairs per trial (Lanczos);
+    valid while ``stamp`` matches the state.
+    """
 
     log_partition: float
     updates_since_anchor: int
@@ -146,7 +149,7 @@ class ExponentState:
         return scaled if self.basis is None else self.basis @ scaled
 
     def entries(self, rows, cols):
-        """The block ``W[rows][:, cols]`` without forming ``W``."""
+        """Return the block ``W[rows][:, cols]`` without forming ``W``."""
         vecs = self.eigenvectors
         left = vecs[rows] if self.basis is None else self.basis[rows] @ vecs
         right = vecs[cols] if self.basis is None else self.basis[cols] @ vecs
@@ -165,8 +168,11 @@ class ExponentState:
         return self.basis[a] - self.basis[b]
 
     def pair_sq_norms(self, a, b):
-        """``||v||^2`` for each pair (``2`` or ``0`` in dense mode; in
-        low-rank mode ``||P[a] - P[b]||^2``, gathered in chunks)."""
+        """Return ``||v||^2`` for each pair.
+
+        ``2`` or ``0`` in dense mode; in low-rank mode ``||P[a] - P[b]||^2``,
+        gathered in chunks.
+        """
         a = np.atleast_1d(a)
         b = np.atleast_1d(b)
         if self.basis is None:
@@ -194,7 +200,7 @@ class ExponentState:
 
     # -- updates -----------------------------------------------------------
     def add_pair_outer(self, a, b, scale):
-        """``A <- A + scale * v v^T`` on the stored exponent only."""
+        """Update ``A <- A + scale * v v^T`` on the stored exponent only."""
         if self.basis is None:
             A = self.exponent
             A[a, a] += scale
@@ -206,7 +212,7 @@ class ExponentState:
             self.exponent += scale * np.outer(v, v)
 
     def add_symmetric(self, matrix, scale):
-        """``A <- A + scale * X`` and re-decompose."""
+        """Update ``A <- A + scale * X`` and re-decompose."""
         self.exponent += scale * matrix
         self.refresh()
 
@@ -222,7 +228,7 @@ class ExponentState:
         self.updates_since_refresh = 0
 
     def copy(self):
-        """An independent copy (the basis, never changed, is shared)."""
+        """Return an independent copy (the basis, never changed, is shared)."""
         new = self.__class__.__new__(self.__class__)
         for field in self.FIELDS:
             value = getattr(self, field)
@@ -238,7 +244,7 @@ class ExponentState:
 
 
 def prior_state(n_objects=None, prior=None, prior_factor=None):
-    """The state of a prior: ``I / d``, a d x d matrix or a d x r factor."""
+    """Return the state of a prior: ``I / d``, a d x d matrix or a d x r factor."""
     if prior is not None and prior_factor is not None:
         raise ValueError("Give the prior either as a d x d matrix or as a d x r "
                          "factor, not both.")
