@@ -870,7 +870,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                                  "pairs and targets), not both.")
             kernel = check_symmetric(self.kernel, name="kernel")
             objects = (np.arange(len(kernel)) if self.objects is None
-                       else np.asarray(self.objects))
+                       else np.asarray(self.objects) if isinstance(self.objects, np.ndarray)
+                       else np.asarray(self.objects, dtype=object))  # ids kept as given
             if len(objects) != len(kernel):
                 raise ValueError(f"objects has {len(objects)} ids for a kernel over "
                                  f"{len(kernel)} objects.")

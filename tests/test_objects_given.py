@@ -252,3 +252,12 @@ def test_given_distances_are_read_only_and_copied():
     out = step.transform([0])
     out[0, 1] = 5.0                                # outputs are the caller's own
     assert step.transform([0])[0, 1] == 1.0
+
+
+def test_ids_of_mixed_kinds_are_refused_not_converted():
+    ids = [1, "1", 2.5]                           # never cast to strings
+    for params in (dict(kernel=np.eye(3) + 1.0), dict(distances=_D)):
+        step = KernelDistances(objects=ids, **params)
+        with pytest.raises(ValueError, match="mixes kinds of object ids"):
+            step.fit([1, "1"])
+        assert not hasattr(step, "objects_")
