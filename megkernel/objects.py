@@ -42,7 +42,13 @@ from typing import NamedTuple
 import joblib
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
+from sklearn.base import (
+    BaseEstimator,
+    TransformerMixin,
+    _fit_context,
+    clone,
+    is_regressor,
+)
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
@@ -903,6 +909,12 @@ class KernelDistances(TransformerMixin, BaseEstimator):
 
     def _learned_from_matrix(self, matrix, objects):
         learner = self.learner
+        if not is_regressor(learner):
+            raise ValueError(
+                f"distances= gives a learner the squared distances of its observed pairs "
+                f"as targets, which regressors of distances take (MEGKernelRegressor); "
+                f"{type(learner).__name__} is not one: give it pairs= and targets= "
+                "(e.g. pair labels).")
         if "objects" in learner.get_params(deep=False) and learner.objects is None:
             learner = clone(learner).set_params(objects=objects)
         upper = np.triu_indices(len(objects), 1)

@@ -11,7 +11,7 @@ from sklearn.model_selection import GridSearchCV, ShuffleSplit
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline
 
-from megkernel import KernelDistances, MEGKernelRegressor
+from megkernel import DefiniteBoostKernel, KernelDistances, MEGKernelRegressor
 from megkernel.objects import MISSING_DISTANCE, clear_cache
 
 
@@ -219,6 +219,8 @@ def _edit(matrix, i, j, value, both=True):
     (dict(learner=MEGKernelRegressor(), distances=np.full((3, 3), np.nan)), [0],
      "no observed pair"),
     (dict(distances=_D, memory=3), [0], "memory"),
+    (dict(learner=DefiniteBoostKernel(), distances=_D), [0],
+     "DefiniteBoostKernel is not one: give it pairs= and targets="),
 ])
 def test_hostile_given_distances_are_refused_before_any_change(params, X, message):
     step = KernelDistances(**params)
