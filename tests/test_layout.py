@@ -119,6 +119,23 @@ def test_every_engine_is_declared_in_one_place():
         name for name, engine in ENGINES.items() if engine.pair_update is not None}
 
 
+def test_method_constraints_accept_exactly_the_registry_methods(monkeypatch):
+    from megkernel import _engines
+
+    monkeypatch.setitem(_engines.ENGINES, "trials-only",
+                        _engines.ENGINES["lanczos"]._replace(name="trials-only"))
+    values = ["auto", *_engines.ENGINES, "AUTO", "", 1, None, ["auto"], b"eigh"]
+    for need, constraint in [("trials", _engines.METHOD_CONSTRAINT),
+                             ("update", _engines.UPDATE_METHOD_CONSTRAINT)]:
+        valid = _engines.methods(need)
+        assert constraint.options == valid
+        for value in values:
+            assert constraint.is_satisfied_by(value) == (
+                isinstance(value, str) and value in valid), (need, value)
+        assert all(repr(name) in str(constraint) for name in valid)
+    assert "trials-only" in _engines.methods() and "trials-only" not in _engines.methods("update")
+
+
 def _wine(n_objects=12):
     from megkernel.datasets import distance_triples, load_wine_kernel
 

@@ -170,6 +170,14 @@ class MethodOptions(StrOptions):
         """The valid values now (:func:`methods`), in registry order."""
         return methods(self.need)
 
+    def is_satisfied_by(self, val):
+        """Whether ``val`` is ``"auto"`` or a fitting engine of the registry now."""
+        if not isinstance(val, str):
+            return False
+        engine = ENGINES.get(val)
+        return val == "auto" or (engine is not None and (
+            self.need == "trials" or engine.pair_update is not None))
+
 
 #: ``_parameter_constraints`` entry of an estimator's ``method`` running MEG
 #: trials: ``"auto"`` or any engine.
