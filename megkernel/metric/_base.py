@@ -24,8 +24,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._engines import UPDATE_METHOD_CONSTRAINT
+from .._numerics.limits import MAX_TRACE, MIN_TRACE
 from .._numerics.validation import check_pair_indices
 from .._pair_estimator import transactional
+from .._progress import detail as progress_detail
 from .._solvers.definiteboost import check_pair_signs
 from .._warnings import warn_user
 
@@ -35,7 +38,7 @@ _QUANTILE_POINTS = 1000
 
 #: Range of the features' total sum of squares (the kernel's trace) within
 #: which squared distances, targets and squared losses stay finite.
-_MIN_TRACE, _MAX_TRACE = 1e-100, 1e100
+_MIN_TRACE, _MAX_TRACE = MIN_TRACE, MAX_TRACE
 
 
 def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
@@ -96,7 +99,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                              StrOptions({"auto"})],
         "n_constraints": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": ["random_state"],
-        "method": [StrOptions({"auto", "eigh", "rank-one"})],
+        "method": [UPDATE_METHOD_CONSTRAINT],
         "verbose": ["verbose"],
     }
 
@@ -183,7 +186,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "infeasible (see the module docs of megkernel.metric).",
                 UserWarning)
         if self.verbose:
-            print(f"[{name}] rank {self.components_.shape[0]}: {self._loss_name} "
+            progress_detail(f"[{name}] rank {self.components_.shape[0]}: {self._loss_name} "
                   f"{loss:.4g} (Euclidean prior {prior_loss:.4g})")
 
     @property
@@ -356,6 +359,7 @@ class _PairInput:
 
     def decision_function(self, X):
         """``threshold_ - squared distance``: positive for pairs called similar."""
+        check_is_fitted(self, "threshold_")
         return self.threshold_ - self.pair_score(X)
 
     def predict(self, X):
@@ -364,6 +368,7 @@ class _PairInput:
 
     def score(self, X, y):
         """ROC AUC of :meth:`decision_function` on labelled pairs (metric-learn's)."""
+        check_is_fitted(self, "threshold_")
         signs = _pair_labels(y, len(np.asarray(X)))
         return float(roc_auc_score(signs, self.decision_function(X)))
 
