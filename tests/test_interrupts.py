@@ -3,8 +3,10 @@
 A ``KeyboardInterrupt`` is raised at each line event, in turn, of the code
 that pins the BLAS thread count (``megkernel._numerics.threads``), through a
 trace function; after each, a clean call must pin and restore as if nothing
-had happened. The sweep runs in a subprocess with a time limit, so that a
-lock or counter left held (the next call waiting forever, as it did before
+had happened. Then the same for every line of megkernel that the pair
+estimators' fits run: the fitted model must stay byte-identical, and the
+next fit must run. The sweeps run in subprocesses with a time limit, so that
+a lock or counter left held (the next call waiting forever, as it did before
 this was fixed) fails the test instead of hanging it.
 """
 
@@ -14,6 +16,72 @@ import sys
 import textwrap
 
 import pytest
+
+FIT_SWEEP = textwrap.dedent("""
+    import json, os, pickle, sys, warnings
+    import numpy as np
+    import megkernel
+    from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+    from megkernel._numerics import threads
+
+    PACKAGE = os.path.dirname(megkernel.__file__)
+    STRIDE, OFFSET = int(sys.argv[1]), int(sys.argv[2])
+    warnings.simplefilter("ignore")
+    ids = ["a", "b", "c", "d", "e"]
+    rng = np.random.RandomState(0)
+    pairs = [[ids[i], ids[(i + 1 + j) % 5]] for i in range(5) for j in range(4)] * 3
+    y = rng.uniform(0.1, 0.5, len(pairs))
+    signs = np.where(rng.uniform(size=len(pairs)) < 0.6, 1, -1)
+    CASES = {
+        "MEGKernelRegressor.fit": (MEGKernelRegressor, lambda m: m.fit(pairs, y)),
+        "MEGKernelRegressor.partial_fit": (
+            lambda: MEGKernelRegressor(objects=ids),
+            lambda m: m.partial_fit(pairs[:12], y[:12])),
+        "DefiniteBoostKernel.fit": (
+            lambda: DefiniteBoostKernel(gamma=0.3, max_iter=20),
+            lambda m: m.fit(pairs, signs)),
+    }
+    report = {}
+    for name, (make, call) in CASES.items():
+        model = make()
+        call(model)  # fitted: an interrupted refit must leave it as it is
+        before = pickle.dumps(model)
+        points, changed, pending = 0, [], 0
+        for target in range(OFFSET, 10**6, STRIDE):
+            events = [0]
+
+            def local(frame, event, arg):
+                if event == "line":
+                    events[0] += 1
+                    if events[0] == target:
+                        raise KeyboardInterrupt(f"line event {target}")
+                return local
+
+            def tracer(frame, event, arg):
+                return local if frame.f_code.co_filename.startswith(PACKAGE) else None
+
+            sys.settrace(tracer)
+            try:
+                call(model)
+                interrupted = False
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                sys.settrace(None)
+            if not interrupted:
+                break
+            points += 1
+            if pickle.dumps(model) != before:
+                changed.append(target)
+                model = pickle.loads(before)
+            pending += bool(threads._holders) or threads._saved is not None
+        clean = make()
+        call(clean)  # the next fit runs, and releases whatever was pending
+        held = bool(threads._holders) or threads._saved is not None
+        report[name] = {"points": points, "changed": changed[:5],
+                        "pending pins": pending, "held after a clean fit": held}
+    print(json.dumps(report))
+""")
 
 SWEEP = textwrap.dedent("""
     import gc, json, sys
@@ -101,3 +169,30 @@ def test_an_interrupt_at_every_line_of_the_blas_pin_leaves_nothing_held():
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["points"] >= 20, report  # the sweep reached the code
     assert report["n_failures"] == 0, report
+
+
+def _fit_sweep(stride, offset):
+    try:
+        result = subprocess.run([sys.executable, "-c", FIT_SWEEP, str(stride), str(offset)],
+                                capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a fit after an injected interrupt waited forever (a lock left held)")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    for name, case in report.items():
+        assert case["points"] >= 30 // stride, (name, case)  # the sweep reached the fit
+        assert not case["changed"], (name, case)  # byte-identical after each interrupt
+        assert not case["held after a clean fit"], (name, case)
+    return report
+
+
+def test_an_interrupt_at_sampled_lines_of_each_fit_leaves_the_model_unchanged():
+    """Every 29th line event of megkernel's code in each fit (about 220
+    interrupts; the full sweep is the slow test below)."""
+    _fit_sweep(29, 5)
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_every_line_of_each_fit_leaves_the_model_unchanged():
+    """About 6500 interrupts, one at each line event (1.5 minutes)."""
+    _fit_sweep(1, 1)
