@@ -16,14 +16,16 @@ process:
   memory (the baseline, same process), and the kernels learned in all
   processes (a learner that logs its fits to a file).
 
-Every timed run has cold caches: a new ``random_state`` of the learner
-(which keys the kernel but does not change it) and a new memory folder. The
-loky workers are started (and megkernel imported and compiled in them)
-before the timings; that one-off start is reported apart.
+The configurations run round-robin (each repeat runs all four), so that
+each meets the same load of the machine. Every timed run has cold caches:
+a new ``random_state`` of the learner (which keys the kernel but does not
+change it) and a new memory folder. The loky workers are started (and
+megkernel imported and compiled in them) before the timings; that one-off
+start is reported apart.
 
 Usage::
 
-    python benchmarks/bench_search.py [--objects 200] [--repeats 3]
+    python benchmarks/bench_search.py [--objects 200] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def run(task, problem, n_jobs, memory, folder):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     problem = make_problem(args.objects)
     warnings.simplefilter("ignore")
@@ -127,14 +129,18 @@ def main(argv=None):
         print(f"| task | n_jobs | memory | seconds (best of {args.repeats}) "
               "| ratio to n_jobs=1, no memory | kernels learned |")
         print("|---|---|---|---|---|---|")
+        configs = ((1, False), (2, False), (1, True), (2, True))
         for task in ("cross_val_score", "GridSearchCV"):
-            baseline = None
-            for n_jobs, memory in ((1, False), (2, False), (1, True), (2, True)):
-                runs = [run(task, problem, n_jobs, memory, folder)
-                        for _ in range(args.repeats)]
-                seconds = min(r[0] for r in runs)
-                learned = sorted({r[1] for r in runs})
-                baseline = seconds if baseline is None else baseline
+            # round-robin over the configurations, so that each meets the same
+            # load of the machine; the best of the repeats
+            runs = {config: [] for config in configs}
+            for _ in range(args.repeats):
+                for n_jobs, memory in configs:
+                    runs[n_jobs, memory].append(run(task, problem, n_jobs, memory, folder))
+            baseline = min(r[0] for r in runs[configs[0]])
+            for n_jobs, memory in configs:
+                seconds = min(r[0] for r in runs[n_jobs, memory])
+                learned = sorted({r[1] for r in runs[n_jobs, memory]})
                 print(f"| {task} | {n_jobs} | {'folder' if memory else 'None'} | "
                       f"{seconds:.2f} | {seconds / baseline:.2f} | "
                       f"{'/'.join(map(str, learned))} |", flush=True)

@@ -263,3 +263,37 @@ def test_a_worker_process_without_memory_says_it_learns_again(tmp_path, monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _step().fit(np.arange(D))                 # the main process
+
+
+def test_the_key_reads_content_fast_and_keeps_types():
+    import pandas as pd
+
+    from megkernel.objects import _key
+
+    clear_cache()
+    pairs, y = _side()
+    names = np.array([f"n{i}" for i in range(D)], dtype=object)
+    ids = names[pairs]
+    fresh = np.array([str(v) for v in ids.ravel()], dtype=object).reshape(ids.shape)
+    learner = BaseMEG()
+    first = KernelDistances(learner=learner, pairs=ids, targets=y).fit(names)
+    again = KernelDistances(learner=learner, pairs=fresh, targets=y).fit(names)  # equal ids
+    assert cache_info()["fits"] == 1 and again.kernel_ is not first.kernel_
+    # the same ids as another type, or categories in another order: other kernels
+    as_ints = pairs.astype(object)
+    assert _key(learner, (as_ints, y)) != _key(learner, (as_ints.astype(str).astype(object), y))
+    frame = pd.DataFrame({"a": pd.Categorical(ids[:, 0], categories=names),
+                          "b": pd.Categorical(ids[:, 1], categories=names)})
+    reordered = frame.apply(lambda c: c.cat.reorder_categories(names[::-1]))
+    assert _key(learner, (frame, y)) != _key(learner, (reordered, y))
+    step = KernelDistances(learner=learner, pairs=frame, targets=y).fit(names)
+    other = KernelDistances(learner=learner, pairs=reordered, targets=y).fit(names)
+    assert_array_equal(step.objects_, names)
+    assert_array_equal(other.objects_, names[::-1])
+    edited = frame.copy()
+    edited.iloc[0, 0] = names[(list(names).index(edited.iloc[0, 0]) + 1) % D]
+    assert _key(learner, (frame, y)) != _key(learner, (edited, y))
+    long_list = ids.tolist()
+    assert _key(learner, (long_list, y)) == _key(learner, (fresh.tolist(), y))
+    long_list[5][1] = "elsewhere"
+    assert _key(learner, (long_list, y)) != _key(learner, (fresh.tolist(), y))
