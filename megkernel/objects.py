@@ -983,6 +983,20 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                               _streamed_entry(self.learner, self.pairs, scan), self.memory)
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
+    #: Parameters holding the user's data: shared by clones, never copied.
+    _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects")
+
+    def __sklearn_clone__(self):
+        """A clone that shares the side information and distances (which
+        KernelDistances never modifies) instead of deep-copying them: a
+        search clones the estimator for every split and candidate, and deep
+        copies of object arrays of ids cost more than the k-NN (25 ms for
+        8,000 string ids). The learner and other parameters are cloned."""
+        params = self.get_params(deep=False)
+        return type(self)(**{name: value if name in self._SHARED_DATA
+                             else clone(value, safe=False)
+                             for name, value in params.items()})
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False

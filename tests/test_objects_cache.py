@@ -297,3 +297,18 @@ def test_the_key_reads_content_fast_and_keeps_types():
     assert _key(learner, (long_list, y)) == _key(learner, (fresh.tolist(), y))
     long_list[5][1] = "elsewhere"
     assert _key(learner, (long_list, y)) != _key(learner, (fresh.tolist(), y))
+
+
+def test_clones_share_the_data_and_clone_the_learner():
+    from sklearn.base import clone
+
+    step = _step(memory=None)
+    twin = clone(step)
+    for name in ("pairs", "targets"):
+        assert getattr(twin, name) is getattr(step, name)
+    assert twin.learner is not step.learner
+    assert twin.learner.get_params() == step.learner.get_params()
+    twin.set_params(learner__learning_rate=0.1)
+    assert step.learner.learning_rate == "auto"
+    fitted = step.fit(np.arange(D))
+    assert not hasattr(clone(fitted), "kernel_")
