@@ -355,3 +355,137 @@ def test_definiteboost_metric_keeps_euclidean_on_noise_labels():
             np.testing.assert_allclose(model.pair_sq_distances(new, pairs),
                                        _sq_distances(new, pairs), rtol=1e-9, atol=1e-12)
     assert kept > 5, kept
+
+
+# -- the one training-length loop (megkernel.metric._training_length) ------------
+
+
+def test_doubling_checkpoints_have_no_cap_but_the_safety_net():
+    from megkernel.metric._training_length import doubling_checkpoints
+
+    assert doubling_checkpoints(1) == [0.0, 0.125, 0.25, 0.5, 1.0]
+    assert doubling_checkpoints(3, first=1.0) == [0.0, 1.0, 2.0, 3.0]
+    long = doubling_checkpoints(1000)
+    assert long[-1] == 1000.0 and long[-2] == 512.0 and 64.0 in long
+    assert np.all(np.diff(long) > 0)
+
+
+class _ScriptedPath:
+    """A fold path whose per-point score after ``length`` is ``curve(length)``
+    (plus a fixed per-point offset): the loop must find the curve's peak."""
+
+    def __init__(self, scorer, curve, asked):
+        self.offsets = np.random.default_rng(len(asked)).normal(size=40) * 0.01
+        self.curve, self.asked = curve, asked
+
+    def score_at(self, length):
+        self.asked.append(length)
+        return self.offsets + self.curve(length)
+
+
+def _run_loop(curve, max_length, patience=2):
+    from megkernel.metric._training_length import doubling_checkpoints, validate_length
+
+    labels = np.repeat([0, 1], 40)
+    pairs, signs = draw_pairs(labels, 300, random_state=0)
+    asked = []
+    best, log = validate_length(
+        len(labels), pairs, signs, lambda scorer: _ScriptedPath(scorer, curve, asked),
+        checkpoints=doubling_checkpoints(max_length), n_folds=2,
+        rng=np.random.default_rng(0), patience=patience, min_items=1)
+    return best, log, asked
+
+
+def test_the_loop_goes_past_any_fixed_grid_while_the_score_improves():
+    # rises until 64 passes (beyond the old grid's 16), then falls
+    best, log, asked = _run_loop(lambda L: -abs(np.log2(L + 1e-3) - 6.0) if L else -20.0,
+                                 max_length=1000)
+    assert best == 64.0 and log["gain_is_real"] and log["stopped"] == "patience"
+    assert log["checkpoints"][-3:] == [64.0, 128.0, 256.0]  # patience 2, then stop
+    assert max(asked) == 256.0
+
+
+def test_the_loop_warns_at_its_safety_net_while_still_improving():
+    from sklearn.exceptions import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match="still improved"):
+        best, log, _ = _run_loop(lambda L: np.log1p(L), max_length=8)
+    assert best == 8.0 and log["stopped"] == "max_length"
+    # a peak before the safety net: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        best, log, _ = _run_loop(lambda L: -abs(L - 2.0), max_length=8, patience=5)
+    assert best == 2.0 and log["stopped"] == "max_length"
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_both_learners_choose_their_length_by_the_same_loop(Metric):
+    from megkernel.metric._training_length import doubling_checkpoints
+
+    points, classes = _noisy_blobs(160, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = Metric(random_state=0).fit(points, classes)
+    log = model.validation_
+    grid = doubling_checkpoints()
+    assert log["checkpoints"] == grid[:len(log["checkpoints"])]
+    assert log["stopped"] == "patience"  # no learner runs to the safety net here
+    best = log["checkpoints"].index(log["chosen"])
+    # patience: 2 checkpoints of at least one pass after the choice
+    assert sum(c >= 1 for c in log["checkpoints"][best + 1:]) == 2
+
+
+def test_meg_metric_max_iter_is_the_safety_net_of_its_validated_epochs():
+    from sklearn.exceptions import ConvergenceWarning
+
+    points, classes = _noisy_blobs(160, seed=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = MEGMetric(random_state=0, max_iter=1).fit(points, classes)
+    assert model.n_epochs_ <= 1.0 and model.validation_["checkpoints"][-1] <= 1.0
+    still_rising = (model.validation_["stopped"] == "max_length"
+                    and model.n_epochs_ == model.validation_["checkpoints"][-1])
+    assert still_rising == any(issubclass(w.category, ConvergenceWarning)
+                               for w in caught)
+    with pytest.raises(ValueError, match="max_iter"):
+        MEGMetric(max_iter=0).fit(points, classes)
+
+
+def test_definiteboost_fold_reruns_score_as_one_long_run():
+    """The fold path reruns from the prior past its horizon; each checkpoint's
+    score must be that of a fresh run of exactly that many projections."""
+    from megkernel._numerics.state import ExponentState
+    from megkernel._solvers.definiteboost import fit_pair_constraints
+    from megkernel.metric._training_length import (
+        HeldOutScorer,
+        doubling_checkpoints,
+        pair_components,
+    )
+    from megkernel.metric.definiteboost import _SweepPath
+
+    points, classes = _noisy_blobs(80, seed=4, n_noise=3)
+    centred = points - points.mean(axis=0)
+    trace = float(np.sum(centred**2))
+    pairs, signs = draw_pairs(classes, 60, random_state=0)
+    signs = signs.astype(float)
+    labels = pair_components(len(points), pairs, signs)
+    held_out = np.arange(len(points)) % 2 == 0
+    scorer = HeldOutScorer(held_out, pairs, signs, labels, np.random.default_rng(0))
+    learner = DefiniteBoostMetric(tol=1e-12)
+    checkpoints = doubling_checkpoints(16)
+    path = _SweepPath(scorer, learner, centred, trace, pairs, signs, checkpoints)
+    fold_pairs, fold_signs = pairs[scorer.train], signs[scorer.train]
+    for sweeps in checkpoints:
+        state = ExponentState.from_factor(centred, name="X")
+        steps = int(round(sweeps * len(fold_pairs)))
+        if steps:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit_pair_constraints(state, fold_pairs, fold_signs, trace=trace,
+                                     slack=learner.slack, max_iter=steps, tol=1e-12)
+        scores, expected = path.score_at(sweeps), scorer.score(state.factor())
+        if not isinstance(scores, tuple):  # k-NN margins, or AUC placements
+            scores, expected = (scores,), (expected,)
+        for part, expected_part in zip(scores, expected):
+            np.testing.assert_allclose(part, expected_part, rtol=1e-9, atol=1e-12)
+    assert path.horizon >= 16.0

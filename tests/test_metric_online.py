@@ -38,8 +38,10 @@ from megkernel._solvers.metric_meg import (
     run_batches,
     whiten,
 )
-from megkernel.metric._training_length import pair_components
-from megkernel.metric.meg import CHECKPOINTS, validate_epochs
+from megkernel.metric._training_length import doubling_checkpoints, pair_components
+from megkernel.metric.meg import validate_epochs
+
+CHECKPOINTS = tuple(doubling_checkpoints())
 
 # -- independent references ------------------------------------------------------
 
@@ -925,10 +927,10 @@ def test_validate_epochs_log_and_its_euclidean_start():
     checkpoints, scores = log["checkpoints"], log["scores"]
     assert checkpoints == list(CHECKPOINTS[:len(checkpoints)])
     assert len(scores) == len(checkpoints)
-    best = int(np.argmax(scores))  # ties: the earliest
-    assert epochs == checkpoints[best]
-    if len(checkpoints) < len(CHECKPOINTS):  # stopped: patience 2 without improvement
-        assert len(checkpoints) - 1 - best == 2
+    best = checkpoints.index(epochs)
+    assert epochs == log["chosen"] and log["gain_is_real"] == (epochs > 0)
+    if log["stopped"] == "patience":  # 2 checkpoints (of >= 1 epoch) without a gain
+        assert sum(c >= 1 for c in checkpoints[best + 1:]) == 2
     # checkpoint 0 is the Euclidean metric: its score from the plain distances
     folds = np.random.default_rng(11).permutation(len(X)) % 3
     expected = np.mean([_euclidean_knn_margin(X, labels, folds == k) for k in range(3)])
@@ -949,9 +951,9 @@ def test_validate_epochs_ties_go_to_the_earliest_checkpoint():
                                       scales**2 / trace, learning_rate=1e3, batch_size=10,
                                       rng=np.random.default_rng(0), n_folds=n_folds)
         assert epochs == 0.0 and not log["gain_is_real"]
-        # the prior does not count for patience: the first learned checkpoint is
-        # the best so far, two more without gain stop the run
-        assert log["checkpoints"] == list(CHECKPOINTS[:4])
+        # no checkpoint gains on the prior; those shorter than one epoch do not
+        # count for patience: 1 and 2 epochs without gain stop the run
+        assert log["checkpoints"] == list(CHECKPOINTS[:6]) == [0, 0.125, 0.25, 0.5, 1, 2]
         assert len(set(log["scores"])) == 1
 
 

@@ -15,9 +15,16 @@ A learner enters the loop through a *fold path*: an object made from a
 fold's :class:`HeldOutScorer` whose ``score_at(length)`` trains the fold's
 model to ``length`` (in the learner's units, asked in increasing order) and
 returns the scorer's per-item scores. :func:`validate_length` advances the
-folds together, stops after ``patience`` checkpoints without a better mean
-score and chooses by :func:`choose_checkpoint`: checkpoint 0 is the prior
-(the Euclidean metric), and learning has to earn its place.
+folds together over checkpoints that double (:func:`doubling_checkpoints`:
+0, 1/8, 1/4, ... passes over the pairs) with no cap but a safety net, by
+one rule (:func:`choose_checkpoint`): checkpoint 0 is the prior (the
+Euclidean metric) and the first choice; a longer length replaces the
+choice only if its paired gain over it on the held-out items exceeds ``z``
+standard errors. The loop goes on while the score improves so, stops after
+``patience`` checkpoints without such a gain (counted from one pass over
+the pairs: before it, not every pair has been seen), or at the last checkpoint
+(with a :class:`~sklearn.exceptions.ConvergenceWarning` if that one was
+chosen: the score was still rising there).
 """
 
 from __future__ import annotations
@@ -25,14 +32,34 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+from sklearn.exceptions import ConvergenceWarning
+
+from .._warnings import warn_user
 
 __all__ = [
+    "FIRST_CHECKPOINT",
+    "MAX_PASSES",
+    "PATIENCE_FROM",
     "HeldOutScorer",
     "choose_checkpoint",
+    "doubling_checkpoints",
     "pair_components",
     "validate_length",
     "validation_folds",
 ]
+
+#: The first learned checkpoint, in passes over the pairs (epochs, sweeps);
+#: each next one doubles it.
+FIRST_CHECKPOINT = 0.125
+
+#: Default safety net of a validated length, in passes over the pairs: the
+#: search stops there even while its score still improves (and says so).
+MAX_PASSES = 1000
+
+#: Checkpoints shorter than one pass over the pairs do not count against
+#: patience: before every pair has been seen once, no gain is no evidence
+#: that learning has stalled.
+PATIENCE_FROM = 1.0
 
 #: Queries per fold of the k-NN validation score (a random subset beyond).
 _MAX_QUERIES = 400
@@ -168,7 +195,8 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
 
 
 def _gain_is_real(items, prior_items, z, n_repeats=1):
-    """Whether the mean gain over the prior exceeds ``z`` standard errors.
+    """Whether the mean gain of ``items`` over ``prior_items`` exceeds ``z``
+    standard errors.
 
     k-NN margins: paired over the held-out points. AUC: DeLong's variance of
     each fold's paired AUC difference, ``var(D10)/n_pos + var(D01)/n_neg``.
@@ -189,30 +217,50 @@ def _gain_is_real(items, prior_items, z, n_repeats=1):
 
 
 def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1):
-    """The best checkpoint of a completed validation table.
+    """The chosen checkpoint of a validation table: the rule of every learner.
 
     ``items[c][k]``: fold ``k``'s per-item scores at ``checkpoints[c]``;
-    ``checkpoints[0]`` is the prior. The best mean score among the others,
-    kept only if its paired gain over the prior exceeds ``z`` standard
-    errors; else the prior. Ties go to the earliest checkpoint.
+    ``checkpoints[0]`` is the prior, the first choice. Walking to longer
+    lengths, a checkpoint replaces the current choice only if its paired
+    gain over it exceeds ``z`` standard errors: learning has to earn its
+    place against the prior, and each longer run against the shorter one
+    chosen before (a score that only creeps up does not buy more training).
 
     Returns
     -------
     best : the chosen checkpoint
     scores : list of float (mean over folds, per checkpoint)
     gain_is_real : bool
+        Whether a learned checkpoint was chosen.
     """
     scores = [float(np.mean([_fold_mean(item) for item in row])) for row in items]
-    if len(checkpoints) < 2:
-        return checkpoints[0], scores, False
-    best = 1 + int(np.argmax(scores[1:]))
-    if not _gain_is_real(items[best], items[0], z, n_repeats):
-        return checkpoints[0], scores, False
-    return checkpoints[best], scores, True
+    chosen = 0
+    for index in range(1, len(items)):
+        if _gain_is_real(items[index], items[chosen], z, n_repeats):
+            chosen = index
+    return checkpoints[chosen], scores, chosen > 0
+
+
+def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
+    """The lengths :func:`validate_length` tries: ``0, first, 2 first, 4 first,
+    ...`` below ``max_length``, then ``max_length`` itself.
+
+    Returns
+    -------
+    list of float
+    """
+    max_length = float(max_length)
+    checkpoints, length = [0.0], float(first)
+    while length < max_length:
+        checkpoints.append(length)
+        length *= 2.0
+    checkpoints.append(max_length)
+    return checkpoints
 
 
 def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
-                    patience=2, z=2.0, min_items=_MIN_ITEMS):
+                    patience=2, z=2.0, min_items=_MIN_ITEMS, learner="The learner",
+                    safety_net="max_iter"):
     """How long to train: cross-validated over the training points.
 
     Parameters
@@ -227,17 +275,24 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``make_path(scorer)``: the learner's fold path for a usable
         :class:`HeldOutScorer` (see the module docs).
     checkpoints : sequence of float
-        Training lengths to score, increasing; the first is 0 (the prior).
+        Training lengths to score, increasing; the first is 0 (the prior),
+        the last the safety net (e.g. :func:`doubling_checkpoints`).
     n_folds : int
     rng : numpy.random.Generator
         Draws the folds (and the queries of large folds).
     patience : int or None, default=2
-        Stop after this many learned checkpoints without a better mean
-        score (the prior does not count); ``None``: score every checkpoint.
+        Stop after this many checkpoints without a gain of ``z`` standard
+        errors over the current choice (those shorter than
+        ``PATIENCE_FROM``, one pass, do not count); ``None``: score every
+        checkpoint.
     z : float, default=2.0
-        Standard errors the chosen gain over the prior must exceed.
+        Standard errors a longer length's gain over the current choice
+        (first: the prior) must exceed.
     min_items : int, default=600
         Held-out items to score: small data sets repeat their folds.
+    learner, safety_net : str
+        Names for the warning when the last checkpoint is reached with the
+        score still rising there.
 
     Returns
     -------
@@ -247,8 +302,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         each kind).
     log : dict
         ``"score"`` ("knn" or "auc"), ``"checkpoints"`` and ``"scores"``
-        (mean over folds, one per checkpoint reached), ``"gain_is_real"``
-        and ``"n_repeats"``.
+        (mean over folds, one per checkpoint reached), ``"chosen"``,
+        ``"gain_is_real"`` (a learned length chosen), ``"n_repeats"`` and
+        ``"stopped"`` (``"patience"``, or ``"max_length"`` when the
+        checkpoints ran out).
     """
     labels = pair_components(n_objects, pairs, signs)
     masks, n_repeats = validation_folds(n_objects, pairs, labels, n_folds=n_folds, rng=rng,
@@ -256,22 +313,28 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
     scorers = [HeldOutScorer(mask, pairs, signs, labels, rng) for mask in masks]
     paths = [make_path(scorer) for scorer in scorers if scorer.usable]
     log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
-           "scores": [], "gain_is_real": False, "n_repeats": n_repeats}
+           "scores": [], "chosen": None, "gain_is_real": False, "n_repeats": n_repeats,
+           "stopped": "max_length"}
     if not paths:
         return None, log
-    table, best_score, since = [], -np.inf, 0
+    table, chosen, since = [], 0, 0
     for length in checkpoints:
         table.append([path.score_at(length) for path in paths])
         log["checkpoints"].append(length)
-        score = float(np.mean([_fold_mean(item) for item in table[-1]]))
-        if len(table) == 1:  # the prior does not count for patience
+        if len(table) == 1:  # the prior: the first choice
             continue
-        if score > best_score:
-            best_score, since = score, 0
-        elif patience is not None:
+        if _gain_is_real(table[-1], table[chosen], z, n_repeats):
+            chosen, since = len(table) - 1, 0
+        elif patience is not None and length >= PATIENCE_FROM:
             since += 1
             if since >= patience:
+                log["stopped"] = "patience"
                 break
     best, log["scores"], log["gain_is_real"] = choose_checkpoint(
         log["checkpoints"], table, z=z, n_repeats=n_repeats)
+    log["chosen"] = best
+    if log["stopped"] == "max_length" and best == log["checkpoints"][-1] and best > 0:
+        warn_user(f"{learner}: the validated score still improved at the longest "
+                  f"length allowed ({best:g} passes over the pairs); raise {safety_net} "
+                  "to let it learn longer.", ConvergenceWarning)
     return best, log

@@ -14,9 +14,9 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._numerics.seeding import derived_seed
 from .._numerics.state import ExponentState
 from .._solvers.definiteboost import (
     fit_pair_constraints,
@@ -25,13 +25,13 @@ from .._solvers.definiteboost import (
 )
 from ..definiteboost_kernel import DefiniteBoostKernel
 from ._base import _FeatureMetric, _PairInput
-from ._training_length import validate_length
+from ._training_length import MAX_PASSES, doubling_checkpoints, validate_length
 
 __all__ = ["DefiniteBoostMetric", "DefiniteBoostPairMetric"]
 
-#: Lengths of DefiniteBoostMetric's validated runs, in sweeps (greedy steps
-#: per pair).
-_SWEEPS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
+#: A fold's first run goes this far (in sweeps); a longer length asked for
+#: later runs again from the prior to ``_LOOKAHEAD`` times that length.
+_FIRST_HORIZON, _LOOKAHEAD = 4.0, 4.0
 
 #: DefiniteBoostMetric's default slack: no constraint may scale the metric by
 #: more than a factor of two.
@@ -43,25 +43,30 @@ class _SweepPath:
     the fold's training pairs, scored after each number of sweeps (see
     :mod:`megkernel.metric._training_length`).
 
-    The run is made once, to the last checkpoint, and scored on its way
-    (a callback); a run that converges earlier stays there.
+    A run cannot be resumed (its multipliers live inside the solver), so it
+    is made ahead, to a horizon, and scored on its way at every checkpoint
+    (a callback); a length beyond the horizon reruns from the prior to
+    ``_LOOKAHEAD`` times it. A run that converges earlier stays there.
     """
 
-    def __init__(self, scorer, learner, centred, trace, pairs, signs, sweeps):
+    def __init__(self, scorer, learner, centred, trace, pairs, signs, checkpoints):
         self.scorer, self.learner = scorer, learner
-        self.centred, self.trace, self.sweeps = centred, trace, sweeps
+        self.centred, self.trace, self.checkpoints = centred, trace, list(checkpoints)
         self.pairs, self.signs = pairs[scorer.train], signs[scorer.train]
-        self.scores = None
+        self.scores, self.horizon, self.converged = {}, -1.0, False
 
     def score_at(self, sweeps):
-        if self.scores is None:
-            self.scores = dict(zip(self.sweeps, self._run()))
+        if sweeps not in self.scores:
+            if self.converged or sweeps <= self.horizon:  # converged on the way
+                return self.scores[max(self.scores)]
+            horizon = max(_FIRST_HORIZON, _LOOKAHEAD * sweeps)
+            self._run([s for s in self.checkpoints if s <= horizon] or [sweeps])
         return self.scores[sweeps]
 
-    def _run(self):
+    def _run(self, sweeps):
         learner, scorer = self.learner, self.scorer
         state = ExponentState.from_factor(self.centred, name="X")
-        steps = [int(round(s * len(self.pairs))) for s in self.sweeps]
+        steps = [int(round(s * len(self.pairs))) for s in sweeps]
         found = {0: scorer.score(state.factor())}
 
         def callback(t, record):
@@ -70,14 +75,16 @@ class _SweepPath:
 
         with warnings.catch_warnings():  # the final fit warns, not its folds
             warnings.simplefilter("ignore")
-            fit_pair_constraints(
+            log = fit_pair_constraints(
                 state, self.pairs, self.signs, gamma=learner.gamma,
                 gamma_dissimilar=learner.gamma_dissimilar, trace=self.trace,
                 slack=learner.slack, projection=learner.projection,
                 max_iter=max(steps[-1], 1), tol=learner.tol, method=learner.method,
                 callback=callback)
         final = scorer.score(state.factor())  # converged early: it stays there
-        return [found.get(step, final) for step in steps]
+        self.scores.update({s: found.get(step, final) for s, step in zip(sweeps, steps)})
+        self.horizon = sweeps[-1]
+        self.converged = log["n_iter"] < steps[-1]
 
 
 class DefiniteBoostMetric(_FeatureMetric):
@@ -109,11 +116,14 @@ class DefiniteBoostMetric(_FeatureMetric):
         Cap ``c`` of :class:`DefiniteBoostKernel`'s soft constraints, in
         nats; ``None``: hard constraints (may degrade; warned).
     max_iter : int or "auto", default="auto"
-        Greedy projections. ``"auto"``: ``round(s * n_pairs)`` for the best
-        number of sweeps ``s`` of 0, 1/8, 1/4, 1/2, 1, 2, 4 by ``n_folds``-fold
-        cross-validation over the training points, as :class:`MEGMetric`'s
-        ``n_epochs`` (see :attr:`validation_`); a run that converges earlier
-        stops there.
+        Greedy projections. ``"auto"``: ``round(s * n_pairs)`` for the number
+        of sweeps ``s`` chosen by ``n_folds``-fold cross-validation over the
+        training points among 0, 1/8, 1/4, 1/2, 1, 2, ... sweeps, going on
+        while the validated score improves, by the same loop and rule as
+        :class:`MEGMetric`'s ``n_epochs`` (see :attr:`validation_` and
+        :mod:`megkernel.metric._training_length`; safety net: 1000 sweeps,
+        with a :class:`~sklearn.exceptions.ConvergenceWarning`); a run that
+        converges earlier stops there.
     tol : float, default=1e-2
     projection : {"approximate", "exact"}, default="approximate"
     n_folds : int, default=2
@@ -137,7 +147,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         Projections made (0 when the validation kept the Euclidean metric).
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
-        mean ``"scores"``, ``"gain_is_real"`` and ``"n_repeats"``.
+        mean ``"scores"``, ``"gain_is_real"``, ``"n_repeats"`` and
+        ``"stopped"`` (``"patience"`` or ``"max_length"``).
     pairs_, pair_labels_ : ndarray
     violated_fraction_, prior_violated_fraction_ : float
         Share of the pairs violating their threshold under the learned and
@@ -203,17 +214,20 @@ class DefiniteBoostMetric(_FeatureMetric):
 
     def _validated_max_iter(self, centred, trace, pairs, signs):
         """Greedy steps by cross-validation over the training points."""
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        seed = derived_seed(self.random_state)
+        checkpoints = doubling_checkpoints(MAX_PASSES)
 
         def make_path(scorer):
-            return _SweepPath(scorer, self, centred, trace, pairs, signs, _SWEEPS)
+            return _SweepPath(scorer, self, centred, trace, pairs, signs, checkpoints)
 
         best, log = validate_length(len(centred), pairs, signs, make_path,
-                                    checkpoints=_SWEEPS, n_folds=self.n_folds,
-                                    rng=np.random.default_rng(seed), patience=None)
-        if best is None:  # nothing to validate on
-            return int(round(_SWEEPS[-1] * len(pairs)))
+                                    checkpoints=checkpoints, n_folds=self.n_folds,
+                                    rng=np.random.default_rng(seed),
+                                    learner="DefiniteBoostMetric",
+                                    safety_net=f"the sweeps ({MAX_PASSES})")
         self.validation_ = log
+        if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
+            best = 1.0
         return 0 if best == 0 else max(1, int(round(best * len(pairs))))
 
     def _keep_euclidean(self, centred, trace, pairs, signs):

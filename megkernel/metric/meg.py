@@ -8,17 +8,19 @@ comes from the one loop of :mod:`megkernel.metric._training_length`.
 
 from __future__ import annotations
 
+import math
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import _fit_context
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
 from .._pair_estimator import transactional
+from .._progress import detail as progress_detail
 from .._solvers.metric_meg import (
     MetricExponent,
     divergence_to,
@@ -42,12 +44,14 @@ from ._base import (
     _PairInput,
     draw_pairs,
 )
-from ._training_length import _MIN_ITEMS, validate_length
+from ._training_length import (
+    _MIN_ITEMS,
+    MAX_PASSES,
+    doubling_checkpoints,
+    validate_length,
+)
 
-__all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs", "CHECKPOINTS"]
-
-#: Training lengths tried by :func:`validate_epochs`, in epochs over the pairs.
-CHECKPOINTS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+__all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
 
 
 class _EpochPath:
@@ -77,15 +81,17 @@ class _EpochPath:
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
-                    batch_size, rng, n_folds=2, checkpoints=CHECKPOINTS, patience=2,
-                    z=2.0, min_items=_MIN_ITEMS):
+                    batch_size, rng, n_folds=2, max_epochs=MAX_PASSES, checkpoints=None,
+                    patience=2, z=2.0, min_items=_MIN_ITEMS):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
     :func:`megkernel.metric._training_length.validate_length` with MEG's
     folds: each learns from the pairs among its training points from the
     prior ``prior`` (eigenvalues of the diagonal start) by
-    :func:`megkernel._solvers.metric_meg.run_batches`. Without a usable fold
-    one epoch is run, as the paper's pass.
+    :func:`megkernel._solvers.metric_meg.run_batches`, over the epochs of
+    ``checkpoints`` (``None``: :func:`doubling_checkpoints` up to
+    ``max_epochs``). Without a usable fold one epoch is run, as the paper's
+    pass.
 
     Returns
     -------
@@ -99,8 +105,11 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                           learning_rate=learning_rate, batch_size=batch_size, rng=rng)
 
     epochs, log = validate_length(len(coordinates), pairs, signs, make_path,
-                                  checkpoints=checkpoints, n_folds=n_folds, rng=rng,
-                                  patience=patience, z=z, min_items=min_items)
+                                  checkpoints=(doubling_checkpoints(max_epochs)
+                                               if checkpoints is None else checkpoints),
+                                  n_folds=n_folds, rng=rng, patience=patience, z=z,
+                                  min_items=min_items, learner="MEGMetric",
+                                  safety_net=f"max_iter (now {max_epochs:g} epochs)")
     return (1.0 if epochs is None else epochs), log
 
 
@@ -146,9 +155,15 @@ class MEGMetric(_FeatureMetric):
         ``||u||^2`` over the pairs).
     n_epochs : int, float or "auto", default="auto"
         Passes over the pairs in :meth:`fit` (fractions allowed; 0 keeps the
-        Euclidean metric). ``"auto"``: the best of 0, 1/8, 1/4, ..., 16 by
-        ``n_folds``-fold cross-validation over the training points (see
-        :attr:`validation_`).
+        Euclidean metric). ``"auto"``: chosen by ``n_folds``-fold
+        cross-validation over the training points among 0, 1/8, 1/4, 1/2,
+        1, 2, ... epochs, going on while the validated score improves (no
+        cap but ``max_iter``; see :attr:`validation_` and
+        :mod:`megkernel.metric._training_length`).
+    max_iter : int, default=1000
+        Safety net of ``n_epochs="auto"``: at most this many epochs, with a
+        :class:`~sklearn.exceptions.ConvergenceWarning` when the validated
+        score still improved there.
     batch_size : int or "auto", default="auto"
         Pairs per MEG update in :meth:`fit` (1: on-line MEG). ``"auto"``:
         ``max(50, 2 rank)``, so that a batch's products (``O(b rank^2)``)
@@ -176,11 +191,16 @@ class MEGMetric(_FeatureMetric):
     learning_rate_ : float
     n_epochs_ : float
         Epochs run by :meth:`fit`.
+    n_iter_ : int
+        Passes over the pairs begun by :meth:`fit`, ``ceil(n_epochs_)`` (the
+        unit of ``max_iter``).
     validation_ : dict or None
         ``n_epochs="auto"``: ``"score"`` (``"knn"``: mean relative 1-NN margin
         of held-out points, the similar pairs' connected components standing
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
-        components cannot), ``"checkpoints"`` and their mean ``"scores"``.
+        components cannot), ``"checkpoints"`` and their mean ``"scores"``,
+        ``"gain_is_real"``, ``"n_repeats"`` and ``"stopped"``
+        (``"patience"`` or ``"max_length"``).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     pair_mse_, prior_pair_mse_ : float
@@ -210,20 +230,22 @@ class MEGMetric(_FeatureMetric):
         "loss": [StrOptions({"one-sided", "square"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "n_epochs": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "shuffle": ["boolean"],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
-                 learning_rate="auto", n_epochs="auto", batch_size="auto", n_folds=2,
-                 shuffle=True, n_constraints=None, random_state=None, method="auto",
-                 verbose=0):
+                 learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
+                 batch_size="auto", n_folds=2, shuffle=True, n_constraints=None,
+                 random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.loss = loss
         self.learning_rate = learning_rate
         self.n_epochs = n_epochs
+        self.max_iter = max_iter
         self.batch_size = batch_size
         self.n_folds = n_folds
         self.shuffle = shuffle
@@ -239,8 +261,7 @@ class MEGMetric(_FeatureMetric):
             warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
                       "(the metric is learned in its rank x rank space); it will be "
                       "removed in 0.3.", FutureWarning)
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        rng = np.random.default_rng(seed)
+        rng = derived_generator(self.random_state)
         self._start_space(centred, rng)
         diffs = self._pair_diffs(self.coordinates_, pairs)
         targets, sides = self._targets_and_sides(pair_labels)
@@ -254,7 +275,7 @@ class MEGMetric(_FeatureMetric):
             epochs, self.validation_ = validate_epochs(
                 self.coordinates_, pairs, targets, sides, pair_labels, prior,
                 learning_rate=self.learning_rate_, batch_size=batch_size, rng=rng,
-                n_folds=self.n_folds)
+                n_folds=self.n_folds, max_epochs=self.max_iter)
         else:
             epochs = float(self.n_epochs)
         exponent = MetricExponent.from_prior(prior)
@@ -262,10 +283,12 @@ class MEGMetric(_FeatureMetric):
                     n_seen=0, n_more=int(round(epochs * len(diffs))),
                     batch_size=batch_size, rng=rng if self.shuffle else None)
         self.n_epochs_ = epochs
+        self.n_iter_ = int(math.ceil(epochs))
         self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
         if self.verbose:
-            print(f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
-                  + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
+            progress_detail(
+                f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
+                + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
         return self._components()
 
     def _start_space(self, centred, rng):
@@ -373,9 +396,8 @@ class MEGMetric(_FeatureMetric):
         n_classes = np.unique(y).size
         if n_classes < 2:
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
-        seed = None if self.random_state is None else check_random_state(
-            self.random_state).randint(np.iinfo(np.int32).max) + getattr(
-            self, "n_pairs_seen_", 0)
+        seed = None if self.random_state is None else derived_seed(
+            self.random_state) + getattr(self, "n_pairs_seen_", 0)
         pairs, signs = draw_pairs(y, self.n_constraints or 20 * n_classes**2,
                                   random_state=seed)
         return X[pairs], signs.astype(float)
@@ -390,10 +412,10 @@ class MEGMetric(_FeatureMetric):
         self.mean_ = points.mean(axis=0)
         centred = points - self.mean_
         _check_trace(centred)
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        self._start_space(centred, np.random.default_rng(seed))
+        self._start_space(centred, derived_generator(self.random_state))
         self.learning_rate_ = None
         self.n_epochs_ = 0.0
+        self.n_iter_ = 0
         self.validation_ = None
         self._set_online_start(MetricExponent.from_prior(self.scales_**2 / self.trace_),
                                0.0)
