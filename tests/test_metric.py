@@ -489,3 +489,21 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
         for part, expected_part in zip(scores, expected):
             np.testing.assert_allclose(part, expected_part, rtol=1e-9, atol=1e-12)
     assert path.horizon >= 16.0
+
+
+@pytest.mark.parametrize("Metric", METRICS)
+def test_fit_pairs_takes_the_pair_label_encodings_of_fit_and_partial_fit(Metric):
+    X, labels = _data(40, seed=2)
+    pairs, signs = draw_pairs(labels, 30, random_state=0)
+    fitted = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for encoded in (signs, signs > 0, (signs > 0).astype(int), signs.astype(float)):
+            fixed = {"n_epochs": 2} if Metric is MEGMetric else {"max_iter": 200}
+            model = Metric(random_state=0, **fixed)
+            fitted.append(model.fit_pairs(X, pairs, encoded).components_)
+    for components in fitted[1:]:
+        np.testing.assert_array_equal(components, fitted[0])
+    for bad in (np.where(signs > 0, 1, 2), np.where(signs > 0, 1.0, 0.5), signs[:-1]):
+        with pytest.raises(ValueError, match="pair_labels must"):
+            Metric().fit_pairs(X, pairs, bad)

@@ -143,7 +143,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         pairs : array-like of int, shape (n_pairs, 2)
             Row indices into ``X``.
         pair_labels : array-like of shape (n_pairs,)
-            ``+1`` similar, ``-1`` dissimilar.
+            ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` / ``False``
+            dissimilar.
 
         Returns
         -------
@@ -151,12 +152,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         X = validate_data(self, X, ensure_min_samples=2, dtype=float)
         pairs = check_pair_indices(pairs, len(X), name="pairs")
-        pair_labels = np.asarray(pair_labels)
-        if pair_labels.shape != (len(pairs),):
-            raise ValueError(f"pair_labels must have shape ({len(pairs)},), "
-                             f"got {pair_labels.shape}.")
-        if not set(np.unique(pair_labels).tolist()) <= {1, -1}:
-            raise ValueError("pair_labels must hold +1 (similar) or -1 (dissimilar).")
+        # one check of pair labels for fit, fit_pairs and partial_fit
+        pair_labels = check_pair_signs(pair_labels, pairs, name="pair_labels")
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
     def _fit_pairs(self, X, pairs, pair_labels):
