@@ -196,3 +196,107 @@ def test_an_interrupt_at_sampled_lines_of_each_fit_leaves_the_model_unchanged():
 def test_an_interrupt_at_every_line_of_each_fit_leaves_the_model_unchanged():
     """About 6500 interrupts, one at each line event (1.5 minutes)."""
     _fit_sweep(1, 1)
+
+
+TAIL_SWEEP = textwrap.dedent("""
+    import json, os, pickle, sys, warnings
+    import numpy as np
+    import megkernel
+    from megkernel import DefiniteBoostKernel, KernelDistances, MEGKernelRegressor
+
+    PACKAGE = os.path.dirname(megkernel.__file__)
+    TAIL = int(sys.argv[2])
+    warnings.simplefilter("ignore")
+    ids = ["a", "b", "c", "d", "e"]
+    rng = np.random.RandomState(0)
+    pairs = [[ids[i], ids[(i + 1 + j) % 5]] for i in range(5) for j in range(4)] * 3
+    y = rng.uniform(0.1, 0.5, len(pairs))
+    signs = np.where(rng.uniform(size=len(pairs)) < 0.6, 1, -1)
+    rows = np.array([[ids.index(a), ids.index(b)] for a, b in pairs])
+
+    def meg_with_spare_room():  # losses_ buffer longer than n_updates_
+        model = MEGKernelRegressor(solver="online", objects=ids).partial_fit(pairs[:12], y[:12])
+        return model.partial_fit(pairs[:12], y[:12])
+
+    # (fitted model, a call that changes it): a call that committed and then
+    # raised would show, unlike a refit on the same data
+    CASES = {
+        "MEGKernelRegressor.fit": (
+            lambda: MEGKernelRegressor(solver="online").fit(pairs[:30], y[:30]),
+            lambda m: m.fit(pairs, y)),
+        "MEGKernelRegressor.partial_fit": (
+            lambda: MEGKernelRegressor(solver="online",
+                                       objects=ids).partial_fit(pairs[:12], y[:12]),
+            lambda m: m.partial_fit(pairs[:12], y[:12])),
+        "MEGKernelRegressor.partial_fit, spare room": (
+            meg_with_spare_room, lambda m: m.partial_fit(pairs[:12], y[:12])),
+        "MEGKernelRegressor.partial_fit, fast path": (
+            lambda: MEGKernelRegressor(solver="online").partial_fit(rows[:12], y[:12]),
+            lambda m: m.partial_fit(rows[:12], y[:12])),
+        "DefiniteBoostKernel.fit": (
+            lambda: DefiniteBoostKernel(gamma=0.3, max_iter=20).fit(pairs[:30], signs[:30]),
+            lambda m: m.fit(pairs, signs)),
+        "KernelDistances.fit": (
+            lambda: KernelDistances(kernel=np.eye(5) + 0.1, objects=ids).fit(ids[:3]),
+            lambda m: m.fit(ids)),
+    }
+    make, call = CASES[sys.argv[1]]
+    before = pickle.dumps(pickle.loads(pickle.dumps(make())))  # a stable pickle
+
+    def run(target):
+        model, events = pickle.loads(before), [0]
+
+        def local(frame, event, arg):
+            if event == "line":
+                events[0] += 1
+                if events[0] == target:
+                    raise KeyboardInterrupt(f"line event {target}")
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename
+                     .startswith(PACKAGE) else None)
+        try:
+            call(model)
+        except KeyboardInterrupt:
+            return model, events[0], True
+        finally:
+            sys.settrace(None)
+        return model, events[0], False
+
+    run(0)  # the first call runs more lines (caches): count on the second
+    clean, total, _ = run(0)
+    changed, missed = [], []
+    for target in range(total - TAIL + 1, total + 1):
+        model, _, interrupted = run(target)
+        missed += [] if interrupted else [target]
+        changed += [target] if pickle.dumps(model) != before else []
+    print(json.dumps({"total": total, "refit differs": pickle.dumps(clean) != before,
+                      "not interrupted": missed, "changed": changed}))
+""")
+
+# Strict: the fix of each file (store and ``return`` inside unchanged_on_error;
+# MEGKernelRegressor also pickles only the losses so far) makes its case pass,
+# and then its marker must go.
+_PENDING = pytest.mark.xfail(strict=True, reason="commits before its return: not yet fixed")
+TAIL_CASES = [pytest.param(case, marks=_PENDING) for case in (
+    "MEGKernelRegressor.fit", "MEGKernelRegressor.partial_fit",
+    "MEGKernelRegressor.partial_fit, spare room",
+    "MEGKernelRegressor.partial_fit, fast path",
+    "DefiniteBoostKernel.fit", "KernelDistances.fit")]
+
+
+@pytest.mark.parametrize("case", TAIL_CASES)
+def test_an_interrupt_after_the_commit_leaves_the_model_unchanged(case):
+    """A call that stored its result and is interrupted before it returns
+    (the lines after the one-step store: more attributes, warnings, the
+    ``return``) restores the model too. The last 100 line events of megkernel
+    in calls that change a fitted model (the sweeps above refit on the same
+    data, so a committed refit went unnoticed; the sampled one also missed
+    the end of partial_fit)."""
+    result = subprocess.run([sys.executable, "-c", TAIL_SWEEP, case, "100"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["refit differs"] and report["total"] > 100, report  # the test can see
+    assert not report["not interrupted"], report  # the sweep reached the last line
+    assert not report["changed"], report
