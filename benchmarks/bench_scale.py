@@ -59,7 +59,7 @@ def measure(d, r, n_trials):
     setup = time.perf_counter() - start
 
     tracemalloc.start()
-    model = MEGKernelRegressor(init_factor=factor)
+    model = MEGKernelRegressor(solver="online", init_factor=factor)
     model.partial_fit(pairs[:100], y[:100])  # set-up and engine compilation
     start = time.perf_counter()
     model.partial_fit(pairs[100:], y[100:])

@@ -369,7 +369,7 @@ for d in (52, 300):  # rank-one, then (2000 trials at d >= 200) Lanczos
     K = X @ X.T / np.trace(X @ X.T)
     pairs, y = distance_triples(K, 2000, random_state=0)
     t = time.perf_counter()
-    MEGKernelRegressor(n_objects=d).fit(pairs, y)
+    MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
     times.append(time.perf_counter() - t)
 print(*times)
 """
@@ -533,7 +533,8 @@ def one_call_table(d, n_calls):
     features = np.random.default_rng(0).normal(size=(n_calls + 10, 2))
     rows = []
     with threadpool_limits(1):
-        model = MEGKernelRegressor(n_objects=d, trace=1.0).partial_fit(pairs[:10], y[:10])
+        model = MEGKernelRegressor(solver="online",
+                                   n_objects=d, trace=1.0).partial_fit(pairs[:10], y[:10])
         sgd = SGDRegressor().partial_fit(features[:10], y[:10])
         for label, call in (
                 ("MEGKernelRegressor.partial_fit, one pair",

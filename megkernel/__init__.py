@@ -22,6 +22,7 @@ from ._solvers.bounds import (
 )
 from ._solvers.definiteboost import definiteboost, definiteboost_pairs
 from ._solvers.meg import meg, meg_general
+from ._version import __version__ as __version__
 from ._warnings import NoImprovementWarning
 from .definiteboost_kernel import DefiniteBoostKernel
 from .evaluation import make_knn_kernel_scorer, nearest_neighbor_error
@@ -35,8 +36,6 @@ from .metric import (
 )
 from .neighbors import KernelKNeighborsClassifier, kernel_to_distances
 from .objects import KernelDistances
-
-__version__ = "0.2.0"
 
 __all__ = [
     "definiteboost_rho",

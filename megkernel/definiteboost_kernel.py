@@ -10,7 +10,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._engines import select
+from ._engines import UPDATE_METHOD_CONSTRAINT, select
+from ._numerics.validation import check_pair_labels
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -22,8 +23,14 @@ from ._pair_estimator import (
 from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
 from ._progress import note_compiling
-from ._solvers.definiteboost import check_pair_signs, fit_pair_constraints
-from ._warnings import warn_user
+from ._solvers.definiteboost_rules import (
+    auto_max_iter,
+    fit_labelled_pairs,
+    prior_pair_summary,
+    prior_trace,
+)
+from ._solvers.definiteboost_verdict import split_pairs
+from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
 
 __all__ = ["DefiniteBoostKernel"]
 
@@ -67,9 +74,23 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         rows; see :class:`MEGKernelRegressor`.
     gamma : float or "auto", default="auto"
         Threshold of similar pairs on the squared distance, in the units of
-        the kernel. ``"auto"``: a tenth of the prior's mean squared distance
-        between distinct objects (``0.2 tau / d`` for the identity prior,
-        the paper's choice).
+        the kernel (with ``trace="auto"`` those of the prior ``init`` as
+        given; of a trace-one kernel for the identity prior). A ``gamma``
+        that every constraint already meets under the prior (nothing to
+        learn: typically a threshold in other units) warns
+        (:class:`~megkernel.NoImprovementWarning`, naming the prior's squared
+        distances and the trace) and leaves ``converged_`` False.
+        ``"auto"``: chosen on held-out pairs among 0.3, 0.1 and 0.03 times
+        the prior's mean squared distance between distinct objects, the one
+        whose kernel ranks the held-out pairs best (see
+        ``validation_fraction``; the path runs from the
+        largest ``gamma`` down, each fit continuing the previous one, so it
+        costs about one fit at the smallest). The scale is the prior's own,
+        so the rule does not depend on units; the fractions span the range
+        where learning moves the neighbours: at 0.3 a similar pair moves
+        little, below 0.03 the similar pairs' graph diffuses over whole
+        connected components. Without held-out pairs: 0.1 times the mean
+        (``0.2 tau / d`` for the identity prior, the paper's choice).
     gamma_dissimilar : float or "auto", default="auto"
         Threshold of dissimilar pairs. ``"auto"``: the prior's mean squared
         distance (``2 tau / d`` for the identity prior). Must be below
@@ -94,8 +115,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         keeps its violation; the fit converges when all others hold. The
         infeasibility certificate does not apply and the last iterate is
         returned.
-    max_iter : int, default=2000
-        Largest number of projections.
+    max_iter : int or "auto", default="auto"
+        Largest number of projections (for each ``gamma`` tried).
+        ``"auto"``: 25 per training constraint, at least 2000 (the greedy
+        run projects on each constraint about 10 times).
     tol : float, default=1e-2
         The fit aims at the constraints tightened by ``tol * gamma / 2``
         (squared-distance units of the kernel) and stops when those hold
@@ -106,8 +129,30 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     init_factor : array-like of shape (d, r), default=None
         Low-rank prior ``W_1 = F F^T / ||F||_F^2``; selects low-rank mode.
         Give ``init`` or ``init_factor``, not both.
-    trace : float, default=1.0
-        Trace ``tau`` of the learned kernel.
+    trace : float or "auto", default="auto"
+        Trace ``tau`` of the learned kernel. ``"auto"``: the trace of the
+        prior as given (``init``'s trace, ``||init_factor||_F^2``), so the
+        kernel, ``gamma`` and the squared distances are in the units of the
+        user's own prior kernel; 1 for the identity prior, which has no
+        units (as before). A float sets the scale: e.g. with the identity
+        prior, ``trace=d * s / 2`` gives distinct objects the squared
+        distance ``s`` under the prior, so ``gamma`` is then in units where
+        the prior's squared distance is ``s``.
+    validation_fraction : float or None, default=0.1
+        Fraction of the pairs (of each label) held out of a first training,
+        for the verdict (``prior_score_``, ``validation_score_``) and for
+        choosing ``gamma="auto"``; the kernel returned is then refit on every
+        pair. Scored by how well the kernel's squared distances
+        rank the held-out pairs (AUC: held-out similar pairs against held-out
+        dissimilar ones, or against random pairs of objects when only one
+        kind is given): threshold-free, so comparable across ``gamma`` and
+        with the prior, and what a nearest-neighbour rule uses (the fraction
+        of held-out constraints met is not: a larger ``gamma`` meets more of
+        them without learning). When the held-out pairs would be fewer than
+        10, nothing is held out: a UserWarning says so and the scores are
+        NaN. ``None``: train on every pair, no verdict, no warning.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the held-out split (and the random pairs it ranks against).
     method : {"auto", "eigh", "rank-one"}, default="auto"
         Engine of each projection; same result up to round-off.
     verbose : int, default=0
@@ -144,22 +189,50 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         Indices (into the fitted pairs) of dissimilar pairs dropped as
         never satisfiable (``||v||^2 <= gamma_dissimilar / trace``).
     n_iter_ : int
-        Projections made.
-    dual_objective_ : ndarray of shape (n_iter_ + 1,)
-        ``tr exp(log W_1 - sum_s alpha_s C_s)`` from the start (``1``).
+        Projections made (along the whole path of ``gamma="auto"``).
+    trace_ : float
+        The trace used (``trace="auto"`` resolved).
+    prior_score_ : float
+        AUC of the held-out pairs under the prior (0.5 for the identity
+        prior, which ties every pair); NaN without held-out pairs.
+    validation_score_ : float
+        AUC of the held-out pairs under the kernel learned without them (at
+        the chosen ``gamma``); when it is not above ``prior_score_`` a
+        :class:`~megkernel.NoImprovementWarning` says so. NaN without held-out
+        pairs. The returned kernel is that fit continued on every pair (as
+        ``LassoCV`` refits its chosen ``alpha``), so it also learns from the
+        held-out pairs. (With ``gamma="auto"`` the same pairs chose
+        ``gamma``: slightly optimistic for that choice.)
+    gamma_path_ : ndarray
+        The ``gamma`` values fitted (one for a given ``gamma``).
+    gamma_scores_ : ndarray
+        Their held-out AUCs (NaN without held-out pairs).
+    n_train_pairs_ : int
+        Pairs the scored kernels were trained on (the others were held out);
+        the returned kernel is then refit on every pair.
+    dual_objective_ : ndarray of shape (n_projections + 1,)
+        ``tr exp(log W_1 - sum_s alpha_s C_s)`` from the start (``1``). With
+        ``gamma="auto"``, this and the other per-projection logs below are
+        those of the chosen ``gamma``'s fit (which started from the previous
+        ``gamma``'s kernel).
     dual_bound_ : ndarray of shape (n_iter_ + 1,)
         Theorem 4.1's bound ``prod_s rho(r_s)`` (approximate projection).
-    violations_ : ndarray of shape (n_iter_,)
+    violations_ : ndarray of shape (n_projections,)
         Largest violation before each projection, in kernel units.
-    chosen_constraints_ : ndarray of shape (n_iter_,)
+    chosen_constraints_ : ndarray of shape (n_projections,)
         Index (into the fitted pairs) of each projected constraint.
-    alphas_ : ndarray of shape (n_iter_,)
+    alphas_ : ndarray of shape (n_projections,)
         Step sizes (negative for a corrective step).
     multipliers_ : ndarray of shape (n_constraints_,)
         Accumulated ``alpha_j`` of each constraint (the dual variables).
     max_violation_ : float
         Largest violation of the returned kernel, in kernel units.
     converged_ : bool
+        The fit learned and every constraint holds (within ``tol``).
+        ``False`` when it stopped at ``max_iter`` (a ConvergenceWarning), and
+        when it made no projection at all because the prior already met
+        every constraint (a :class:`~megkernel.NoImprovementWarning` naming
+        the prior's squared distances: nothing was learned).
 
     Examples
     --------
@@ -179,19 +252,21 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         "projection": [StrOptions({"approximate", "exact"})],
         "corrective": ["boolean"],
         "slack": [Interval(Real, 0, None, closed="neither"), None],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "tol": [Interval(Real, 0, None, closed="left")],
         "init": [StrOptions({"identity"}), "array-like"],
         "init_factor": ["array-like", None],
-        "trace": [Interval(Real, 0, None, closed="neither")],
-        "method": [StrOptions({"auto", "eigh", "rank-one"})],
+        "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
+        "random_state": ["random_state"],
+        "method": [UPDATE_METHOD_CONSTRAINT],
         "verbose": ["verbose"],
     }
 
     def __init__(self, *, n_objects=None, objects=None, gamma="auto", gamma_dissimilar="auto",
-                 projection="approximate", corrective=False, slack=None, max_iter=2000,
-                 tol=1e-2, init="identity", init_factor=None, trace=1.0, method="auto",
-                 verbose=0):
+                 projection="approximate", corrective=False, slack=None, max_iter="auto",
+                 tol=1e-2, init="identity", init_factor=None, trace="auto",
+                 validation_fraction=0.1, random_state=None, method="auto", verbose=0):
         self.n_objects = n_objects
         self.objects = objects
         self.gamma = gamma
@@ -204,6 +279,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.init = init
         self.init_factor = init_factor
         self.trace = trace
+        self.validation_fraction = validation_fraction
+        self.random_state = random_state
         self.method = method
         self.verbose = verbose
 
@@ -228,25 +305,75 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             pairs, y, index = validate_pairs(self, X, y, reset=True,
                                              n_objects=declared_n_objects(self),
                                              objects=self.objects)
-            signs = check_pair_signs(y, pairs, name="y")
+            signs = check_pair_labels(y, pairs, name="y")
             state = initial_state(self, pairs, index)
-            with self._progress(state) as callback:
-                log = fit_pair_constraints(
+            trace = (prior_trace(self.init, self.init_factor) if self.trace == "auto"
+                     else float(self.trace))
+            train, held_out = self._split(pairs, signs, state.n_objects)
+            n_train = len(pairs) if train is None else len(train)
+            max_iter = auto_max_iter(n_train) if self.max_iter == "auto" else self.max_iter
+            with self._progress(state, max_iter) as callback:
+                log = fit_labelled_pairs(
                     state, pairs, signs, gamma=self.gamma,
-                    gamma_dissimilar=self.gamma_dissimilar, trace=self.trace,
+                    gamma_dissimilar=self.gamma_dissimilar, trace=trace,
+                    max_iter=max_iter, train=train, held_out=held_out,
+                    warm=self.slack is None and not self.corrective,
                     slack=self.slack, projection=self.projection,
-                    corrective=self.corrective, max_iter=self.max_iter, tol=self.tol,
+                    corrective=self.corrective, tol=self.tol,
                     method=self.method, callback=callback,
                 )
-            self._store(state, index, signs, log)  # inside: all or nothing
-        return self
+            self._store(state, index, signs, log, trace, n_train)
+            if log["n_iter_total"] == 0:
+                self._nothing_learned(state, pairs, signs, trace, log)
+            if held_out is not None:
+                warn_if_not_better(
+                    "DefiniteBoostKernel", self.validation_score_, self.prior_score_,
+                    what=f"AUC of the {held_out.description}")
+            return self  # inside the block: an interrupt up to here restores the model
 
-    def _store(self, state, index, signs, log):
+    def _split(self, pairs, signs, n_objects):
+        """Training pair indices and held-out pairs (``None, None``: no split)."""
+        if self.validation_fraction is None:
+            return None, None
+        train, held_out, reason = split_pairs(pairs, signs, n_objects,
+                                              self.validation_fraction, self.random_state)
+        if train is None:
+            warn_user(f"DefiniteBoostKernel: {reason}; training on every pair, with no "
+                      "verdict (prior_score_ and validation_score_ are NaN) and gamma="
+                      "'auto' at 0.1 of the prior's mean squared distance. Give more "
+                      "pairs, or validation_fraction=None to skip the verdict.",
+                      UserWarning)
+        return train, held_out
+
+    def _nothing_learned(self, state, pairs, signs, trace, log):
+        """A fit that made no projection: the prior met every constraint. Not
+        an error (a fold of a search may hold only such pairs), but never
+        silent, and ``converged_`` is False: nothing was learned."""
+        self.converged_ = False
+        summary = prior_pair_summary(state, pairs, signs, trace)
+        tried = ", ".join(f"{g:.4g}" for g in log["gamma_path"])
+        warn_user(
+            f"DefiniteBoostKernel learned nothing: every constraint already holds under "
+            f"the prior (gamma tried: {tried}; gamma_dissimilar="
+            f"{log['gamma_dissimilar']:.4g}; the fit's margin tol * gamma / 2 = "
+            f"{log['margin']:.3g}), so the kernel is the prior and converged_ is False. "
+            f"Here {summary}. The thresholds are in the kernel's units: a gamma given "
+            "in other units (e.g. your own distances') is usually the cause; use "
+            "gamma='auto', a gamma below the similar pairs' squared distances above, "
+            "or the prior in your units (init, with trace='auto').",
+            NoImprovementWarning)
+
+    def _store(self, state, index, signs, log, trace, n_train):
         self.state_ = state
         self.n_objects_ = state.n_objects
         self.objects_ = object_ids(state, index)
         self._object_index = index
-        self.trace_ = float(self.trace)
+        self.trace_ = trace
+        self.n_train_pairs_ = n_train
+        self.prior_score_ = log["prior_score"]
+        self.validation_score_ = log["validation_score"]
+        self.gamma_path_ = log["gamma_path"]
+        self.gamma_scores_ = log["gamma_scores"]
         self.classes_ = np.array([-1, 1])
         self.gamma_ = log["gamma"]
         self.gamma_dissimilar_ = log["gamma_dissimilar"]
@@ -262,7 +389,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                            else self.gamma_)
         self.n_constraints_ = len(log["kept"])
         self.dropped_constraints_ = log["dropped"]
-        self.n_iter_ = log["n_iter"]
+        self.n_iter_ = log["n_iter_total"]
         self.dual_objective_ = log["dual_objective"]
         self.dual_bound_ = log["dual_bound"]
         self.violations_ = log["violation"]
@@ -273,7 +400,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.converged_ = log["converged"]
 
     @contextmanager
-    def _progress(self, state):
+    def _progress(self, state, max_iter):
         """The fit's progress callback (``None`` unless ``verbose``): a bar
         over iterations (at most ``max_iter``) on stderr; ``verbose=2`` adds
         a detail line at every 20th of ``max_iter``."""
@@ -281,8 +408,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             yield None
             return
         note_compiling([select(self.method, state, need="update").name])
-        every = max(1, self.max_iter // 20)
-        with progress_bar(total=self.max_iter, desc="DefiniteBoostKernel",
+        every = max(1, max_iter // 20)
+        with progress_bar(total=max_iter, desc="DefiniteBoostKernel",
                           unit="iter") as iterations:
             def callback(t, record):
                 iterations.update(t - iterations.n)

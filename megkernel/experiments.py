@@ -181,7 +181,7 @@ def _definiteboost_iterate(model, pairs, t):
     np.add.at(exponent, (b, b), -steps)
     np.add.at(exponent, (a, b), steps)
     np.add.at(exponent, (b, a), steps)
-    return model.trace * normalized_expm(exponent)
+    return model.trace_ * normalized_expm(exponent)
 
 
 def _report(progress, verbose, message):
@@ -243,7 +243,8 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
     pairs, y = distance_triples(K, n_trials, random_state=random_state)
     learning_rate = meg_learning_rate(PAIR_EIGENVALUE_RANGE)
     bound = meg_loss_bound(PAIR_EIGENVALUE_RANGE, von_neumann_divergence(K, prior))
-    model = MEGKernelRegressor(trace=1.0, n_objects=d, learning_rate=learning_rate, method=method)
+    model = MEGKernelRegressor(solver="online",
+                               trace=1.0, n_objects=d, learning_rate=learning_rate, method=method)
     trials = _log_checkpoints(n_trials, n_checkpoints)
     errors = [knn_errors(prior)]
     seconds = 0.0
@@ -332,8 +333,8 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
             "raise gamma (see similarity_threshold)."
         )
     clock = time.perf_counter()
-    model = DefiniteBoostKernel(n_objects=len(K), gamma=gamma, max_iter=max_iter,
-                                verbose=verbose).fit(pairs)
+    model = DefiniteBoostKernel(n_objects=len(K), gamma=gamma, max_iter=max_iter, trace=1.0,
+                                validation_fraction=None, verbose=verbose).fit(pairs)
     seconds = time.perf_counter() - clock
     _report(progress, verbose,
             f"DefiniteBoost: {len(pairs)} constraints, {model.n_iter_} "

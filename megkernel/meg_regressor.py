@@ -1,18 +1,20 @@
-"""On-line kernel learning from distance examples with MEG updates."""
+"""Kernel learning from distances with MEG updates: batch fit, on-line partial_fit."""
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from numbers import Integral, Real
 from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._engines import run_pair_trials, select
+from ._engines import METHOD_CONSTRAINT, run_pair_trials, select
 from ._numerics.validation import (
     MAX_STEP,
     check_meg_step,
@@ -31,9 +33,14 @@ from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
 from ._progress import note_compiling
 from ._solvers.meg import auto_learning_rate
-from ._warnings import warn_user
+from ._solvers.meg_batch import PairLoss, minimize_pair_loss, spectral_prior
+from ._warnings import warn_if_not_better, warn_user
 
 __all__ = ["MEGKernelRegressor"]
+
+#: Fewest held-out pairs for early stopping and the verdict; with fewer,
+#: ``fit`` trains on every pair and says so.
+MIN_VALIDATION_PAIRS = 10
 
 #: Trials between two updates of the progress bar when ``verbose``.
 _PROGRESS_EVERY = 10_000
@@ -81,7 +88,13 @@ def auto_trace(state, pairs, y):
     return float(trace)
 
 
-def _warn_unreachable(pairs, y, trace):
+def _r2(loss, z):
+    """``R^2`` of predictions with mean square error ``loss`` on targets ``z``."""
+    variance = float(np.var(z)) if len(z) else 0.0
+    return 1.0 - loss / variance if variance > 0 else np.nan
+
+
+def _warn_unreachable(pairs, y, trace, *, beyond_trace=True):
     """One warning per call for targets no kernel of this trace can meet."""
     loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
     if loops.any():
@@ -90,7 +103,7 @@ def _warn_unreachable(pairs, y, trace):
             f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
             "distance of an object to itself is always 0.", UserWarning)
     beyond = y > 2.0 * trace
-    if beyond.any():
+    if beyond_trace and beyond.any():
         warn_user(
             f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
             f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "
@@ -99,11 +112,25 @@ def _warn_unreachable(pairs, y, trace):
 
 
 class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
-    r"""Learn a kernel on-line from squared distances with MEG updates.
+    r"""Learn a kernel from (squared) distances of pairs with MEG updates.
 
     Each sample is a pair of objects ``(a, b)`` with target the squared
-    feature-space distance ``y = ||x_a - x_b||^2 = K_aa + K_bb - 2 K_ab``.
-    Trial ``t`` predicts :math:`\hat y_t = \tau\,\mathrm{tr}(W_t X_t)` and
+    feature-space distance ``y = ||x_a - x_b||^2 = K_aa + K_bb - 2 K_ab``
+    (or the distance itself with ``squared=False``).
+
+    **fit (batch, the default).** :meth:`fit` returns the kernel of least
+    total square loss over the positive definite kernels of its trace: the
+    MEG update applied to the gradient of the whole loss (mirror descent
+    with the von Neumann entropy; a Barzilai-Borwein step checked by the
+    relative-smoothness condition, so no learning rate needs tuning and
+    every accepted step lowers the training loss). It starts from a prior
+    fitted to the data (``init="auto"``: classical scaling of the observed
+    distances) and stops early on held-out pairs, which also give the
+    verdict ``validation_score_`` against ``prior_score_``. See
+    :func:`megkernel._solvers.meg_batch.minimize_pair_loss`.
+
+    **partial_fit (on-line, the paper's algorithm)** and ``fit`` with
+    ``solver="online"``: trial ``t`` predicts :math:`\hat y_t = \tau\,\mathrm{tr}(W_t X_t)` and
     updates (eq. 4 of Tsuda, Raetsch & Warmuth 2004, in the stable form of
     eq. 7)
 
@@ -140,15 +167,25 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         (sorted; a categorical's categories). Later calls refuse an id not
         among them, naming it.
     learning_rate : float or "auto", default="auto"
-        ``eta`` in trace-one units. ``"auto"``: Lemma 3.2's realizable rate
+        On-line (``partial_fit``, ``solver="online"``): ``eta`` in trace-one
+        units. Batch: the first trial step of the line search (later steps
+        are found by the line search, so it hardly matters).
+        On-line: ``"auto"``: Lemma 3.2's realizable rate
         ``2 / rho^2`` with ``rho`` a bound on the instance range
         ``||v||^2``: ``rho = 2`` in dense mode (so ``eta = 0.5``), the
         largest ``||P[a] - P[b]||^2`` over the pairs of the first
         ``fit`` / ``partial_fit`` call in low-rank mode. Updates run in
         trace-one units, so it does not depend on the units of ``y``.
-    init : {"identity"} or array-like of shape (d, d), default="identity"
-        Prior ``W_1``: ``I / d`` or a symmetric positive definite matrix
-        (scaled to trace one).
+    init : {"auto", "identity"} or array-like of shape (d, d), default="auto"
+        Prior ``W_1``: ``I / d``, a symmetric positive definite matrix
+        (scaled to trace one), or ``"auto"``: for the batch ``fit``, the
+        classical scaling of the training distances (each missing pair the
+        mean of the given ones) at the rank, among 0 (``I / d``), 1, 2, 3,
+        4, 6, 8, ... 128, that predicts the held-out pairs best, plus the
+        isotropic part that carries the fill's offset (at least 0.1 % of the
+        trace), with ``trace="auto"`` its fitted trace
+        (:func:`megkernel._solvers.meg_batch.spectral_prior`); for the
+        on-line algorithm, ``I / d`` as in the paper.
     init_factor : array-like of shape (d, r), default=None
         Low-rank prior ``W_1 = F F^T / ||F||_F^2`` (e.g. ``F`` = centred
         features, a Nystroem or kernel-PCA map); selects low-rank mode.
@@ -156,19 +193,47 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         ``init`` or ``init_factor``, not both.
     trace : float or "auto", default="auto"
         Trace ``tau`` of the learned kernel; squared distances are in its
-        units (at most ``2 tau``). ``"auto"``: from the first call's pairs,
+        units (at most ``2 tau``). ``"auto"``: with the batch ``fit`` and
+        ``init="auto"``, the spectral prior's fitted trace; otherwise, from
+        the first call's pairs,
         the trace at which the prior has the targets' mean squared distance
         (``tau = mean(y) / mean(v^T W_1 v)``, ``d mean(y) / 2`` for the
         identity prior), so targets in any units just work: scaling ``y`` by
         ``c`` scales the learned kernel by ``c``. A float fixes it (fitting
         ``tau * y`` with ``trace=tau`` learns ``tau`` times the trace-one
         kernel learned from ``y``).
+    solver : {"batch", "online"}, default="batch"
+        What :meth:`fit` runs: the batch minimisation of the total loss, or
+        ``n_epochs`` passes of the paper's on-line trials (then a fit whose
+        final training loss is above its prior's warns, naming the
+        learning rate).
+    squared : bool, default=True
+        Whether ``y`` holds squared distances (the paper's targets) or
+        plain distances (``squared=False``: ``y`` is squared on input and
+        :meth:`predict` returns distances; the kernel is the same).
+    max_iter : int, default=200
+        Batch: largest number of iterations (each one or a few
+        eigendecompositions); reaching it warns (``ConvergenceWarning``).
+    tol : float, default=1e-4
+        Batch: an iteration improves when the monitored loss (held-out with
+        ``early_stopping``, else training) falls by more than ``tol`` times
+        the prior's.
+    n_iter_no_change : int, default=5
+        Batch: stop after this many iterations without improvement.
+    early_stopping : bool, default=True
+        Batch: hold out ``validation_fraction`` of the pairs, monitor their
+        loss and return the best iterate. The held-out pairs also choose the
+        spectral prior's rank and give ``validation_score_``. With fewer
+        than 10 held-out pairs nothing is held out (a ``UserWarning`` says
+        so) and the training loss is monitored.
+    validation_fraction : float, default=0.1
+        Batch: share of the pairs held out when ``early_stopping``.
     n_epochs : int, default=1
-        Passes over the training pairs in :meth:`fit`.
+        On-line: passes over the training pairs in :meth:`fit`.
     shuffle : bool, default=False
-        Shuffle the pairs before each epoch of :meth:`fit`.
+        On-line: shuffle the pairs before each epoch of :meth:`fit`.
     random_state : int, RandomState instance or None, default=None
-        Seed for ``shuffle``.
+        Seed for the held-out split (batch) and ``shuffle`` (on-line).
     method : {"auto", "eigh", "rank-one", "lanczos"}, default="auto"
         Engine of the trials. ``"eigh"`` re-decomposes the exponent each
         trial (``O(d^3)``); ``"rank-one"`` updates its eigendecomposition
@@ -208,10 +273,34 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         ``d <= 5000`` (otherwise a ``ValueError`` points to the views below).
     kernel_factor_ : ndarray of shape (d, r)
         ``F`` with ``kernel_ = F F^T``.
+    n_iter_ : int
+        Batch: iterations made (0 after an on-line ``fit``; ``n_epochs``
+        there).
+    converged_ : bool
+        Batch: whether the stopping rule, not ``max_iter``, ended the fit.
+    loss_curve_ : ndarray
+        Batch: mean square training loss (squared distances, in the units
+        of ``y`` squared) of the prior and of each iterate.
+    validation_scores_ : ndarray
+        Batch: ``R^2`` of the held-out squared distances for the prior and
+        each iterate (empty without held-out pairs).
+    validation_score_ : float
+        ``R^2`` of the held-out squared distances under the returned
+        kernel; NaN without held-out pairs.
+    prior_score_ : float
+        The same for the prior ``init`` (at its trace). A fit that ends no
+        better warns (:class:`~megkernel.NoImprovementWarning`).
+    prior_rank_ : int or None
+        Rank of the spectral prior (``init="auto"``, batch); ``None``
+        otherwise.
+    prior_imputations_ : int or None
+        Imputations of the missing distances the spectral prior made (0:
+        the mean fill); ``None`` as ``prior_rank_``.
     n_updates_ : int
-        Number of on-line trials so far.
+        Number of on-line trials so far (0 after a batch ``fit``).
     losses_ : ndarray of shape (n_updates_,)
-        On-line losses ``(yhat_t - y_t)^2``, each taken before its update.
+        On-line losses ``(yhat_t - y_t)^2``, each taken before its update
+        (empty after a batch ``fit``).
     cumulative_loss_ : float
         ``L_MEG(S)``, the sum of ``losses_``.
     n_features_in_ : int
@@ -242,18 +331,27 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         "n_objects": [Interval(Integral, 2, None, closed="left"), None],
         "objects": ["array-like", None],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "init": [StrOptions({"identity"}), "array-like"],
+        "init": [StrOptions({"auto", "identity"}), "array-like"],
         "init_factor": ["array-like", None],
         "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "solver": [StrOptions({"batch", "online"})],
+        "squared": ["boolean"],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "shuffle": ["boolean"],
         "random_state": ["random_state"],
-        "method": [StrOptions({"auto", "eigh", "rank-one", "lanczos"})],
+        "method": [METHOD_CONSTRAINT],
         "verbose": ["verbose"],
     }
 
     def __init__(self, *, n_objects=None, objects=None, learning_rate="auto",
-                 init="identity", init_factor=None, trace="auto", n_epochs=1, shuffle=False,
+                 init="auto", init_factor=None, trace="auto", solver="batch", squared=True,
+                 max_iter=200, tol=1e-4, n_iter_no_change=5, early_stopping=True,
+                 validation_fraction=0.1, n_epochs=1, shuffle=False,
                  random_state=None, method="auto", verbose=0):
         self.n_objects = n_objects
         self.objects = objects
@@ -261,6 +359,13 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         self.init = init
         self.init_factor = init_factor
         self.trace = trace
+        self.solver = solver
+        self.squared = squared
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
         self.n_epochs = n_epochs
         self.shuffle = shuffle
         self.random_state = random_state
@@ -270,7 +375,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     # -- fitting -----------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Learn from the prior, running the trials of ``(X, y)`` in order.
+        """Learn the kernel of the pairs ``(X, y)``, starting from the prior.
+
+        ``solver="batch"``: the kernel of least total square loss (early
+        stopped on held-out pairs); ``solver="online"``: ``n_epochs`` passes
+        of the on-line trials in order.
 
         Parameters
         ----------
@@ -278,24 +387,179 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             Objects ``(a, b)`` of each pair: integer indices, or ids of any
             hashable kind (see ``objects``); a 2-column DataFrame works.
         y : array-like of shape (n_pairs,)
-            Squared distances ``||x_a - x_b||^2``, in any units.
+            Squared distances ``||x_a - x_b||^2`` (distances with
+            ``squared=False``), in any units.
 
         Returns
         -------
         self : object
         """
         with unchanged_on_error(self):
-            start = self._start(X, y)
-            rng = check_random_state(self.random_state)
-            orders = [rng.permutation(len(start.y)) if self.shuffle
-                      else np.arange(len(start.y)) for _ in range(self.n_epochs)]
-            losses = [self._run(start.state, start.pairs[order], start.y[order],
-                                start.learning_rate, start.trace, epoch=epoch,
-                                done=epoch * len(start.y))
-                      for epoch, order in enumerate(orders)]
-        self._commit(start, np.concatenate(losses), first=True)
-        self._validated_params = self._param_values()
-        return self
+            if self.solver == "batch":
+                fitted = self._fit_batch(X, y)
+            else:
+                fitted = self._fit_online(X, y)
+            fitted["_validated_params"] = self._param_values()
+            self.__dict__.update(fitted)  # one step: an interrupt cannot split it
+            self._report()
+            return self  # inside the block: an interrupt up to here restores the model
+
+    def _fit_online(self, X, y):
+        start = self._start(X, y)
+        rng = check_random_state(self.random_state)
+        orders = [rng.permutation(len(start.y)) if self.shuffle
+                  else np.arange(len(start.y)) for _ in range(self.n_epochs)]
+        prior = start.state.copy()
+        losses = [self._run(start.state, start.pairs[order], start.y[order],
+                            start.learning_rate, start.trace, epoch=epoch,
+                            done=epoch * len(start.y))
+                  for epoch, order in enumerate(orders)]
+        fitted = self._fitted(start, np.concatenate(losses))
+        a, b = start.pairs.T
+        moving = a != b
+        prior_loss = np.mean((start.trace * prior.pair_sq_distances(a, b) - start.y) ** 2)
+        final_loss = np.mean((start.trace * start.state.pair_sq_distances(a, b)
+                              - start.y) ** 2)
+        z = start.y[moving] if moving.any() else start.y
+        fitted.update(
+            n_iter_=self.n_epochs, converged_=True, prior_rank_=None,
+            prior_imputations_=None,
+            loss_curve_=np.array([prior_loss, final_loss]),
+            validation_scores_=np.zeros(0), validation_score_=np.nan,
+            prior_score_=np.nan,
+            _verdict=None,
+            _diverged=(final_loss > prior_loss and final_loss > 0, _r2(prior_loss, z),
+                       _r2(final_loss, z), start.learning_rate))
+        return fitted
+
+    def _split(self, n_pairs):
+        """Training and held-out pair indices (held-out ``None``: no split)."""
+        everything = np.arange(n_pairs)
+        if not self.early_stopping:
+            return everything, None
+        n_held = int(round(self.validation_fraction * n_pairs))
+        if n_held < MIN_VALIDATION_PAIRS or n_pairs - n_held < MIN_VALIDATION_PAIRS:
+            warn_user(
+                f"MEGKernelRegressor: {n_pairs} pairs are too few to hold out "
+                f"{MIN_VALIDATION_PAIRS} at validation_fraction={self.validation_fraction} "
+                f"(it takes about {int(np.ceil(MIN_VALIDATION_PAIRS / self.validation_fraction))}"
+                "); training on every pair without early stopping and with no verdict "
+                "(validation_score_ and prior_score_ are NaN). Give more pairs, or "
+                "early_stopping=False to silence this.", UserWarning)
+            return everything, None
+        order = check_random_state(self.random_state).permutation(n_pairs)
+        return np.sort(order[n_held:]), np.sort(order[:n_held])
+
+    def _fit_batch(self, X, y):
+        pairs, y, index = self._validate_trials(X, y, reset=True)
+        state = initial_state(self, pairs, index)
+        _warn_unreachable(pairs, y, 1.0, beyond_trace=False)
+        train, held = self._split(len(y))
+        a, b = pairs[train].T
+        a_val, b_val = pairs[held].T if held is not None else (a[:0], b[:0])
+        # work in units of the targets' mean (the result does not depend on them)
+        moving = a != b
+        unit = float(np.mean(y[train][moving])) if moving.any() else 0.0
+        unit = unit if unit > 0 else 1.0
+        y_train = y[train] / unit
+        y_val = y[held] / unit if held is not None else np.zeros(0)
+        prior_rank = prior_imputations = None
+        if (isinstance(self.init, str) and self.init == "auto" and self.init_factor is None):
+            prior = spectral_prior(state.n_objects, a, b, y_train,
+                                   *((a_val, b_val, y_val) if held is not None else ()))
+            state, trace, prior_rank = prior.state, prior.trace, prior.rank
+            prior_imputations = prior.imputations
+        else:
+            trace = auto_trace(state, pairs[train], y_train)
+        if self.trace != "auto":
+            trace = float(self.trace) / unit
+            _warn_unreachable(pairs, y / unit, trace)
+        train_loss = PairLoss(state, a, b, y_train / trace)
+        validation = PairLoss(state, a_val, b_val, y_val / trace) if held is not None else None
+        learning_rate = ("auto" if self.learning_rate == "auto"
+                         else float(self.learning_rate))
+        with self._batch_progress() as callback:
+            result = minimize_pair_loss(
+                state, train_loss, validation=validation, learning_rate=learning_rate,
+                max_iter=self.max_iter, tol=self.tol,
+                n_iter_no_change=self.n_iter_no_change,
+                early_stopping=validation is not None, callback=callback)
+        if held is not None and result.best_iter > 0:
+            # the held-out pairs chose the rank and the number of iterations;
+            # the kernel returned learns from every pair (as LassoCV refits)
+            state, trace = self._refit_prior(pairs, y / unit, index, prior_rank,
+                                             prior_imputations, trace, state.n_objects)
+            refit = minimize_pair_loss(
+                state, PairLoss(state, pairs[:, 0], pairs[:, 1], y / unit / trace),
+                learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
+                n_iter_no_change=result.best_iter + 1)
+            result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
+                                     n_iter=result.n_iter + refit.n_iter)
+        trace_ = trace * unit
+        start = _Start(pairs, y, index, result.state, trace_,
+                       auto_learning_rate(result.state, pairs[:, 0], pairs[:, 1]))
+        fitted = self._fitted(start, np.zeros(0))
+        z_val = validation.z if validation is not None else np.zeros(0)
+        scores = np.array([_r2(loss, z_val) for loss in result.validation_curve]) \
+            if validation is not None else np.zeros(0)
+        fitted.update(
+            n_iter_=result.n_iter, converged_=bool(result.converged),
+            loss_curve_=result.loss_curve * trace_ ** 2,
+            validation_scores_=scores,
+            validation_score_=scores[result.best_iter] if len(scores) else np.nan,
+            prior_score_=scores[0] if len(scores) else np.nan,
+            prior_rank_=prior_rank, prior_imputations_=prior_imputations,
+            _verdict=validation is not None, _diverged=None)
+        return fitted
+
+    def _refit_prior(self, pairs, y, index, prior_rank, prior_imputations, trace,
+                     n_objects):
+        """The prior and trace of the refit on every pair (``y`` in the fit's unit)."""
+        if prior_rank is None:
+            state = initial_state(self, pairs, index)
+            if self.trace == "auto":
+                trace = auto_trace(state, pairs, y)
+            return state, trace
+        a, b = pairs.T
+        prior = spectral_prior(n_objects, a, b, y, a, b, y, ranks=(prior_rank,),
+                               n_imputations=prior_imputations, fixed=True)
+        return prior.state, prior.trace if self.trace == "auto" else trace
+
+    @contextmanager
+    def _batch_progress(self):
+        """``callback`` of the batch iterations: a progress bar when ``verbose``."""
+        show = bool(self.verbose)
+        with progress_bar(total=self.max_iter, desc="MEGKernelRegressor (batch)",
+                          unit="iter", enabled=show) as bar:
+            def callback(iteration, train_loss, validation_loss, step):
+                bar.update(1)
+                if self.verbose >= 2:
+                    progress_detail(
+                        f"[MEGKernelRegressor] iteration {iteration}: training loss "
+                        f"{train_loss:.6g}, held-out loss {validation_loss:.6g}, "
+                        f"step {step:.3g} (trace-one units)")
+            yield callback if show else None
+
+    def _report(self):
+        """The warnings of a finished ``fit`` (after the model is stored)."""
+        name = type(self).__name__
+        if self.solver == "online":
+            diverged, before, after, rate = self._diverged
+            if diverged:
+                warn_user(
+                    f"{name}: the on-line fit diverged: the training R^2 fell from "
+                    f"{before:.4g} under the prior to {after:.4g} at learning_rate="
+                    f"{self.learning_rate!r} ({rate:.4g} in trace-one units); lower the "
+                    "learning rate, or use solver='batch', which needs none.",
+                    ConvergenceWarning)
+            return
+        if not self.converged_:
+            warn_user(
+                f"{name}: the batch fit stopped at max_iter={self.max_iter} iterations "
+                "before its loss settled; raise max_iter.", ConvergenceWarning)
+        if self._verdict:
+            warn_if_not_better(name, self.validation_score_, self.prior_score_,
+                               what="R^2 of the held-out squared distances")
 
     def partial_fit(self, X, y):
         """Continue the on-line sequence with the trials of ``(X, y)``.
@@ -341,9 +605,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             losses = self._run(start.state, start.pairs, start.y, start.learning_rate,
                                start.trace, epoch=None,
                                done=0 if first else self.n_updates_)
-        self._commit(start, losses, first=first)
-        self._validated_params = self._param_values()
-        return self
+            self._commit(start, losses, first=first)
+            return self  # inside the block: an interrupt up to here restores the model
 
     # -- the on-line fast path: one example per call, as river's learn_one ------
     def _param_values(self):
@@ -385,8 +648,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             start = _Start(pairs, y, None, self.state_.copy(), trace, learning_rate)
             losses = self._run(start.state, pairs, y, learning_rate, trace,
                                epoch=None, done=self.n_updates_)
-        self._commit(start, losses, first=False)
-        return self
+            self._commit(start, losses, first=False)
+            return self  # inside the block: an interrupt up to here restores the model
 
     #: Parameters the first ``partial_fit`` fixes.
     _FIXED_PARAMS = ("trace", "n_objects", "objects", "init", "init_factor")
@@ -428,10 +691,23 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             pairs, y, index = validate_pairs(
                 self, X, y, reset=True, n_objects=declared_n_objects(self),
                 objects=self.objects)
-            return pairs, check_squared_distances(y, len(pairs)), index
+            return pairs, self._squared_targets(y, len(pairs)), index
         pairs, y, _ = validate_pairs(self, X, y, reset=False, n_objects=self.n_objects_,
                                      index=self._object_index)
-        return pairs, check_squared_distances(y, len(pairs))
+        return pairs, self._squared_targets(y, len(pairs))
+
+    def _squared_targets(self, y, n_pairs):
+        """The targets as squared distances (``squared=False`` squares them)."""
+        if self.squared:
+            return check_squared_distances(y, n_pairs)
+        y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)")
+        with np.errstate(over="ignore"):
+            squared = y * y
+        if not np.all(np.isfinite(squared)):
+            raise ValueError(
+                f"y holds distances (squared=False) up to {y.max():.4g}, whose squares "
+                "exceed double precision: give them in smaller units.")
+        return squared
 
     def _learning_rate(self, state, pairs):
         if self.learning_rate == "auto":
@@ -471,8 +747,20 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                         f"{time.perf_counter() - clock:.1f} s")
         return losses
 
+    def _fitted(self, start, losses):
+        """The attributes of a model fitted from scratch (not yet stored)."""
+        return {"state_": start.state, "learning_rate_": start.learning_rate,
+                "n_updates_": len(losses), "_loss_buffer": np.array(losses, dtype=float),
+                "n_objects_": start.state.n_objects, "trace_": start.trace,
+                "objects_": object_ids(start.state, start.index),
+                "_object_index": start.index,
+                "_fixed_params": {name: getattr(self, name)
+                                  for name in self._FIXED_PARAMS}}
+
     def _commit(self, start, losses, *, first):
-        """Store the result of a call: nothing before it changed the model."""
+        """Store the result of a call in one step: nothing before it changed
+        the model. Called last inside the caller's ``unchanged_on_error``
+        block, so an interrupt at the caller's ``return`` still restores it."""
         done = 0 if first else self.n_updates_
         buffer = np.zeros(0) if first else self._loss_buffer
         needed = done + len(losses)
@@ -482,7 +770,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             buffer = grown
         buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
         update = {"state_": start.state, "learning_rate_": start.learning_rate,
-                  "n_updates_": needed, "_loss_buffer": buffer}
+                  "n_updates_": needed, "_loss_buffer": buffer,
+                  "_validated_params": self._param_values()}
         if first:
             update.update(n_objects_=start.state.n_objects, trace_=start.trace,
                           objects_=object_ids(start.state, start.index),
@@ -490,6 +779,14 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                           _fixed_params={name: getattr(self, name)
                                          for name in self._FIXED_PARAMS})
         self.__dict__.update(update)  # one step: an interrupt cannot split it
+
+    def __getstate__(self):
+        # the loss buffer's spare room is not part of the model (an interrupted
+        # call may have written there): pickle only the losses so far
+        state = dict(super().__getstate__())
+        if "_loss_buffer" in state:
+            state["_loss_buffer"] = state["_loss_buffer"][: state["n_updates_"]].copy()
+        return state
 
     # -- fitted views --------------------------------------------------------
     @property
@@ -504,7 +801,10 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return float(self.losses_.sum())
 
     def predict(self, X):
-        """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs."""
+        """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs.
+
+        Their square roots, the distances, with ``squared=False``.
+        """
         check_is_fitted(self, "state_")
         if (type(X) is np.ndarray and X.ndim == 2 and X.shape[1] == 2
                 and X.dtype.kind in "iu" and self._object_index is None
@@ -513,7 +813,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         else:
             pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
                                          index=self._object_index)
-        return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+        sq = self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+        return sq if self.squared else np.sqrt(np.maximum(sq, 0.0))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -54,6 +54,7 @@ from sklearn.base import (
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
+from . import _version
 from ._numerics.spectral import check_symmetric, induced_sq_distances
 from ._numerics.validation import check_pair_indices
 from ._pair_estimator import (
@@ -61,8 +62,13 @@ from ._pair_estimator import (
     ObjectIndex,
     _as_index_array,
     _categories,
+    declared_n_objects,
+    initial_state,
+    unchanged_on_error,
 )
+from ._solvers.meg import auto_learning_rate
 from ._warnings import warn_user
+from .meg_regressor import MEGKernelRegressor
 
 try:  # an exclusive lock per kernel in the on-disk cache (POSIX)
     import fcntl
@@ -184,12 +190,11 @@ def _canonical(value):
 def _key(learner, data):
     """Everything that determines a learned kernel: the learner's module,
     class and parameters (deep), this package's version, and the data."""
-    from . import __version__
-
     cls = type(learner)
     params = {name: _canonical(value) for name, value in learner.get_params(deep=True).items()}
     data = tuple(_canonical(item) for item in data)
-    return joblib.hash((cls.__module__, cls.__qualname__, __version__, params, data))
+    return joblib.hash((cls.__module__, cls.__qualname__, _version.__version__, params,
+                        data))
 
 
 def _check_memory(memory):
@@ -379,10 +384,6 @@ def _stream_params(learner, stream, scan):
     what its one-shot on-line fit of their concatenation learns: the objects
     (all chunks' ids), and ``trace="auto"`` (and low-rank
     ``learning_rate="auto"``) computed over all chunks, not the first."""
-    from ._pair_estimator import declared_n_objects, initial_state
-    from ._solvers.meg import auto_learning_rate
-    from .meg_regressor import MEGKernelRegressor
-
     params = learner.get_params(deep=False)
     if not isinstance(learner, MEGKernelRegressor):
         if params.get("trace") == "auto" or params.get("learning_rate") == "auto":
@@ -841,10 +842,11 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
-        self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
-                             n_features_in_=1, _index=index, _fit_rows=rows,
-                             _given=given, _given_is_squared=bool(self.given_squared))
-        return self
+        with unchanged_on_error(self):  # an interrupt up to the return restores it
+            self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
+                                 n_features_in_=1, _index=index, _fit_rows=rows,
+                                 _given=given, _given_is_squared=bool(self.given_squared))
+            return self
 
     def transform(self, X):
         """Distances from the objects ``X`` to the fitted objects.

@@ -20,6 +20,11 @@ from megkernel import (
     definiteboost_rho,
     definiteboost_step,
 )
+from megkernel._numerics.state import ExponentState
+from megkernel._numerics.validation import check_pair_labels
+from megkernel._solvers import definiteboost_projections as solver
+from megkernel._solvers.definiteboost_verdict import pair_ranking_auc
+from megkernel._warnings import NoImprovementWarning
 
 # -- helpers -------------------------------------------------------------------
 
@@ -262,7 +267,9 @@ def test_estimator_matches_the_pair_solver():
     dict(gamma=0.02, gamma_dissimilar=0.3, projection="exact"),
     dict(slack=0.5, trace=7.0),
     dict(corrective=True, tol=1e-4),
-    dict(init_factor="factor", gamma_dissimilar=0.45),
+    # trace=1.0: gamma_dissimilar=0.45 is in trace-one units (the default trace was
+    # 1.0; trace="auto" is now ||F||_F^2 for a factor)
+    dict(init_factor="factor", gamma_dissimilar=0.45, trace=1.0),
 ])
 def test_solver_with_the_estimator_parameters_returns_its_kernel(params):
     """Every rule (auto gamma, margins, slack, dropping) lives in the solver."""
@@ -278,7 +285,12 @@ def test_solver_with_the_estimator_parameters_returns_its_kernel(params):
         solver_params["prior_factor"] = factor
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = DefiniteBoostKernel(n_objects=d, **params).fit(pairs, signs)
+        # validation_fraction=None: every pair trained on, as the solver does
+        model = DefiniteBoostKernel(n_objects=d, validation_fraction=None,
+                                    **params).fit(pairs, signs)
+        # trace="auto" (the default since issue 19) is the prior's own trace:
+        # the solver takes it as given
+        solver_params.setdefault("trace", model.trace_)
         K, log = definiteboost_pairs(pairs, signs, n_objects=d, **solver_params)
     # the same warnings from both (e.g. dropped pairs in low-rank mode)
     messages = [str(w.message) for w in caught]
@@ -418,10 +430,11 @@ def test_warning_and_progress_report_the_violation_in_kernel_units(trace, capsys
     # the same figure as max_violation_ / violations_, whatever the trace
     pairs = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 5], [1, 4]])
     signs = np.array([1, 1, 1, 1, 1, 1, -1])
-    model = DefiniteBoostKernel(n_objects=6, trace=trace, max_iter=3, verbose=2)
+    model = DefiniteBoostKernel(n_objects=6, trace=trace, max_iter=3, verbose=2,
+                                validation_fraction=None)
     with pytest.warns(ConvergenceWarning) as record:
         model.fit(pairs, signs)
-    assert f"largest violation {model.max_violation_:.3g})" in str(record[0].message)
+    assert f"largest violation {model.max_violation_:.3g} against" in str(record[0].message)
     detail = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines()
               if line.startswith("[DefiniteBoostKernel] iter 1:")]  # verbose=2, stderr
     assert f"largest violation {model.violations_[0]:.4g}," in detail[0]
@@ -465,9 +478,12 @@ def test_section_5_setting(projection):
     assert len(pairs) > 100
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        model = DefiniteBoostKernel(n_objects=d, projection=projection).fit(pairs)
+        # the paper's run: every pair trained on (validation_fraction=None), where
+        # gamma="auto" is the paper's 0.2 / d (with held-out pairs it is validated)
+        model = DefiniteBoostKernel(n_objects=d, projection=projection,
+                                    validation_fraction=None).fit(pairs)
     assert model.gamma_ == pytest.approx(gamma, rel=1e-12)     # the "auto" default
-    assert model.converged_ and 10 < model.n_iter_ < model.max_iter
+    assert model.converged_ and 10 < model.n_iter_ < max(2000, 25 * len(pairs))
     dual, bound = model.dual_objective_, model.dual_bound_
     assert len(dual) == model.n_iter_ + 1
     assert np.all(np.diff(dual) <= 1e-12)
@@ -680,3 +696,189 @@ def test_pair_labels_may_be_one_zero_or_boolean(labels):
     model = DefiniteBoostKernel(n_objects=6).fit(_PAIRS, np.array(labels))
     assert_array_equal(model.kernel_, reference.kernel_)
     assert_array_equal(model.predict(_PAIRS), reference.predict(_PAIRS))
+
+
+# -- issue 19: the user's units, a default that learns, a verdict ----------------------
+
+def _families(d=80, n_families=4, seed=0):
+    """Objects in planted families; the closest pairs of a noisy embedding
+    (mostly within a family) as similar pairs: what a user's table gives."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(d) % n_families
+    centres = rng.standard_normal((n_families, 5)) * 1.5
+    X = centres[labels] + rng.standard_normal((d, 5))
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)
+    dist = ((X[iu[0]] - X[iu[1]]) ** 2).sum(axis=1)
+    close = pairs[np.argsort(dist)[: 3 * d]]
+    return close, labels
+
+
+def test_check_pair_labels_accepts_the_three_encodings_and_nothing_else():
+    pairs = np.array([[0, 1], [1, 2], [2, 3]])
+    expected = np.array([1.0, -1.0, 1.0])
+    for labels in ([1, -1, 1], [1, 0, 1], [True, False, True], [1.0, 0.0, 1.0],
+                   np.array([1, -1, 1], dtype=object), [[1], [0], [1]]):
+        assert_array_equal(check_pair_labels(labels, pairs), expected)
+    assert_array_equal(check_pair_labels(None, pairs), np.ones(3))
+    assert_array_equal(check_pair_labels([0, 0, 0], 3), -np.ones(3))  # all dissimilar
+    for labels, match in (([1, 2, 1], r"must hold \+1"), ([-1, 0, 1], r"must hold \+1"),
+                          (["a", "b", "a"], r"must hold \+1"), ([1.0, np.nan, 1.0], "nan"),
+                          ([0.5, 1.0, 1.0], r"must hold \+1"), ([1, -1], "shape")):
+        with pytest.raises(ValueError, match=match):
+            check_pair_labels(labels, pairs)
+    with pytest.raises(ValueError, match="itself cannot be dissimilar"):
+        check_pair_labels([1, -1], np.array([[0, 1], [2, 2]]))
+
+
+def test_the_estimator_validates_labels_through_check_pair_labels(monkeypatch):
+    import megkernel.definiteboost_kernel as module
+
+    seen = []
+    monkeypatch.setattr(module, "check_pair_labels",
+                        lambda y, pairs, name: seen.append(name) or check_pair_labels(
+                            y, pairs, name=name))
+    DefiniteBoostKernel(n_objects=4, validation_fraction=None).fit([[0, 1], [2, 3]], [1, 0])
+    assert seen == ["y"]
+
+
+def test_trace_auto_keeps_the_units_of_the_prior_given():
+    d = 10
+    pairs, _ = _families(d, 2, seed=3)
+    prior = _density(d, 21)
+    scale = 327.7
+    base = DefiniteBoostKernel(init=prior, validation_fraction=None).fit(pairs)
+    scaled = DefiniteBoostKernel(init=scale * prior, validation_fraction=None).fit(pairs)
+    assert base.trace_ == pytest.approx(np.trace(prior))
+    assert scaled.trace_ == pytest.approx(scale * np.trace(prior))
+    # everything in the prior's units: gamma, the kernel and its distances scale with it
+    assert scaled.gamma_ == pytest.approx(scale * base.gamma_, rel=1e-12)
+    assert_allclose(scaled.kernel_, scale * base.kernel_, rtol=1e-9, atol=1e-12)
+    assert_array_equal(scaled.predict(pairs), base.predict(pairs))
+    # a factor's prior: ||F||_F^2; the identity prior has no units: 1
+    factor = np.random.default_rng(4).standard_normal((d, 3))
+    low = DefiniteBoostKernel(init_factor=factor, validation_fraction=None).fit(pairs)
+    assert low.trace_ == pytest.approx((factor ** 2).sum())
+    assert DefiniteBoostKernel(n_objects=d, validation_fraction=None).fit(pairs).trace_ == 1.0
+
+
+def test_a_gamma_every_constraint_already_meets_warns_with_the_numbers():
+    """Issue 19: gamma=327.7 in the user's distance units ran 0 iterations and
+    reported converged_=True, returning the prior, silently."""
+    pairs, _ = _families(40, seed=1)
+    model = DefiniteBoostKernel(objects=np.arange(40), gamma=327.7, random_state=0)
+    with pytest.warns(NoImprovementWarning, match=r"already holds under the prior") as record:
+        model.fit(pairs)
+    message = str([w.message for w in record if "already holds" in str(w.message)][0])
+    # the prior's squared distances (all 2/d for I/d) and the trace are named
+    assert "median 0.05" in message and "trace 1" in message and "327.7" in message
+    assert model.n_iter_ == 0 and not model.converged_  # no claim that it learned
+    # the same gamma in the kernel's units learns
+    fitted = DefiniteBoostKernel(n_objects=40, gamma=0.1 * 2 / 40,
+                                 validation_fraction=None).fit(pairs)
+    assert fitted.n_iter_ > 0 and fitted.converged_
+
+
+def test_default_gamma_is_chosen_on_held_out_pairs_and_reported():
+    d = 80
+    pairs, labels = _families(d)
+    model = DefiniteBoostKernel(n_objects=d, random_state=0).fit(pairs)
+    mean = 2.0 / d  # the identity prior's mean squared distance
+    assert_allclose(model.gamma_path_, np.array([0.3, 0.1, 0.03]) * mean, rtol=1e-12)
+    assert model.gamma_ == model.gamma_path_[np.argmax(model.gamma_scores_)]
+    assert model.prior_score_ == 0.5  # I/d ties every pair
+    assert model.validation_score_ == np.max(model.gamma_scores_) > 0.6
+    assert model.n_train_pairs_ == len(pairs) - len(pairs) // 10
+    assert model.converged_
+    # the refit kernel meets every constraint, the held-out ones included
+    assert np.all(model.pair_sq_distances(pairs) <= model.gamma_ * (1 + 1e-9))
+    # independent check of the AUC: held-out similar pairs against random pairs
+    K = model.kernel_
+    D = np.diag(K)[:, None] + np.diag(K)[None, :] - 2 * K
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(d, dtype=bool)
+    # the learned distances separate same-family objects from the others
+    assert D[same & off].mean() < D[~same].mean()
+
+
+def test_scores_are_a_pair_ranking_auc():
+    # independent: count of (closer, farther) pairs in order, ties one half
+    rng = np.random.default_rng(0)
+    closer, farther = rng.integers(0, 5, 30).astype(float), rng.integers(0, 5, 40) + 0.5
+    expected = np.mean([(c < f) + 0.5 * (c == f) for c in closer for f in farther])
+    assert pair_ranking_auc(closer, farther) == pytest.approx(expected, abs=1e-12)
+    assert pair_ranking_auc(np.full(3, 2.0), np.full(4, 2.0 * (1 + 1e-15))) == 0.5
+
+
+def test_too_few_pairs_to_hold_out_says_so_and_validation_fraction_none_is_silent():
+    pairs = np.array([[0, 1], [2, 3], [4, 5]])
+    with pytest.warns(UserWarning, match="too few to hold out"):
+        model = DefiniteBoostKernel(n_objects=8).fit(pairs)
+    assert np.isnan(model.validation_score_) and np.isnan(model.prior_score_)
+    assert model.gamma_ == pytest.approx(0.2 / 8)  # the paper's choice without a verdict
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = DefiniteBoostKernel(n_objects=8, validation_fraction=None).fit(pairs)
+    assert_array_equal(quiet.kernel_, model.kernel_)
+
+
+def test_a_kernel_no_better_than_its_prior_warns():
+    """A prior that already ranks every pair right (AUC 1) cannot be beaten."""
+    d, n_families = 40, 4
+    labels = np.arange(d) % n_families
+    blocks = (labels[:, None] == labels[None, :]).astype(float)
+    prior = blocks + 0.05 * np.eye(d)
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)
+    y = np.where(labels[iu[0]] == labels[iu[1]], 1, -1)
+    model = DefiniteBoostKernel(init=prior, gamma=0.05, random_state=0)
+    with pytest.warns(NoImprovementWarning, match="no better than its prior"):
+        model.fit(pairs, y)
+    assert model.prior_score_ == 1.0 and model.validation_score_ <= 1.0
+    assert model.n_iter_ > 0
+
+
+def test_auto_gamma_with_nothing_to_learn_warns_instead_of_claiming_convergence():
+    d, n_families = 40, 4
+    labels = np.arange(d) % n_families
+    prior = (labels[:, None] == labels[None, :]).astype(float) + 1e-3 * np.eye(d)
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)[labels[iu[0]] == labels[iu[1]]]
+    with pytest.warns(UserWarning, match="learned nothing") as record:
+        model = DefiniteBoostKernel(init=prior, validation_fraction=None).fit(pairs)
+    assert model.n_iter_ == 0
+    assert "median" in str(record[0].message)
+
+
+def test_non_convergence_names_the_numbers():
+    pairs, _ = _families(40, seed=2)
+    with pytest.warns(ConvergenceWarning, match=r"constraints still violated .*gamma="):
+        DefiniteBoostKernel(n_objects=40, max_iter=5, validation_fraction=None).fit(pairs)
+
+
+def test_working_set_keeps_the_answer_of_the_full_scan():
+    """The greedy choice through a working set (m > d: a scan every
+    ceil(m / d) steps) ends where every constraint holds, as the full scan
+    at every step (the paper's choice) does, at a dual objective as low."""
+    d = 12
+    rng = np.random.default_rng(8)
+    pairs = rng.integers(0, d, size=(200, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    # the rule: the paper's scan at every step where a scan is cheap
+    assert solver._scan_interval(len(pairs), d) == 1
+    assert solver._scan_interval(1000, 52) == 1
+    assert solver._scan_interval(10_000, 2000) == 5
+    gamma = 0.5 * 2 / d
+    results = {}
+    for scan_every in (1, 4):
+        state = ExponentState.identity(d)
+        constraints = solver.PairConstraints(pairs[:, 0], pairs[:, 1], np.ones(len(pairs)),
+                                             gamma, state)
+        settings = solver._Settings(max_iter=50_000, tol=1e-4 * gamma,
+                                    scan_every=scan_every)
+        log = solver.run_definiteboost(constraints, state, settings)
+        assert log["converged"]
+        K = state.matrix()
+        assert np.all(_sq_dist(K, pairs) <= gamma * (1 + 1e-3))  # independent of the log
+        results[scan_every] = log
+    assert results[4]["dual_objective"][-1] < 1.0

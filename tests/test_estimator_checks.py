@@ -90,6 +90,9 @@ _MEG_FAILURES = {
         "non-integer values in 2", "test_partial_fit_n_features"),
     "check_regressors_no_decision_function": _reason(4, "test_train_and_predict"),
     "check_regressors_int": _reason(10, "test_integer_targets"),
+    "check_non_transformer_estimators_n_iter": (
+        "fits iris (150 x 4 features); the batch fit's n_iter_ on pairs is checked by "
+        "test_batch_fit_reports_its_iterations."),
 }
 
 _DEFINITEBOOST_FAILURES = {
@@ -171,7 +174,7 @@ def _definiteboost_data(d=12, seed=0):
 
 
 def _meg():
-    return MEGKernelRegressor(n_objects=8), _meg_data()
+    return MEGKernelRegressor(n_objects=8, random_state=0), _meg_data()
 
 
 def _definiteboost():
@@ -491,3 +494,13 @@ def test_n_iter():
     _fit(estimator, X, y)
     assert 1 <= estimator.n_iter_ <= estimator.max_iter
     assert len(estimator.dual_objective_) == estimator.n_iter_ + 1
+
+
+def test_batch_fit_reports_its_iterations():
+    """The pair version of ``check_non_transformer_estimators_n_iter``: a batch
+    fit that learns makes at least one iteration and says how many."""
+    estimator, (X, y) = _meg()
+    estimator.fit(X, y)
+    assert estimator.n_iter_ >= 1
+    assert len(estimator.loss_curve_) >= 2
+    assert estimator.loss_curve_[-1] < estimator.loss_curve_[0]

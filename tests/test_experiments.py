@@ -44,7 +44,8 @@ def batch(wine):
 
 def test_online_experiment_is_one_uninterrupted_meg_run(wine, online):
     pairs, y = distance_triples(wine.kernel, 3000, random_state=3)
-    single = MEGKernelRegressor(n_objects=24, learning_rate=0.5, trace=1.0).fit(pairs, y)
+    single = MEGKernelRegressor(solver="online",
+                                n_objects=24, learning_rate=0.5, trace=1.0).fit(pairs, y)
     np.testing.assert_allclose(online.model.kernel_, single.kernel_, atol=1e-12)
     np.testing.assert_allclose(online.cumulative_loss, np.cumsum(single.losses_),
                                rtol=1e-9, atol=1e-15)

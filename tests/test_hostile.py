@@ -510,7 +510,7 @@ def _check_regressor(model, pairs_for_predict):
 def test_meg_regressor(data):
     d = data.draw(sizes, label="d")
     params = data.draw(regressor_params(d), label="params")
-    model = MEGKernelRegressor(**params)
+    model = MEGKernelRegressor(solver="online", **params)
     for step in range(data.draw(st.integers(1, 3), label="calls")):
         pairs = data.draw(pair_arrays(d), label=f"pairs{step}")
         n = len(pairs) if np.ndim(pairs) >= 1 else 1
@@ -729,7 +729,7 @@ def test_meg_regressor_failed_calls_change_nothing(data):
     if factor:
         params["init_factor"] = np.random.default_rng(1).normal(size=(d, 2))
         params.pop("n_objects")
-    model = MEGKernelRegressor(**params)
+    model = MEGKernelRegressor(solver="online", **params)
     pairs, y = _valid_pairs(d, 6, data.draw(st.integers(0, 100)))
     model.partial_fit(pairs, y)
     before = pickle.dumps(model)
@@ -751,7 +751,8 @@ def test_meg_regressor_failed_calls_change_nothing(data):
 @given(data=st.data())
 def test_meg_regressor_bad_params_change_nothing(data):
     d = data.draw(st.integers(3, 5), label="d")
-    model = MEGKernelRegressor(n_objects=d, method=data.draw(methods)).fit(*_valid_pairs(d, 5, 0))
+    model = MEGKernelRegressor(solver="online",
+                               n_objects=d, method=data.draw(methods)).fit(*_valid_pairs(d, 5, 0))
     name, value = data.draw(st.sampled_from([
         ("learning_rate", -1.0), ("learning_rate", "fast"), ("learning_rate", 1e300),
         ("trace", 0.0), ("trace", 2.0), ("n_objects", d + 1), ("n_objects", 1),
@@ -894,8 +895,9 @@ def test_keyboard_interrupt_partial_fit(monkeypatch, engine_name, d, low_rank, a
         params["init_factor"] = np.random.default_rng(d).normal(size=(d, 2))
     else:
         params["n_objects"] = d
-    reference = MEGKernelRegressor(**params).partial_fit(*first).partial_fit(*second)
-    model = MEGKernelRegressor(**params).partial_fit(*first)
+    reference = MEGKernelRegressor(solver="online",
+                                   **params).partial_fit(*first).partial_fit(*second)
+    model = MEGKernelRegressor(solver="online", **params).partial_fit(*first)
     before = pickle.dumps(model)
 
     interrupting, calls = _interrupting(_engines.ENGINES[engine_name], after)
@@ -921,7 +923,7 @@ def test_keyboard_interrupt_first_call(monkeypatch, engine_name, action):
     from megkernel import _engines
 
     first, _ = _batches(5, seed=0)
-    model = MEGKernelRegressor(n_objects=5, method=engine_name, n_epochs=2)
+    model = MEGKernelRegressor(solver="online", n_objects=5, method=engine_name, n_epochs=2)
     if action == "fit":
         model.fit(*first)
     before = pickle.dumps(model)
@@ -988,7 +990,7 @@ def test_threads_leave_blas_thread_count(main_thread_too):
                     d = 6 + seed
                     first, second = _batches(d, seed)
                     method = ("rank-one", "eigh", "lanczos")[seed % 3]
-                    model = MEGKernelRegressor(n_objects=d, method=method)
+                    model = MEGKernelRegressor(solver="online", n_objects=d, method=method)
                     barrier.wait(timeout=30)
                     for _ in range(5):
                         model.partial_fit(*first).partial_fit(*second)
@@ -1038,7 +1040,7 @@ def test_regression_subnormal_trace(which):
 
 
 def test_regression_huge_index_inferred_model():
-    ok, _ = call(MEGKernelRegressor().fit, np.array([[10**6, 0]]), [1.0])
+    ok, _ = call(MEGKernelRegressor(solver="online").fit, np.array([[10**6, 0]]), [1.0])
     assert not ok
 
 
@@ -1084,7 +1086,7 @@ def test_regression_solver_n_objects_unvalidated():
 
 
 def test_regression_auto_trace_subnormal_targets():
-    model = MEGKernelRegressor()
+    model = MEGKernelRegressor(solver="online")
     ok, _ = call(model.fit, [[0, 1]], [5e-324])
     if ok:
         assert_kernel(model.kernel_, model.trace_)

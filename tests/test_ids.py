@@ -17,7 +17,7 @@ import pytest
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor
 
 ESTIMATORS = [
-    pytest.param(lambda **p: MEGKernelRegressor(**p), [0.1, 0.2, 0.3], id="MEG"),
+    pytest.param(lambda **p: MEGKernelRegressor(solver="online", **p), [0.1, 0.2, 0.3], id="MEG"),
     pytest.param(lambda **p: DefiniteBoostKernel(gamma=0.1, **p), [1, 1, -1],
                  id="DefiniteBoost"),
 ]
@@ -95,7 +95,7 @@ def test_a_missing_id_in_a_nullable_string_column():
     X = pd.DataFrame({"u": pd.array(["a", "b", pd.NA], dtype="string"),
                       "v": ["b", "c", "a"]}, index=[10, 11, 12])
     with pytest.raises(ValueError, match="missing id .* at row 12, column 'u'"):
-        MEGKernelRegressor().fit(X, [0.1, 0.2, 0.3])
+        MEGKernelRegressor(solver="online").fit(X, [0.1, 0.2, 0.3])
 
 
 @pytest.mark.parametrize(("make", "y"), ESTIMATORS)
@@ -135,4 +135,4 @@ def test_objects_are_the_models_own_copy(make, y, kind):
                                      ["a", None, "b"]])
 def test_declared_objects_follow_the_same_rule(objects):
     with pytest.raises(ValueError, match="objects (mixes kinds|has a missing id)"):
-        MEGKernelRegressor(objects=objects).fit([["a", "b"]], [0.1])
+        MEGKernelRegressor(solver="online", objects=objects).fit([["a", "b"]], [0.1])

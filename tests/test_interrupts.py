@@ -35,7 +35,7 @@ FIT_SWEEP = textwrap.dedent("""
     CASES = {
         "MEGKernelRegressor.fit": (MEGKernelRegressor, lambda m: m.fit(pairs, y)),
         "MEGKernelRegressor.partial_fit": (
-            lambda: MEGKernelRegressor(objects=ids),
+            lambda: MEGKernelRegressor(solver="online", objects=ids),
             lambda m: m.partial_fit(pairs[:12], y[:12])),
         "DefiniteBoostKernel.fit": (
             lambda: DefiniteBoostKernel(gamma=0.3, max_iter=20),
@@ -274,15 +274,10 @@ TAIL_SWEEP = textwrap.dedent("""
                       "not interrupted": missed, "changed": changed}))
 """)
 
-# Strict: the fix of each file (store and ``return`` inside unchanged_on_error;
-# MEGKernelRegressor also pickles only the losses so far) makes its case pass,
-# and then its marker must go.
-_PENDING = pytest.mark.xfail(strict=True, reason="commits before its return: not yet fixed")
-TAIL_CASES = [pytest.param(case, marks=_PENDING) for case in (
-    "MEGKernelRegressor.fit", "MEGKernelRegressor.partial_fit",
-    "MEGKernelRegressor.partial_fit, spare room",
-    "MEGKernelRegressor.partial_fit, fast path",
-    "DefiniteBoostKernel.fit", "KernelDistances.fit")]
+TAIL_CASES = ["MEGKernelRegressor.fit", "MEGKernelRegressor.partial_fit",
+              "MEGKernelRegressor.partial_fit, spare room",
+              "MEGKernelRegressor.partial_fit, fast path",
+              "DefiniteBoostKernel.fit", "KernelDistances.fit"]
 
 
 @pytest.mark.parametrize("case", TAIL_CASES)

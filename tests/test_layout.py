@@ -7,6 +7,7 @@ level (no import inside a function, no registration by import side effect).
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import megkernel
@@ -25,7 +26,7 @@ LAYERS = {
 
 def _layer(module):
     top = module.split(".")[0]
-    if top in ("_warnings", "_numerics"):
+    if top in ("_warnings", "_numerics", "_version"):
         return LAYERS["numerics"]
     if top == "_engines":
         return LAYERS["engines"]
@@ -136,6 +137,101 @@ def test_method_constraints_accept_exactly_the_registry_methods(monkeypatch):
     assert "trials-only" in _engines.methods() and "trials-only" not in _engines.methods("update")
 
 
+#: Numbers that are limits of the package: written only in ``_numerics/limits.py``.
+LIMIT_VALUES = (1e100, 1e-100)
+LIMIT_NAMES = ("MAX_DENSE_OBJECTS", "MIN_TRACE", "MAX_TRACE", "MAX_STEP")
+
+
+@pytest.mark.parametrize("module, path", MODULES, ids=[m for m, _ in MODULES])
+def test_numeric_limits_are_defined_once(module, path):
+    if module == "_numerics.limits":
+        return
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            assert node.value not in LIMIT_VALUES, (
+                f"megkernel.{module} line {node.lineno} writes {node.value:g}: import it "
+                "from megkernel._numerics.limits")
+        if isinstance(node, ast.Assign):
+            names = [target.id for target in ast.walk(node) if isinstance(target, ast.Name)
+                     and isinstance(target.ctx, ast.Store)]
+            assert not set(names) & set(LIMIT_NAMES), (
+                f"megkernel.{module} line {node.lineno} defines {names}: import it from "
+                "megkernel._numerics.limits")
+
+
+def _estimators_with_method():
+    import megkernel
+
+    for name in megkernel.__all__:
+        cls = getattr(megkernel, name)
+        if isinstance(cls, type) and "method" in getattr(cls, "_parameter_constraints", {}):
+            yield cls
+
+
+def test_estimators_take_their_method_options_from_the_registry():
+    from megkernel._engines import MethodOptions
+
+    estimators = list(_estimators_with_method())
+    assert {cls.__name__ for cls in estimators} >= {"MEGKernelRegressor",
+                                                    "DefiniteBoostKernel"}
+    for cls in estimators:
+        constraints = cls._parameter_constraints["method"]
+        assert len(constraints) == 1 and isinstance(constraints[0], MethodOptions), cls
+
+
+#: A fourth engine, written the way the README says one is added: this module
+#: plus one line in ``ENGINES``. It runs eq. 7 the naive dense way, forming
+#: ``W = exp(A) / tr exp(A)`` by numpy's ``eigh`` at every trial and reading
+#: the prediction off its entries ``W_aa + W_bb - 2 W_ab``.
+TOY_ENGINE = """
+import numpy as np
+
+calls = {"trials": 0, "updates": 0}
+
+
+def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
+                stats=None):
+    for t in range(start, len(y)):
+        lam, vecs = np.linalg.eigh(state.exponent)
+        weights = np.exp(lam - lam.max())
+        W = (vecs * (weights / weights.sum())) @ vecs.T
+        i, j = a[t], b[t]
+        predictions[t] = trace * (W[i, i] + W[j, j] - 2.0 * W[i, j])
+        pair_update(state, i, j, -2.0 * learning_rate * (predictions[t] - y[t]) / trace)
+        calls["trials"] += 1
+    return len(y)
+
+
+def pair_update(state, a, b, scale):
+    A = state.exponent
+    A[a, a] += scale
+    A[b, b] += scale
+    A[a, b] -= scale
+    A[b, a] -= scale
+    state.eigenvalues, state.eigenvectors = np.linalg.eigh(A)
+    calls["updates"] += 1
+"""
+
+
+@pytest.fixture
+def toy_engine(tmp_path, monkeypatch):
+    """The toy module, imported from a file, and its one registry line."""
+    import importlib.util
+
+    from megkernel import _engines
+
+    path = tmp_path / "toy_engine.py"
+    path.write_text(TOY_ENGINE)
+    spec = importlib.util.spec_from_file_location("toy_engine", path)
+    toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toy)
+    monkeypatch.setitem(_engines.ENGINES, "toy",
+                        _engines.Engine("toy", toy.pair_trials, toy.pair_update,
+                                        low_rank=False))
+    return toy
+
+
 def _wine(n_objects=12):
     from megkernel.datasets import distance_triples, load_wine_kernel
 
@@ -150,6 +246,36 @@ def test_unregistered_method_is_refused():
 
     pairs, y = _wine()
     with pytest.raises(InvalidParameterError, match="'toy'"):
-        MEGKernelRegressor(n_objects=12, trace=1.0, method="toy").fit(pairs, y)
+        MEGKernelRegressor(solver="online", n_objects=12, trace=1.0, method="toy").fit(pairs, y)
     with pytest.raises(InvalidParameterError, match="'toy'"):
         DefiniteBoostKernel(n_objects=12, gamma=0.1, method="toy").fit(pairs[:20])
+
+
+@pytest.mark.filterwarnings("ignore:.*too few to hold out:UserWarning")
+def test_a_fourth_engine_is_one_module_and_one_registry_line(toy_engine):
+    """Registered, the toy engine is a ``method`` of both estimators (their
+    constraints read the registry when they validate) and gives eigh's
+    kernel."""
+    from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+    from megkernel._engines import METHOD_CONSTRAINT, UPDATE_METHOD_CONSTRAINT, methods_doc
+
+    assert "toy" in METHOD_CONSTRAINT.options and "toy" in UPDATE_METHOD_CONSTRAINT.options
+    assert '"toy"' in methods_doc() and '"toy"' in methods_doc("update")
+    pairs, y = _wine()
+
+    def meg(method):
+        return MEGKernelRegressor(solver="online",
+                                  n_objects=12, trace=1.0, method=method).fit(pairs, y)
+
+    toy_meg = meg("toy")
+    assert toy_engine.calls["trials"] == len(y)
+    np.testing.assert_allclose(toy_meg.kernel_, meg("eigh").kernel_, rtol=1e-9, atol=1e-12)
+
+    def boost(method):
+        return DefiniteBoostKernel(n_objects=12, gamma=0.1, method=method).fit(pairs[:60])
+
+    toy_boost = boost("toy")
+    assert toy_engine.calls["updates"] >= toy_boost.n_iter_ > 0
+    eigh_boost = boost("eigh")
+    assert toy_boost.n_iter_ == eigh_boost.n_iter_
+    np.testing.assert_allclose(toy_boost.kernel_, eigh_boost.kernel_, rtol=1e-9, atol=1e-12)

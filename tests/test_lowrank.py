@@ -34,8 +34,8 @@ def _constraints(d=15, n=40, seed=0):
 @pytest.mark.parametrize("method", ENGINES)
 def test_identity_factor_reproduces_dense_meg(method):
     pairs, y = _distance_trials()
-    dense = MEGKernelRegressor(n_objects=12, method=method).fit(pairs, y)
-    low = MEGKernelRegressor(init_factor=np.eye(12), method=method).fit(pairs, y)
+    dense = MEGKernelRegressor(solver="online", n_objects=12, method=method).fit(pairs, y)
+    low = MEGKernelRegressor(solver="online", init_factor=np.eye(12), method=method).fit(pairs, y)
     assert dense.learning_rate_ == low.learning_rate_ == 0.5
     np.testing.assert_allclose(low.kernel_, dense.kernel_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(low.losses_, dense.losses_, rtol=0, atol=1e-12)
@@ -47,8 +47,8 @@ def test_rotating_the_factor_changes_nothing():
     rng = np.random.default_rng(1)
     F = rng.normal(size=(12, 4))
     Q, _ = np.linalg.qr(rng.normal(size=(4, 4)))
-    a = MEGKernelRegressor(init_factor=F, n_epochs=2).fit(pairs, y)
-    b = MEGKernelRegressor(init_factor=F @ Q, n_epochs=2).fit(pairs, y)
+    a = MEGKernelRegressor(solver="online", init_factor=F, n_epochs=2).fit(pairs, y)
+    b = MEGKernelRegressor(solver="online", init_factor=F @ Q, n_epochs=2).fit(pairs, y)
     assert a.learning_rate_ == pytest.approx(b.learning_rate_, rel=1e-12)
     np.testing.assert_allclose(a.kernel_, b.kernel_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.losses_, b.losses_, rtol=0, atol=1e-12)
@@ -57,7 +57,7 @@ def test_rotating_the_factor_changes_nothing():
 def test_low_rank_kernel_stays_in_the_prior_range():
     pairs, y = _distance_trials()
     F = np.random.default_rng(2).normal(size=(12, 3))
-    model = MEGKernelRegressor(init_factor=F, trace=2.0).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", init_factor=F, trace=2.0).fit(pairs, y)
     K = model.kernel_
     projector = F @ np.linalg.pinv(F)
     np.testing.assert_allclose(projector @ K @ projector, K, atol=1e-12)
@@ -75,25 +75,26 @@ def test_low_rank_kernel_stays_in_the_prior_range():
 def test_auto_rate_uses_the_restricted_range():
     pairs, y = _distance_trials()
     F = np.random.default_rng(3).normal(size=(12, 3))
-    model = MEGKernelRegressor(init_factor=F).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", init_factor=F).fit(pairs, y)
     basis = model.state_.basis
     rho = max(np.sum((basis[a] - basis[b]) ** 2) for a, b in pairs)
     assert model.learning_rate_ == pytest.approx(meg_learning_rate(rho), rel=1e-12)
     assert rho < 2
-    fixed = MEGKernelRegressor(init_factor=F, learning_rate=0.3).fit(pairs, y)
+    fixed = MEGKernelRegressor(solver="online", init_factor=F, learning_rate=0.3).fit(pairs, y)
     assert fixed.learning_rate_ == 0.3
 
 
 def test_partial_fit_and_pickle_in_low_rank_mode():
     pairs, y = _distance_trials()
     F = np.random.default_rng(4).normal(size=(12, 5))
-    full = MEGKernelRegressor(trace=1.0, init_factor=F).fit(pairs, y)
-    online = MEGKernelRegressor(trace=1.0, init_factor=F)
+    full = MEGKernelRegressor(solver="online", trace=1.0, init_factor=F).fit(pairs, y)
+    online = MEGKernelRegressor(solver="online", trace=1.0, init_factor=F)
     online.partial_fit(pairs[:150], y[:150])
     online = pickle.loads(pickle.dumps(online))
     online.partial_fit(pairs[150:], y[150:])
     # the rate is set by the first call's pairs: force the same rate
-    same = MEGKernelRegressor(trace=1.0, init_factor=F, learning_rate=online.learning_rate_)
+    same = MEGKernelRegressor(solver="online",
+                              trace=1.0, init_factor=F, learning_rate=online.learning_rate_)
     np.testing.assert_allclose(same.fit(pairs, y).kernel_factor_ @ same.kernel_factor_.T,
                                online.kernel_, atol=1e-12)
     np.testing.assert_allclose(full.predict(pairs), full.trace * full.state_.pair_sq_distances(
@@ -112,8 +113,9 @@ def test_identity_factor_reproduces_dense_definiteboost(projection):
     pairs, labels = _constraints()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dense = DefiniteBoostKernel(n_objects=15, projection=projection).fit(pairs, labels)
-        low = DefiniteBoostKernel(init_factor=np.eye(15), projection=projection).fit(
+        dense = DefiniteBoostKernel(n_objects=15, trace=1.0, projection=projection).fit(
+            pairs, labels)
+        low = DefiniteBoostKernel(init_factor=np.eye(15), trace=1.0, projection=projection).fit(
             pairs, labels)
     assert dense.n_iter_ == low.n_iter_
     np.testing.assert_allclose(low.kernel_, dense.kernel_, rtol=0, atol=1e-12)
@@ -132,7 +134,7 @@ def test_never_satisfiable_dissimilar_pairs_are_dropped_and_reported():
     expected = np.flatnonzero((labels < 0) & (sq_norms <= gamma_d))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = DefiniteBoostKernel(init_factor=features, gamma_dissimilar=gamma_d,
+        model = DefiniteBoostKernel(init_factor=features, trace=1.0, gamma_dissimilar=gamma_d,
                                     gamma=gamma_d / 10).fit(pairs, labels)
     assert any(f"Dropped {expected.size} of {len(pairs)}" in str(w.message) for w in caught)
     assert expected.size > 0
@@ -145,7 +147,7 @@ def test_all_dissimilar_pairs_never_satisfiable_is_an_error():
     pairs, labels = _constraints()
     features = np.random.default_rng(7).normal(size=(15, 2))
     with pytest.raises(ValueError, match="can never"):
-        DefiniteBoostKernel(init_factor=features, gamma_dissimilar=1.9).fit(
+        DefiniteBoostKernel(init_factor=features, trace=1.0, gamma_dissimilar=1.9).fit(
             pairs[labels < 0], -np.ones(np.sum(labels < 0)))
 
 
@@ -171,7 +173,7 @@ def test_bad_low_rank_inputs(Estimator):
 def test_kernel_is_not_formed_for_many_objects():
     d = 6000
     rng = np.random.default_rng(8)
-    model = MEGKernelRegressor(init_factor=rng.normal(size=(d, 2)))
+    model = MEGKernelRegressor(solver="online", init_factor=rng.normal(size=(d, 2)))
     model.fit(rng.integers(0, d, size=(10, 2)), np.full(10, 1e-4))
     with pytest.raises(ValueError, match="kernel_factor_"):
         model.kernel_
@@ -187,7 +189,7 @@ def test_no_quadratic_allocation_at_one_hundred_thousand_objects():
     pairs = rng.integers(0, d, size=(2000, 2))
     y = np.full(len(pairs), 2.0 * r / d)
     tracemalloc.start()
-    model = MEGKernelRegressor(init_factor=factor).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", init_factor=factor).fit(pairs, y)
     model.predict(pairs)
     model.kernel_entries(np.arange(100), np.arange(50))
     model.kernel_factor_

@@ -121,7 +121,7 @@ def test_meg_pairs_match_naive_dense(method, trace):
     assert_allclose(Kg, expected_K, rtol=1e-10, atol=1e-12)
     assert_allclose(logg["predictions"], expected_pred, rtol=1e-10, atol=1e-12)
 
-    model = MEGKernelRegressor(init=prior, learning_rate=0.5, trace=trace,
+    model = MEGKernelRegressor(solver="online", init=prior, learning_rate=0.5, trace=trace,
                                method=method).fit(pairs, y)
     assert_allclose(model.kernel_, expected_K, rtol=1e-10, atol=1e-12)
     assert_allclose(model.losses_, (expected_pred - y) ** 2, rtol=1e-9, atol=1e-14)
@@ -136,7 +136,7 @@ def test_meg_identity_prior_and_default_rate_match_naive_dense():
     expected_K, _ = _naive_meg(instances, y, np.eye(d), eta=0.5)
     K, _ = meg(pairs, y, n_objects=d)
     assert_allclose(K, expected_K, rtol=1e-10, atol=1e-12)
-    model = MEGKernelRegressor(trace=1.0, n_objects=d).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d).fit(pairs, y)
     assert_allclose(model.kernel_, expected_K, rtol=1e-10, atol=1e-12)
 
 
@@ -225,7 +225,8 @@ def test_lemma_3_2_realizable(d, rank, n, seed):
     U = _target(d, rank, seed)
     pairs = _pairs(d, n, seed + 10)
     y = _sq_dist(U, pairs)
-    model = MEGKernelRegressor(n_objects=d, learning_rate=meg_learning_rate(2.0)).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online",
+                               n_objects=d, learning_rate=meg_learning_rate(2.0)).fit(pairs, y)
     divergence = von_neumann_divergence(U, np.eye(d) / d)
     bound = meg_loss_bound(2.0, divergence)
     loss = model.cumulative_loss_
@@ -248,7 +249,7 @@ def test_lemma_3_2_noisy(c):
     if c == "optimal":
         c = meg_optimal_c(2.0, comparator_loss, divergence)
     eta = meg_learning_rate(2.0, c)
-    model = MEGKernelRegressor(n_objects=d, learning_rate=eta).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", n_objects=d, learning_rate=eta).fit(pairs, y)
     bound = meg_loss_bound(2.0, divergence, comparator_loss, c)
     assert comparator_loss > 0
     assert model.cumulative_loss_ <= bound
@@ -271,7 +272,8 @@ def test_trace_one_and_psd_after_many_trials(learning_rate, method):
     rng = np.random.default_rng(32)
     y = _sq_dist(U, pairs) * rng.uniform(0.8, 1.2, size=n)    # noisy, not realizable
     with np.errstate(over="raise", invalid="raise"):
-        model = MEGKernelRegressor(trace=1.0, n_objects=d, learning_rate=learning_rate,
+        model = MEGKernelRegressor(solver="online",
+                                   trace=1.0, n_objects=d, learning_rate=learning_rate,
                                    method=method).fit(pairs, y)
     K = model.kernel_
     assert np.all(np.isfinite(K))
@@ -301,11 +303,11 @@ def test_permutation_of_objects():
     _, pairs, y = _problem(d=d, n=300, seed=40)
     prior = _spd(d, 41)
     perm = np.random.default_rng(42).permutation(d)
-    m1 = MEGKernelRegressor(init=prior).fit(pairs, y)
+    m1 = MEGKernelRegressor(solver="online", init=prior).fit(pairs, y)
     # object i is renamed perm[i]
     prior_p = np.empty_like(prior)
     prior_p[np.ix_(perm, perm)] = prior
-    m2 = MEGKernelRegressor(init=prior_p).fit(perm[pairs], y)
+    m2 = MEGKernelRegressor(solver="online", init=prior_p).fit(perm[pairs], y)
     assert_allclose(m2.kernel_[np.ix_(perm, perm)], m1.kernel_, rtol=1e-10, atol=1e-13)
     assert_allclose(m2.losses_, m1.losses_, rtol=1e-8, atol=1e-15)
 
@@ -314,8 +316,8 @@ def test_permutation_of_objects():
 def test_scale_equivariance(tau):
     d = 6
     _, pairs, y = _problem(d=d, n=200, seed=50)
-    base = MEGKernelRegressor(trace=1.0, n_objects=d).fit(pairs, y)
-    scaled = MEGKernelRegressor(n_objects=d, trace=tau).fit(pairs, tau * y)
+    base = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d).fit(pairs, y)
+    scaled = MEGKernelRegressor(solver="online", n_objects=d, trace=tau).fit(pairs, tau * y)
     assert_allclose(scaled.kernel_, tau * base.kernel_, rtol=1e-12, atol=1e-12 * tau / d)
     assert np.trace(scaled.kernel_) == pytest.approx(tau, rel=1e-12)
     assert_allclose(scaled.losses_, tau**2 * base.losses_, rtol=1e-9, atol=1e-20)
@@ -328,8 +330,8 @@ def test_scale_equivariance(tau):
 def test_partial_fit_in_chunks_equals_fit(method):
     d = 6
     _, pairs, y = _problem(d=d, n=500, seed=60)
-    full = MEGKernelRegressor(trace=1.0, n_objects=d, method=method).fit(pairs, y)
-    chunked = MEGKernelRegressor(trace=1.0, n_objects=d, method=method)
+    full = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method).fit(pairs, y)
+    chunked = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method)
     for start, stop in [(0, 1), (1, 37), (37, 250), (250, 251), (251, 500)]:
         assert chunked.partial_fit(pairs[start:stop], y[start:stop]) is chunked
     assert chunked.n_updates_ == full.n_updates_ == 500
@@ -341,8 +343,8 @@ def test_partial_fit_in_chunks_equals_fit(method):
 def test_n_epochs_without_shuffle_equals_repeated_partial_fit():
     d = 5
     _, pairs, y = _problem(d=d, n=150, seed=61)
-    m = MEGKernelRegressor(n_objects=d, n_epochs=3).fit(pairs, y)
-    ref = MEGKernelRegressor(n_objects=d)
+    m = MEGKernelRegressor(solver="online", n_objects=d, n_epochs=3).fit(pairs, y)
+    ref = MEGKernelRegressor(solver="online", n_objects=d)
     for _ in range(3):
         ref.partial_fit(pairs, y)
     assert m.n_updates_ == 450
@@ -353,7 +355,7 @@ def test_n_epochs_without_shuffle_equals_repeated_partial_fit():
 def test_fit_restarts_from_the_prior():
     d = 5
     _, pairs, y = _problem(d=d, n=150, seed=62)
-    m = MEGKernelRegressor(n_objects=d).fit(pairs, y)
+    m = MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
     first = m.kernel_.copy()
     m.partial_fit(pairs, y)
     m.fit(pairs, y)
@@ -364,7 +366,7 @@ def test_fit_restarts_from_the_prior():
 def test_pickle_mid_stream_and_resume_is_exact():
     d = 6
     _, pairs, y = _problem(d=d, n=600, seed=63)
-    m = MEGKernelRegressor(n_objects=d).partial_fit(pairs[:250], y[:250])
+    m = MEGKernelRegressor(solver="online", n_objects=d).partial_fit(pairs[:250], y[:250])
     restored = pickle.loads(pickle.dumps(m))
     _assert_models_equal(restored, m)
     m.partial_fit(pairs[250:], y[250:])
@@ -380,18 +382,18 @@ def test_shuffle_is_reproducible_and_seeded():
     d = 6
     _, pairs, y = _problem(d=d, n=200, seed=64)
     params = dict(n_objects=d, n_epochs=2, shuffle=True)
-    a = MEGKernelRegressor(random_state=0, **params).fit(pairs, y)
-    b = MEGKernelRegressor(random_state=0, **params).fit(pairs, y)
+    a = MEGKernelRegressor(solver="online", random_state=0, **params).fit(pairs, y)
+    b = MEGKernelRegressor(solver="online", random_state=0, **params).fit(pairs, y)
     _assert_models_equal(a, b)
-    c = MEGKernelRegressor(random_state=1, **params).fit(pairs, y)
+    c = MEGKernelRegressor(solver="online", random_state=1, **params).fit(pairs, y)
     assert np.abs(c.kernel_ - a.kernel_).max() > 1e-8
-    plain = MEGKernelRegressor(n_objects=d, n_epochs=2).fit(pairs, y)
+    plain = MEGKernelRegressor(solver="online", n_objects=d, n_epochs=2).fit(pairs, y)
     assert np.abs(plain.kernel_ - a.kernel_).max() > 1e-8
     # a shuffled epoch is a pass over a permutation of the pairs, one per
     # epoch, drawn in order from the seeded generator (scikit-learn's pattern)
     rng = np.random.RandomState(0)
     orders = [rng.permutation(200) for _ in range(2)]
-    manual = MEGKernelRegressor(n_objects=d)
+    manual = MEGKernelRegressor(solver="online", n_objects=d)
     for order in orders:
         manual.partial_fit(pairs[order], y[order])
     assert_allclose(a.kernel_, manual.kernel_, rtol=1e-13, atol=1e-15)
@@ -403,8 +405,8 @@ def test_dataframe_input():
     d = 6
     _, pairs, y = _problem(d=d, n=100, seed=65)
     frame = pd.DataFrame(pairs, columns=["left", "right"])
-    m_df = MEGKernelRegressor(n_objects=d).fit(frame, pd.Series(y))
-    m_np = MEGKernelRegressor(n_objects=d).fit(pairs, y)
+    m_df = MEGKernelRegressor(solver="online", n_objects=d).fit(frame, pd.Series(y))
+    m_np = MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
     assert_array_equal(m_df.kernel_, m_np.kernel_)
     assert list(m_df.feature_names_in_) == ["left", "right"]
     assert m_df.n_features_in_ == 2
@@ -416,7 +418,7 @@ def test_dataframe_input():
 def test_predict_and_score():
     d = 6
     _, pairs, y = _problem(d=d, n=400, seed=66)
-    m = MEGKernelRegressor(n_objects=d).fit(pairs, y)
+    m = MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
     K = m.kernel_
     test_pairs = _pairs(d, 50, 67, distinct=False)
     assert_allclose(m.predict(test_pairs), _sq_dist(K, test_pairs), rtol=1e-12, atol=1e-15)
@@ -425,16 +427,16 @@ def test_predict_and_score():
     assert m.score(pairs[:50], y_test) == pytest.approx(r2_score(y_test, m.predict(pairs[:50])))
     assert m.score(pairs, y) > 0.9
     # n_objects inferred from the data when not given
-    inferred = MEGKernelRegressor().fit(pairs, y)
+    inferred = MEGKernelRegressor(solver="online").fit(pairs, y)
     assert inferred.n_objects_ == pairs.max() + 1
 
 
 def test_verbose_prints_prefixed_progress(capsys):
     d = 4
     _, pairs, y = _problem(d=d, n=25_000, rank=2, seed=68)
-    quiet = MEGKernelRegressor(n_objects=d).fit(pairs, y)
+    quiet = MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
     assert capsys.readouterr() == ("", "")
-    loud = MEGKernelRegressor(n_objects=d, verbose=2).fit(pairs, y)
+    loud = MEGKernelRegressor(solver="online", n_objects=d, verbose=2).fit(pairs, y)
     captured = capsys.readouterr()
     assert captured.out == "" and "25000/25000" in captured.err  # a bar on stderr
     lines = [line for line in captured.err.replace("\r", "\n").splitlines()
@@ -446,7 +448,7 @@ def test_verbose_prints_prefixed_progress(capsys):
 
 
 def test_unfitted_model_raises_not_fitted():
-    m = MEGKernelRegressor(n_objects=4)
+    m = MEGKernelRegressor(solver="online", n_objects=4)
     with pytest.raises(NotFittedError):
         m.predict(np.array([[0, 1]]))
     with pytest.raises(NotFittedError):
@@ -483,7 +485,7 @@ _BAD_TRIALS = {
 
 
 def _fitted(**params):
-    m = MEGKernelRegressor(n_objects=_D, **params)
+    m = MEGKernelRegressor(solver="online", n_objects=_D, **params)
     _, pairs, y = _problem(d=_D, n=50, seed=70)
     return m.fit(pairs, y)
 
@@ -498,7 +500,7 @@ def test_bad_trials_raise_and_leave_model_unchanged(case, call):
         getattr(model, call)(X, y)
     assert _state_bytes(model) == before
     # an unfitted model stays unfitted
-    fresh = MEGKernelRegressor(n_objects=_D)
+    fresh = MEGKernelRegressor(solver="online", n_objects=_D)
     fresh_before = _state_bytes(fresh)
     with pytest.raises(ValueError, match=message):
         getattr(fresh, call)(X, y)
@@ -508,11 +510,12 @@ def test_bad_trials_raise_and_leave_model_unchanged(case, call):
 
 def test_missing_y_is_a_clear_error():
     with pytest.raises(ValueError, match="requires y"):
-        MEGKernelRegressor(n_objects=4).fit(_GOOD_PAIRS[:2], None)
+        MEGKernelRegressor(solver="online", n_objects=4).fit(_GOOD_PAIRS[:2], None)
 
 
 def test_partial_fit_beyond_the_model_objects():
-    model = MEGKernelRegressor().partial_fit(_GOOD_PAIRS, _GOOD_Y)   # infers 5 objects
+    # infers 5 objects
+    model = MEGKernelRegressor(solver="online").partial_fit(_GOOD_PAIRS, _GOOD_Y)
     assert model.n_objects_ == 5
     before = _state_bytes(model)
     with pytest.raises(ValueError, match="out of range.*5 objects"):
@@ -545,16 +548,16 @@ _BAD_INITS = {
 def test_bad_init_raises_and_leaves_model_unchanged(case):
     init, message = _BAD_INITS[case]
     pairs, y = _GOOD_PAIRS[:2] % 3, _GOOD_Y[:2]
-    model = MEGKernelRegressor(n_objects=3).fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", n_objects=3).fit(pairs, y)
     before = _state_bytes(model)
     model.set_params(init=init)
     before_params = _state_bytes(model)
     with pytest.raises(ValueError, match=message):
         model.fit(pairs, y)
     assert _state_bytes(model) == before_params
-    model.set_params(init="identity")
+    model.set_params(init="auto")  # the default, as fitted
     assert _state_bytes(model) == before
-    fresh = MEGKernelRegressor(init=init)
+    fresh = MEGKernelRegressor(solver="online", init=init)
     with pytest.raises(ValueError, match=message):
         fresh.partial_fit(pairs, y)
     assert not hasattr(fresh, "state_")
@@ -562,7 +565,8 @@ def test_bad_init_raises_and_leaves_model_unchanged(case):
 
 def test_init_and_n_objects_disagree():
     with pytest.raises(ValueError, match="n_objects=4 does not match"):
-        MEGKernelRegressor(n_objects=4, init=np.eye(3)).fit(_GOOD_PAIRS[:1], _GOOD_Y[:1])
+        MEGKernelRegressor(solver="online",
+                           n_objects=4, init=np.eye(3)).fit(_GOOD_PAIRS[:1], _GOOD_Y[:1])
 
 
 @pytest.mark.parametrize("params", [dict(learning_rate=0.0), dict(learning_rate=-1.0),
@@ -570,7 +574,7 @@ def test_init_and_n_objects_disagree():
                                     dict(method="magic")])
 def test_bad_parameters(params):
     with pytest.raises(ValueError):
-        MEGKernelRegressor(**params).fit(_GOOD_PAIRS, _GOOD_Y)
+        MEGKernelRegressor(solver="online", **params).fit(_GOOD_PAIRS, _GOOD_Y)
 
 
 def test_package_exports_the_solver_functions():
@@ -596,8 +600,8 @@ def test_solver_validates_pairs_and_distances(method, pairs, y, match):
 def test_one_pair_partial_fit_fast_path_is_the_validated_path(monkeypatch):
     """Later calls on plain index arrays skip scikit-learn's validation, not its checks."""
     _, pairs, y = _problem(d=12, n=300, seed=81)
-    fast = MEGKernelRegressor(n_objects=12, trace=1.0)
-    slow = MEGKernelRegressor(n_objects=12, trace=1.0)
+    fast = MEGKernelRegressor(solver="online", n_objects=12, trace=1.0)
+    slow = MEGKernelRegressor(solver="online", n_objects=12, trace=1.0)
     validated = []
     full_path = MEGKernelRegressor._partial_fit
     monkeypatch.setattr(MEGKernelRegressor, "_partial_fit",
@@ -633,7 +637,7 @@ def test_one_pair_partial_fit_fast_path_is_the_validated_path(monkeypatch):
 def test_fast_path_hands_unusual_examples_to_the_validated_path():
     """Self-pairs and targets out of reach still warn, through the fast path."""
     _, pairs, y = _problem(d=6, n=20, seed=82)
-    model = MEGKernelRegressor(n_objects=6, trace=1.0).partial_fit(pairs, y)
+    model = MEGKernelRegressor(solver="online", n_objects=6, trace=1.0).partial_fit(pairs, y)
     with pytest.warns(UserWarning, match="with itself"):
         model.partial_fit(np.array([[2, 2]]), np.array([0.1]))
     with pytest.warns(UserWarning, match="exceed 2 \\* trace"):

@@ -66,7 +66,7 @@ def test_meg_metric_is_the_low_rank_meg_kernel():
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
     centred = X - X.mean(axis=0)
     trace = np.sum(centred**2)
-    kernel = MEGKernelRegressor(init_factor=centred, trace=trace, n_epochs=2)
+    kernel = MEGKernelRegressor(solver="online", init_factor=centred, trace=trace, n_epochs=2)
     kernel.fit(pairs, np.where(pair_labels > 0, 1.0, 20.0))
     # square loss, one pair per update, pairs in their order: on-line MEG
     metric = MEGMetric(loss="square", gamma=1.0, gamma_dissimilar=20.0, n_epochs=2,

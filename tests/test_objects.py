@@ -40,8 +40,9 @@ def test_string_ids_give_the_kernel_of_their_indices():
     rank = np.empty(len(NAMES), int)
     rank[order] = np.arange(len(NAMES))
     table = pd.DataFrame({"protein_a": NAMES[a], "protein_b": NAMES[b], "dist": y})
-    by_id = MEGKernelRegressor(trace=40.0).fit(table[["protein_a", "protein_b"]], table["dist"])
-    by_index = MEGKernelRegressor(trace=40.0, n_objects=8).fit(
+    by_id = MEGKernelRegressor(solver="online",
+                               trace=40.0).fit(table[["protein_a", "protein_b"]], table["dist"])
+    by_index = MEGKernelRegressor(solver="online", trace=40.0, n_objects=8).fit(
         np.column_stack([rank[a], rank[b]]), y)
     assert_array_equal(by_id.objects_, np.sort(NAMES))
     assert_allclose(by_id.kernel_, by_index.kernel_, rtol=1e-12, atol=1e-15)
@@ -55,10 +56,10 @@ def test_string_ids_give_the_kernel_of_their_indices():
 
 def test_declared_objects_fix_the_order_and_unknown_ids_are_refused_named():
     a, b, y = _table()
-    model = MEGKernelRegressor(objects=NAMES, trace=40.0)
+    model = MEGKernelRegressor(solver="online", objects=NAMES, trace=40.0)
     model.partial_fit(np.column_stack([NAMES[a[:100]], NAMES[b[:100]]]), y[:100])
     assert_array_equal(model.objects_, NAMES)       # the declared order
-    reference = MEGKernelRegressor(n_objects=8, trace=40.0).partial_fit(
+    reference = MEGKernelRegressor(solver="online", n_objects=8, trace=40.0).partial_fit(
         np.column_stack([a[:100], b[:100]]), y[:100])
     assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
     before = pickle.dumps(model)
@@ -66,7 +67,7 @@ def test_declared_objects_fix_the_order_and_unknown_ids_are_refused_named():
         model.partial_fit([["P0A7Z4", "Z9Z9Z9"]], [0.5])
     assert pickle.dumps(model) == before
     with pytest.raises(ValueError, match="distinct ids.*'Q9HV16' repeats"):
-        MEGKernelRegressor(objects=["P0A7Z4", "Q9HV16", "Q9HV16"]).fit(
+        MEGKernelRegressor(solver="online", objects=["P0A7Z4", "Q9HV16", "Q9HV16"]).fit(
             [["P0A7Z4", "Q9HV16"]], [1.0])
 
 
@@ -75,13 +76,15 @@ def test_categorical_pairs_use_their_categories_and_integer_ids_may_be_named():
     categories = list("hgfedcba")
     table = pd.DataFrame({"a": pd.Categorical(np.array(categories)[a], categories=categories),
                           "b": pd.Categorical(np.array(categories)[b], categories=categories)})
-    model = MEGKernelRegressor(trace=40.0).fit(table, y)
+    model = MEGKernelRegressor(solver="online", trace=40.0).fit(table, y)
     assert list(model.objects_) == categories
-    reference = MEGKernelRegressor(n_objects=8, trace=40.0).fit(np.column_stack([a, b]), y)
+    reference = MEGKernelRegressor(solver="online",
+                                   n_objects=8, trace=40.0).fit(np.column_stack([a, b]), y)
     assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
     # integer ids that are not 0..d-1 (e.g. database keys), declared
     keys = np.arange(8) * 1000 + 17
-    keyed = MEGKernelRegressor(objects=keys, trace=40.0).fit(np.column_stack([keys[a], keys[b]]), y)
+    keyed = MEGKernelRegressor(solver="online",
+                               objects=keys, trace=40.0).fit(np.column_stack([keys[a], keys[b]]), y)
     assert_allclose(keyed.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
 
 
@@ -98,8 +101,8 @@ def test_definiteboost_takes_ids_too():
 def test_auto_trace_makes_the_units_irrelevant(factor):
     a, b, y = _table(d=12, n=3000, seed=3)
     pairs = np.column_stack([a, b])
-    base = MEGKernelRegressor(n_objects=12).fit(pairs, y)
-    scaled = MEGKernelRegressor(n_objects=12).fit(pairs, factor * y)
+    base = MEGKernelRegressor(solver="online", n_objects=12).fit(pairs, y)
+    scaled = MEGKernelRegressor(solver="online", n_objects=12).fit(pairs, factor * y)
     assert scaled.trace_ == pytest.approx(factor * base.trace_, rel=1e-12)
     assert_allclose(scaled.kernel_, factor * base.kernel_, rtol=1e-9,
                     atol=1e-12 * factor * np.abs(base.kernel_).max())
@@ -109,17 +112,17 @@ def test_auto_trace_makes_the_units_irrelevant(factor):
 
 def test_auto_trace_is_the_prior_at_the_targets_mean_distance():
     a, b, y = _table(d=12, n=500, seed=4)
-    model = MEGKernelRegressor(n_objects=12).fit(np.column_stack([a, b]), y)
+    model = MEGKernelRegressor(solver="online", n_objects=12).fit(np.column_stack([a, b]), y)
     moving = a != b
     assert model.trace_ == pytest.approx(12 * y[moving].mean() / 2, rel=1e-12)
     assert np.trace(model.kernel_) == pytest.approx(model.trace_, rel=1e-12)
     # a fixed trace is used as given, and unreachable targets are named once
     with pytest.warns(UserWarning, match=r"targets \(up to .*\) exceed 2 \* trace"):
-        MEGKernelRegressor(n_objects=12, trace=1.0, learning_rate=1e-3).fit(
+        MEGKernelRegressor(solver="online", n_objects=12, trace=1.0, learning_rate=1e-3).fit(
             np.column_stack([a, b]), 100 * y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        MEGKernelRegressor(n_objects=12).fit(np.column_stack([a, b]), 100 * y)
+        MEGKernelRegressor(solver="online", n_objects=12).fit(np.column_stack([a, b]), 100 * y)
 
 
 # -- the learned kernel in scikit-learn's own k-NN --------------------------------
@@ -164,7 +167,7 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     K = wine.kernel
     y = K[a, a] + K[b, b] - 2 * K[a, b]
     names = np.array([f"w{i:02d}" for i in range(30)])
-    learner = MEGKernelRegressor(objects=names)
+    learner = MEGKernelRegressor(solver="online", objects=names)
     side = dict(pairs=np.c_[names[a], names[b]], targets=1e3 * y)
     pipe = Pipeline([("distances", KernelDistances(learner=learner, **side)),
                      ("knn", KNeighborsClassifier(metric="precomputed"))])
@@ -175,7 +178,7 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     assert cache_info()["misses"] == 2
     best = search.best_estimator_.named_steps["distances"]
     rate = search.best_params_["distances__learner__learning_rate"]
-    direct = MEGKernelRegressor(objects=names, learning_rate=rate).fit(
+    direct = MEGKernelRegressor(solver="online", objects=names, learning_rate=rate).fit(
         np.c_[names[a], names[b]], 1e3 * y)
     assert_allclose(best.kernel_, direct.kernel_, rtol=1e-12)
     assert_allclose(best.distances_, direct.distances_, rtol=1e-12, atol=1e-15)
@@ -202,8 +205,9 @@ def test_kernel_distances_speak_pandas_and_refuse_unknown_ids():
     (dict(kernel=np.eye(3)), np.zeros((2, 2)), "one object id per row"),
     (dict(kernel=np.eye(3)), [], "no object ids"),
     (dict(kernel=np.eye(3)), [0, 7], "object 7"),
-    (dict(learner=MEGKernelRegressor()), [0, 1], "side information"),
-    (dict(learner=MEGKernelRegressor(), pairs=[[0, 1]], targets=[np.nan]), [0, 1], "NaN"),
+    (dict(learner=MEGKernelRegressor(solver="online")), [0, 1], "side information"),
+    (dict(learner=MEGKernelRegressor(solver="online"), pairs=[[0, 1]], targets=[np.nan]),
+     [0, 1], "NaN"),
 ])
 def test_kernel_distances_refuse_bad_input_clearly(params, X, message):
     step = KernelDistances(**params)

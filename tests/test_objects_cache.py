@@ -29,7 +29,9 @@ def _side(seed=0, n=300):
 
 def _step(learner=None, **params):
     pairs, y = _side()
-    return KernelDistances(learner=BaseMEG(n_objects=D) if learner is None else learner,
+    if learner is None:
+        learner = BaseMEG(solver="online", n_objects=D)
+    return KernelDistances(learner=learner,
                            pairs=pairs, targets=y, **params)
 
 
@@ -102,14 +104,14 @@ def test_cached_kernels_are_read_only_for_good():
 def test_a_class_of_the_same_name_gets_its_own_kernel():
     clear_cache()
     base = _step().fit(np.arange(D))
-    other = _step(MEGKernelRegressor(n_objects=D)).fit(np.arange(D))
+    other = _step(MEGKernelRegressor(solver="online", n_objects=D)).fit(np.arange(D))
     assert type(other.learner).__qualname__ == type(base.learner).__qualname__
     assert_allclose(other.kernel_, 2.0 * base.kernel_, rtol=1e-12)
     # same module and qualified name: still two classes, two kernels
     one, two = _same_named_class(3.0), _same_named_class(5.0)
     assert (one.__module__, one.__qualname__) == (two.__module__, two.__qualname__)
-    k3 = _step(one(n_objects=D)).fit(np.arange(D)).kernel_
-    k5 = _step(two(n_objects=D)).fit(np.arange(D)).kernel_
+    k3 = _step(one(solver="online", n_objects=D)).fit(np.arange(D)).kernel_
+    k5 = _step(two(solver="online", n_objects=D)).fit(np.arange(D)).kernel_
     assert_allclose(k3, 3.0 * base.kernel_, rtol=1e-12)
     assert_allclose(k5, 5.0 * base.kernel_, rtol=1e-12)
     assert cache_info()["fits"] == 4
@@ -119,30 +121,31 @@ def test_a_parameter_change_gets_its_own_kernel():
     clear_cache()
     pairs, y = _side()
     prior = np.eye(D) + 0.5
-    step = _step(BaseMEG(init=prior))
+    step = _step(BaseMEG(solver="online", init=prior))
     first = step.fit(np.arange(D)).kernel_
     prior[0, 1] = prior[1, 0] = 0.9              # the same array, edited in place
     edited = step.fit(np.arange(D)).kernel_
-    direct = BaseMEG(init=prior).fit(pairs, y).kernel_
+    direct = BaseMEG(solver="online", init=prior).fit(pairs, y).kernel_
     assert_allclose(edited, direct, rtol=1e-12)
     assert not np.allclose(first, edited)
     step.set_params(learner__learning_rate=0.1)
     assert_allclose(step.fit(np.arange(D)).kernel_,
-                    BaseMEG(init=prior, learning_rate=0.1).fit(pairs, y).kernel_, rtol=1e-12)
+                    BaseMEG(solver="online", init=prior, learning_rate=0.1).fit(pairs, y).kernel_,
+                    rtol=1e-12)
     assert cache_info()["fits"] == 3
 
 
 def test_a_data_change_gets_its_own_kernel():
     clear_cache()
     pairs, y = _side()
-    step = KernelDistances(learner=BaseMEG(n_objects=D), pairs=pairs, targets=y)
+    step = KernelDistances(learner=BaseMEG(solver="online", n_objects=D), pairs=pairs, targets=y)
     first = step.fit(np.arange(D)).kernel_
     y[:10] *= 3.0                                 # targets edited in place
     second = step.fit(np.arange(D)).kernel_
-    assert_allclose(second, BaseMEG(n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
+    assert_allclose(second, BaseMEG(solver="online", n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
     pairs[0] = [1, 2]                             # pairs edited in place
     third = step.fit(np.arange(D)).kernel_
-    assert_allclose(third, BaseMEG(n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
+    assert_allclose(third, BaseMEG(solver="online", n_objects=D).fit(pairs, y).kernel_, rtol=1e-12)
     assert not np.allclose(first, second) and not np.allclose(second, third)
     assert cache_info()["fits"] == 3
 
@@ -161,7 +164,7 @@ def test_memory_keeps_kernels_on_disk_keyed_by_the_version(tmp_path, monkeypatch
     _step(memory=joblib_memory).fit(np.arange(D))
     assert cache_info()["fits"] == 0
     clear_cache()
-    monkeypatch.setattr(megkernel, "__version__", "0.0.0-other")
+    monkeypatch.setattr(megkernel._version, "__version__", "0.0.0-other")
     _step(memory=tmp_path).fit(np.arange(D))
     assert cache_info()["fits"] == 1              # another version learns anew
 
@@ -213,12 +216,12 @@ def test_a_process_new_to_the_folder_reads_what_another_learned(tmp_path):
     that never met it (the race the benchmark's loky runs hit)."""
     clear_cache()
     _step(memory=tmp_path / "first").fit(np.arange(D))
-    _step(BaseMEG(n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
+    _step(BaseMEG(solver="online", n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
         np.arange(D))
     assert cache_info()["fits"] == 2
     clear_cache()
     joblib.memory._FUNCTION_HASHES.clear()        # a process that never met _learn
-    _step(BaseMEG(n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
+    _step(BaseMEG(solver="online", n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
         np.arange(D))
     assert cache_info()["fits"] == 0
 
@@ -275,7 +278,7 @@ def test_the_key_reads_content_fast_and_keeps_types():
     names = np.array([f"n{i}" for i in range(D)], dtype=object)
     ids = names[pairs]
     fresh = np.array([str(v) for v in ids.ravel()], dtype=object).reshape(ids.shape)
-    learner = BaseMEG()
+    learner = BaseMEG(solver="online")
     first = KernelDistances(learner=learner, pairs=ids, targets=y).fit(names)
     again = KernelDistances(learner=learner, pairs=fresh, targets=y).fit(names)  # equal ids
     assert cache_info()["fits"] == 1 and again.kernel_ is not first.kernel_

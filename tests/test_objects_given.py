@@ -140,7 +140,7 @@ def test_learned_and_raw_in_one_grid():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 24, (2, 400))
     table = pd.DataFrame({"a": names[a], "b": names[b], "sq": D[a, b] ** 2})
-    step = KernelDistances(learner=MEGKernelRegressor(objects=names),
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", objects=names),
                            pairs=table[["a", "b"]], targets=table["sq"], given_squared=True)
     pipe = Pipeline([("distances", step), ("knn", KNeighborsClassifier(1, metric="precomputed"))])
     cv = ShuffleSplit(4, test_size=0.5, random_state=0)
@@ -166,11 +166,11 @@ def test_learned_and_raw_in_one_grid():
 def test_a_learner_learns_from_the_observed_entries_of_a_matrix():
     _, D, _, names = _points(12, seed=6)
     observed = _with_missing(D, 0.5, seed=7)
-    step = KernelDistances(learner=MEGKernelRegressor(), distances=observed,
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online"), distances=observed,
                            objects=names).fit(names)
     i, j = np.triu_indices(12, 1)
     keep = ~np.isnan(observed[i, j])
-    direct = MEGKernelRegressor(objects=names).fit(
+    direct = MEGKernelRegressor(solver="online", objects=names).fit(
         np.column_stack([names[i[keep]], names[j[keep]]]), observed[i[keep], j[keep]] ** 2)
     assert_allclose(step.kernel_, direct.kernel_, rtol=1e-12, atol=1e-15)
     assert_array_equal(step.objects_, names)
@@ -207,7 +207,7 @@ def _edit(matrix, i, j, value, both=True):
     (dict(distances=1e160 * _D, squared=True), [0], "no room for the missing"),
     (dict(distances=_D, pairs=[[0, 1]], targets=[1.0]), [0], "not distances and pairs"),
     (dict(distances=_D, kernel=np.eye(3)), [0], "not kernel and distances"),
-    (dict(kernel=np.eye(3), learner=MEGKernelRegressor()), [0], "not both"),
+    (dict(kernel=np.eye(3), learner=MEGKernelRegressor(solver="online")), [0], "not both"),
     (dict(pairs=[[0, 1]]), [0], "without a learner need targets"),
     (dict(pairs=[[0, 1], [1, 2]], targets=[1.0]), [0], r"shape \(2,\) like pairs"),
     (dict(pairs=[[0, 1, 2]], targets=[1.0]), [0], r"shape \(n_pairs, 2\)"),
@@ -216,7 +216,7 @@ def _edit(matrix, i, j, value, both=True):
     (dict(pairs=[[0, 1]], targets=[np.inf]), [0], "infinite"),
     (dict(pairs=[["a", "b"]], targets=[1.0], objects=["a", "c"]), ["a"], "'b'.*not one of"),
     (dict(pairs=[[0, 10**7]], targets=[1.0]), [0], "object index 10000000"),
-    (dict(learner=MEGKernelRegressor(), distances=np.full((3, 3), np.nan)), [0],
+    (dict(learner=MEGKernelRegressor(solver="online"), distances=np.full((3, 3), np.nan)), [0],
      "no observed pair"),
     (dict(distances=_D, memory=3), [0], "memory"),
     (dict(learner=DefiniteBoostKernel(), distances=_D), [0],

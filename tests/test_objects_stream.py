@@ -52,13 +52,13 @@ class Stream:
 
 def _reference(pairs, y, **params):
     """The paper's on-line MEG over the concatenation, in one call."""
-    return MEGKernelRegressor(**params).partial_fit(pairs, y)
+    return MEGKernelRegressor(solver="online", **params).partial_fit(pairs, y)
 
 
 def test_streaming_equals_one_online_pass_over_the_concatenation():
     clear_cache()
     pairs, y, _ = _triples()
-    step = KernelDistances(learner=MEGKernelRegressor(n_objects=D),
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D),
                            pairs=Stream(pairs, y)).fit(np.arange(D))
     moving = pairs[:, 0] != pairs[:, 1]
     trace = D * y[moving].mean() / 2            # trace="auto" over the whole stream
@@ -71,7 +71,7 @@ def test_streaming_equals_one_online_pass_over_the_concatenation():
         assert_allclose(step.kernel_, online.kernel_, rtol=1e-10, atol=1e-12 * trace)
     # the learner's own chunk-by-chunk partial_fit takes its trace from the first
     # chunk: a different kernel (what KernelDistances fixes)
-    chained = MEGKernelRegressor(n_objects=D)
+    chained = MEGKernelRegressor(solver="online", n_objects=D)
     for start in range(0, len(y), 100):
         chained.partial_fit(pairs[start:start + 100], y[start:start + 100])
     assert abs(chained.trace_ - trace) > 0.1 * trace
@@ -80,11 +80,11 @@ def test_streaming_equals_one_online_pass_over_the_concatenation():
 def test_a_stream_replays_once_per_epoch():
     pairs, y, _ = _triples(seed=4)
     stream = Stream(pairs, y)
-    step = KernelDistances(learner=MEGKernelRegressor(n_objects=D, n_epochs=3),
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D, n_epochs=3),
                            pairs=stream).fit(np.arange(D))
     assert stream.calls == 1 + 3                  # the scan, then three passes
     moving = pairs[:, 0] != pairs[:, 1]
-    reference = MEGKernelRegressor(n_objects=D, trace=D * y[moving].mean() / 2)
+    reference = MEGKernelRegressor(solver="online", n_objects=D, trace=D * y[moving].mean() / 2)
     for _ in range(3):
         reference.partial_fit(pairs, y)
     assert_allclose(step.kernel_, reference.kernel_, rtol=1e-10,
@@ -100,7 +100,8 @@ def test_a_stream_of_ids_takes_all_its_ids_as_the_objects():
     pairs = np.concatenate([pairs[~late], pairs[late]])
     y = np.concatenate([y[~late], y[late]])
     ids = names[pairs]
-    step = KernelDistances(learner=MEGKernelRegressor(), pairs=Stream(ids, y, 150)).fit(names)
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online"),
+                           pairs=Stream(ids, y, 150)).fit(names)
     assert_array_equal(step.objects_, names)     # sorted distinct ids
     moving = pairs[:, 0] != pairs[:, 1]
     reference = _reference(ids, y, trace=D * y[moving].mean() / 2)
@@ -114,7 +115,7 @@ def test_a_stream_with_a_prior_matrix_or_a_low_rank_prior():
     factor = rng.normal(size=(D, 4))
     prior = factor @ factor.T + 0.1 * np.eye(D)
     for params in (dict(init=prior), dict(init_factor=factor)):
-        step = KernelDistances(learner=MEGKernelRegressor(**params),
+        step = KernelDistances(learner=MEGKernelRegressor(solver="online", **params),
                                pairs=Stream(pairs, y, 128)).fit(np.arange(D))
         # trace="auto" over all pairs by its definition: mean(y) / mean(v^T W_1 v)
         W1 = prior / np.trace(prior) if "init" in params else (
@@ -132,7 +133,8 @@ def test_a_stream_in_a_grid_search_is_learned_once_per_setting():
     clear_cache()
     pairs, y, labels = _triples(n=600, seed=3)
     stream = Stream(pairs, y)
-    pipe = Pipeline([("distances", KernelDistances(learner=MEGKernelRegressor(n_objects=D),
+    pipe = Pipeline([("distances", KernelDistances(learner=MEGKernelRegressor(solver="online",
+                                                                              n_objects=D),
                                                    pairs=stream)),
                      ("knn", KNeighborsClassifier(1, metric="precomputed"))])
     search = GridSearchCV(pipe, {"distances__learner__learning_rate": [0.1, 0.5]},
@@ -175,7 +177,7 @@ def _nan(chunk):
 def test_a_bad_chunk_fails_clearly_and_changes_nothing(bad, message):
     clear_cache()
     pairs, y, _ = _triples()
-    fitted = KernelDistances(learner=MEGKernelRegressor(n_objects=D),
+    fitted = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D),
                              pairs=Stream(pairs, y)).fit(np.arange(D))
     before = dict(fitted.__dict__)
     hostile = Stream(pairs, y, bad_chunk=2, bad=bad)
@@ -196,7 +198,7 @@ def test_an_interrupt_mid_stream_changes_nothing():
     before = dict(fitted.__dict__)
     stream = Stream(pairs, y, bad_chunk=5, bad="interrupt")
     with pytest.raises(KeyboardInterrupt):
-        fitted.set_params(kernel=None, learner=MEGKernelRegressor(n_objects=D),
+        fitted.set_params(kernel=None, learner=MEGKernelRegressor(solver="online", n_objects=D),
                           pairs=stream).fit(np.arange(D))
     assert stream.calls == 2                      # the scan, then the learning pass
     fitted.set_params(kernel=before["kernel"], learner=None, pairs=None)
@@ -217,12 +219,13 @@ def _empty():
      "partial_fit, which DefiniteBoostKernel does not have"),
     (dict(pairs=iter([([[0, 1]], [1.0])])), "pairs"),   # a one-shot iterator
     (dict(pairs=lambda: iter([([[0, 1]], [1.0])]),
-          learner=MEGKernelRegressor(shuffle=True)), "cannot shuffle a stream"),
-    (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=MEGKernelRegressor(
+          learner=MEGKernelRegressor(solver="online", shuffle=True)), "cannot shuffle a stream"),
+    (dict(pairs=lambda: iter([([[0, 1]], [1.0])]), learner=MEGKernelRegressor(solver="online",
         learning_rate=-1.0)), "^The 'learning_rate' parameter"),  # the learner's, not a chunk's
 ])
 def test_streams_of_the_wrong_kind_are_refused(params, message):
-    step = KernelDistances(**{"learner": MEGKernelRegressor(n_objects=D), **params})
+    step = KernelDistances(**{"learner": MEGKernelRegressor(solver="online",
+                                                            n_objects=D), **params})
     with pytest.raises(ValueError, match=message):
         step.fit(np.arange(D))
     assert not hasattr(step, "objects_")

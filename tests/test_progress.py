@@ -15,7 +15,7 @@ def examples():
 
 def test_one_pair_partial_fit_prints_nothing_by_default(examples, capsys):
     pairs, y = examples
-    model = MEGKernelRegressor(n_objects=12, trace=1.0)
+    model = MEGKernelRegressor(solver="online", n_objects=12, trace=1.0)
     for t in range(50):
         model.partial_fit(pairs[t:t + 1], y[t:t + 1])
     captured = capsys.readouterr()
@@ -24,7 +24,7 @@ def test_one_pair_partial_fit_prints_nothing_by_default(examples, capsys):
 
 def test_verbose_1_skips_short_calls(examples, capsys):
     pairs, y = examples
-    model = MEGKernelRegressor(n_objects=12, trace=1.0, verbose=1)
+    model = MEGKernelRegressor(solver="online", n_objects=12, trace=1.0, verbose=1)
     for t in range(20):
         model.partial_fit(pairs[t:t + 1], y[t:t + 1])
     captured = capsys.readouterr()
@@ -33,7 +33,7 @@ def test_verbose_1_skips_short_calls(examples, capsys):
 
 def test_verbose_fit_draws_a_bar_on_stderr(examples, capsys):
     pairs, y = examples
-    MEGKernelRegressor(n_objects=12, trace=1.0, verbose=1).fit(pairs, y)
+    MEGKernelRegressor(solver="online", n_objects=12, trace=1.0, verbose=1).fit(pairs, y)
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "MEGKernelRegressor" in captured.err and "2000/2000" in captured.err
@@ -43,7 +43,8 @@ def test_verbose_fit_draws_a_bar_on_stderr(examples, capsys):
 
 def test_verbose_2_adds_detail_lines(examples, capsys):
     pairs, y = examples
-    MEGKernelRegressor(n_objects=12, trace=1.0, verbose=2, n_epochs=2).fit(pairs, y)
+    MEGKernelRegressor(solver="online",
+                       n_objects=12, trace=1.0, verbose=2, n_epochs=2).fit(pairs, y)
     err = capsys.readouterr().err
     assert "epoch 1/2" in err and "epoch 2/2" in err
     assert "[MEGKernelRegressor] epoch 2/2 trial 4000: loss of the last 2000 trials" in err

@@ -27,8 +27,8 @@ def _refused_cheaply(call, *numbers):
 
 
 @pytest.mark.parametrize("call", [
-    lambda: MEGKernelRegressor(n_objects=HUGE).fit([[0, 1]], [0.1]),
-    lambda: MEGKernelRegressor(n_objects=HUGE).partial_fit([[0, 1]], [0.1]),
+    lambda: MEGKernelRegressor(solver="online", n_objects=HUGE).fit([[0, 1]], [0.1]),
+    lambda: MEGKernelRegressor(solver="online", n_objects=HUGE).partial_fit([[0, 1]], [0.1]),
     lambda: DefiniteBoostKernel(n_objects=HUGE, gamma=0.1).fit([[0, 1]]),
     lambda: meg([[0, 1]], [0.1], n_objects=HUGE),
     lambda: definiteboost_pairs([[0, 1]], n_objects=HUGE, gamma=0.1),
@@ -39,12 +39,12 @@ def test_an_explicit_huge_n_objects_is_refused_before_allocation(call):
 
 def test_more_declared_ids_than_dense_mode_holds_are_refused():
     ids = [f"object {i}" for i in range(5001)]
-    _refused_cheaply(lambda: MEGKernelRegressor(objects=ids).fit(
+    _refused_cheaply(lambda: MEGKernelRegressor(solver="online", objects=ids).fit(
         [["object 0", "object 1"]], [0.1]), "len(objects)=5001")
 
 
 def test_a_refused_size_leaves_a_fitted_model_unchanged():
-    model = MEGKernelRegressor(n_objects=3).fit([[0, 1], [1, 2]], [0.1, 0.2])
+    model = MEGKernelRegressor(solver="online", n_objects=3).fit([[0, 1], [1, 2]], [0.1, 0.2])
     before = pickle.dumps(model)
     model.set_params(n_objects=HUGE)
     with pytest.raises(ValueError, match="dense mode"):

@@ -45,7 +45,7 @@ def sequential_meg_search(wine, triples):
 
 def _meg_search(labels, n_jobs):
     return GridSearchCV(
-        MEGKernelRegressor(n_objects=D), {"learning_rate": LEARNING_RATES},
+        MEGKernelRegressor(solver="online", n_objects=D), {"learning_rate": LEARNING_RATES},
         scoring={"r2": "r2", "knn": make_knn_kernel_scorer(labels)}, refit="knn",
         cv=KFold(3), n_jobs=n_jobs,
     )
@@ -114,7 +114,7 @@ def test_learned_and_raw_kernels_in_one_parallel_grid_with_memory(wine, tmp_path
     from megkernel.datasets import distance_triples as triples_of
 
     pairs, sq = triples_of(wine.kernel, 600, random_state=1)
-    step = KernelDistances(learner=MEGKernelRegressor(n_objects=D), pairs=pairs,
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D), pairs=pairs,
                            targets=1e3 * sq, given_squared=True, memory=tmp_path)
     pipe = Pipeline([("distances", step), ("knn", KNeighborsClassifier(metric="precomputed"))])
     grid = [{"distances__learner": [None], "knn__n_neighbors": [1, 3]},

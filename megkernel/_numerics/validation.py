@@ -15,6 +15,7 @@ __all__ = [
     "check_positive",
     "check_trace",
     "check_n_objects",
+    "check_pair_labels",
 ]
 
 
@@ -145,3 +146,77 @@ def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
                 "bound-optimal) or targets in the kernel's units (squared distances "
                 "are at most 2 * trace).")
     return learning_rate, trace
+
+
+def check_pair_labels(labels, pairs, *, name="y"):
+    """Pair labels as floats ``+1`` (similar) / ``-1`` (dissimilar), one per pair.
+
+    The one check of pair labels for every learner. Accepted encodings:
+    ``+1`` / ``-1``, ``1`` / ``0`` and ``True`` / ``False`` (similar /
+    dissimilar), as ints, floats or bools; ``None`` means every pair is
+    similar. A column vector of shape (n, 1) is flattened.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_pairs,) or None
+        The labels.
+    pairs : array-like of int, shape (n_pairs, 2), or int
+        The pairs the labels belong to (validated object indices), or just
+        their number ``n_pairs`` (no check of pairs of an object with
+        itself then).
+    name : str, default="y"
+        The argument's name, for the messages.
+
+    Returns
+    -------
+    ndarray of shape (n_pairs,)
+        ``+1.0`` / ``-1.0``.
+
+    Raises
+    ------
+    ValueError
+        Wrong shape, a label outside one of the encodings (e.g. ``2``,
+        ``"yes"``, NaN, or ``-1`` mixed with ``0``), or a dissimilar pair of
+        an object with itself.
+    """
+    if isinstance(pairs, (int, np.integer)) and not isinstance(pairs, bool):
+        n_pairs, pairs = int(pairs), None
+    else:
+        pairs = np.asarray(pairs)
+        n_pairs = len(pairs)
+    if labels is None:
+        return np.ones(n_pairs)
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.shape != (n_pairs,):
+        raise ValueError(f"{name} must have shape ({n_pairs},), one label per pair, "
+                         f"got shape {labels.shape}.")
+    try:
+        values = set(np.unique(labels).tolist()) if labels.dtype != object else set(
+            labels.tolist())
+    except TypeError:
+        values = {"<mixed types>"}
+    if labels.dtype == object and all(isinstance(v, (int, float, np.number))
+                                      for v in values):
+        labels = labels.astype(float)  # e.g. a pandas column of Python numbers
+    numeric = labels.dtype == bool or np.issubdtype(labels.dtype, np.number)
+    if numeric and labels.dtype == bool:
+        signs = np.where(labels, 1.0, -1.0)
+    elif numeric and values <= {0, 1}:  # 1 / 0 (and all-1 or all-0)
+        signs = np.where(labels == 1, 1.0, -1.0)
+    elif numeric and values <= {1, -1}:
+        signs = labels.astype(float)
+    else:
+        shown = sorted(map(str, values))
+        raise ValueError(
+            f"{name} must hold +1 (similar) or -1 (dissimilar) pair labels (or 1 / 0, "
+            f"True / False), got {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}"
+            f"{' (dtype ' + str(labels.dtype) + ')' if not numeric else ''}.")
+    if pairs is not None and pairs.ndim == 2 and len(pairs):
+        loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
+        if np.any(loops):
+            first = pairs[loops][0]
+            raise ValueError(f"Pair ({first[0]}, {first[1]}) of an object with itself cannot "
+                             "be dissimilar (its distance is always 0).")
+    return signs

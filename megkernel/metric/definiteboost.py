@@ -205,7 +205,7 @@ class DefiniteBoostMetric(_FeatureMetric):
                 init_factor=centred, trace=trace, gamma=self.gamma,
                 gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
                 max_iter=max_iter, tol=self.tol, projection=self.projection,
-                method=self.method).fit(pairs, pair_labels)
+                validation_fraction=None, method=self.method).fit(pairs, pair_labels)
         self.gamma_ = estimator.gamma_
         self.gamma_dissimilar_ = estimator.gamma_dissimilar_
         self.n_iter_ = estimator.n_iter_

@@ -1,0 +1,447 @@
+"""DefiniteBoost on labelled pairs: the rules of the estimator.
+
+What :class:`megkernel.DefiniteBoostKernel` (and the public
+:func:`definiteboost_pairs`) add to the algorithm of
+:mod:`.definiteboost`: the thresholds of similar / dissimilar pairs in the
+kernel's units, the constraints a prior can meet at all, the tolerance as a
+margin, and the labels' check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._numerics.limits import MAX_DENSE_OBJECTS
+from .._numerics.state import prior_state
+from .._numerics.validation import (
+    check_pair_indices,
+    check_pair_labels,
+    check_positive,
+    check_trace,
+)
+from .._warnings import warn_user
+from .definiteboost_projections import (
+    PairConstraints,
+    _Settings,
+    _warn_outcome,
+    run_definiteboost,
+)
+
+__all__ = [
+    "check_pair_signs",
+    "definiteboost_pairs",
+    "fit_pair_constraints",
+    "pair_thresholds",
+    "prior_mean_sq_distance",
+    "satisfiable_pairs",
+]
+
+
+def prior_mean_sq_distance(state):
+    """Mean squared distance between distinct objects under trace-one ``W``:
+    ``2 (d - 1^T W 1) / (d (d - 1))`` (``2 / d`` for ``I / d``)."""
+    d = state.n_objects
+    if d < 2:  # no two distinct objects: no distance to average
+        return 0.0
+    column_sums = state.factor().sum(axis=0)  # 1^T W 1 = |B^T 1|^2, tr W = 1
+    return 2.0 * (d - column_sums @ column_sums) / (d * (d - 1))
+
+
+def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
+                    thresholds=None, trace=1.0):
+    """Resolve the thresholds of pair constraints (kernel units).
+
+    Returns ``(thresholds, gamma, gamma_dissimilar)``: one threshold per
+    pair, and the similar / dissimilar thresholds. ``"auto"``: a tenth of
+    the prior's mean squared distance between distinct objects for similar
+    pairs (``0.2 tau / d`` for the identity prior, the paper's choice), the
+    mean itself for dissimilar ones. Explicit per-pair ``thresholds``
+    override both; ``gamma`` is then the smallest threshold of a similar
+    pair (of any pair when none is similar).
+    """
+    trace = check_trace(trace)
+    if state.n_objects < 2:
+        raise ValueError("DefiniteBoost needs at least 2 objects (pairs of distinct "
+                         f"objects), got a prior over {state.n_objects}.")
+    mean_sq_distance = trace * prior_mean_sq_distance(state)
+    if thresholds is not None:
+        thresholds = np.broadcast_to(np.asarray(thresholds, dtype=float),
+                                     signs.shape).copy()
+        similar = thresholds[signs > 0]
+        gamma = float((similar if similar.size else thresholds).min())
+        dissimilar = thresholds[signs < 0]
+        gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
+        _check_thresholds(thresholds, signs, trace)
+        return thresholds, gamma, gamma_dissimilar
+    gamma = 0.1 * mean_sq_distance if gamma == "auto" else check_positive(gamma, "gamma")
+    gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
+                        else check_positive(gamma_dissimilar, "gamma_dissimilar"))
+    if gamma_dissimilar >= 2.0 * trace:
+        raise ValueError(
+            f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
+            f"distances under a kernel of trace {trace:g} are below {2.0 * trace:g}."
+        )
+    thresholds = np.where(signs > 0, gamma, gamma_dissimilar)
+    _check_thresholds(thresholds, signs, trace)
+    return thresholds, gamma, gamma_dissimilar
+
+
+#: Similar thresholds below this fraction of the trace are round-off level.
+_MIN_RELATIVE_THRESHOLD = 1e-12
+
+
+def _check_thresholds(thresholds, signs, trace):
+    """Finite thresholds a kernel of trace ``trace`` can meet, or a ValueError."""
+    if not np.all(np.isfinite(thresholds)):
+        raise ValueError("The thresholds contain NaN or infinite values.")
+    similar, dissimilar = thresholds[signs > 0], thresholds[signs < 0]
+    if similar.size and similar.min() < _MIN_RELATIVE_THRESHOLD * trace:
+        raise ValueError(
+            f"A similar-pair threshold of {similar.min():.3g} is below "
+            f"{_MIN_RELATIVE_THRESHOLD:g} * trace ({_MIN_RELATIVE_THRESHOLD * trace:.3g}): "
+            "squared distances that small are round-off for a kernel of that trace "
+            "(and 0 or less can never hold between distinct objects).")
+    if dissimilar.size and dissimilar.max() >= 2.0 * trace:
+        raise ValueError(
+            f"A dissimilar-pair threshold of {dissimilar.max():.4g} can never hold: "
+            f"squared distances under a kernel of trace {trace:g} are below "
+            f"{2.0 * trace:g}.")
+
+
+def _satisfiable(state, pairs, signs, thresholds, trace):
+    """Mask of the constraints that some kernel in the prior's range can meet:
+    a dissimilar pair needs ``trace * ||v||^2 > threshold``."""
+    never = (signs < 0) & (trace * state.pair_sq_norms(pairs[:, 0], pairs[:, 1])
+                           <= thresholds)
+    if np.all(never):
+        raise ValueError(
+            f"All {len(pairs)} constraints are dissimilar pairs that can never "
+            f"hold: their squared distance is at most trace * ||P[a] - P[b]||^2 "
+            f"<= gamma_dissimilar={thresholds.min():.4g} under every kernel in "
+            "the prior's range. Lower gamma_dissimilar."
+        )
+    if np.any(never):
+        warn_user(
+            f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
+            f"pairs that can never reach gamma_dissimilar={thresholds[never].min():.4g} "
+            "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
+            "see dropped_constraints_.",
+            UserWarning,
+        )
+    return ~never
+
+
+def satisfiable_pairs(state, pairs, signs, thresholds, trace):
+    """Mask of the pairs some kernel in the prior's range can satisfy; warns
+    (or raises, if none) about the others, as :func:`fit_pair_constraints`."""
+    return _satisfiable(state, pairs, signs, thresholds, trace)
+
+
+def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar="auto",
+                         thresholds=None, trace=1.0, slack=None,
+                         projection="approximate", corrective=False, max_iter=2000,
+                         tol=1e-2, keep=None, method="auto", callback=None, warn=True):
+    """DefiniteBoost on validated pairs from ``state`` (in place).
+
+    The rules of :func:`definiteboost_pairs` (and of
+    :class:`megkernel.DefiniteBoostKernel`), on a prior already made a
+    state. Returns the log (see :func:`definiteboost_pairs`); ``warn=False``
+    leaves the ConvergenceWarning to the caller (:func:`warn_outcome`).
+    """
+    trace = check_trace(trace)
+    tol = float(tol)  # a float32 tol would overflow in tol * gamma
+    thresholds, gamma, gamma_dissimilar = pair_thresholds(
+        state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+        thresholds=thresholds, trace=trace)
+    if not tol < 2.0:
+        raise ValueError(
+            f"tol={tol!r} would tighten the similar threshold gamma by tol * gamma / 2 "
+            "to zero or below, which no kernel meets; use tol < 2 (default 0.01).")
+    # aim at constraints tightened by half the tolerance, stop within the other
+    # half: on convergence every constraint holds
+    margin = 0.5 * max(tol, 0.0) * gamma
+    with np.errstate(over="ignore"):  # overflow is caught just below
+        target = (thresholds - signs * margin) / trace
+    if not np.all(np.abs(target) < 1e300):  # with room for the violations' arithmetic
+        raise ValueError(
+            f"The thresholds (up to {np.abs(thresholds).max():.3g}) divided by "
+            f"trace={trace:.3g} leave double precision: give the thresholds in the "
+            "kernel's units (at most 2 * trace for a pair's squared distance).")
+    kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace))
+    constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
+                                  target[kept], state)
+    hard = slack is None
+    if keep is None:
+        keep = "best" if hard else "last"
+    if not hard:
+        slack = check_positive(slack, "slack")
+        with np.errstate(divide="ignore", over="ignore"):  # ||v|| = 0: never binding
+            cap = np.where(constraints.sq_norms > 0,
+                           slack / np.where(constraints.sq_norms > 0, constraints.sq_norms, 1),
+                           np.inf)
+    settings = _Settings(
+        projection=projection, max_iter=max_iter, tol=0.5 * tol * gamma / trace,
+        keep=keep, corrective=corrective,
+        max_multiplier=None if hard else cap,
+        min_prior_eigenvalue=(np.exp(state.eigenvalues[0] - state.log_partition())
+                              if hard else None),
+    )
+    if callback is not None:
+        user_callback = callback
+
+        def callback(t, record):
+            user_callback(t, {**record, "violation": record["violation"] * trace - margin})
+
+    log = run_definiteboost(constraints, state, settings, method=method,
+                            callback=callback)
+    # violations of the user's constraints, in kernel units
+    log["violation"] = log["violation"] * trace - margin
+    log["max_violation"] = log["max_violation"] * trace - margin
+    log["constraint"] = kept[log["constraint"]]
+    log.update(kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
+               gamma=gamma, gamma_dissimilar=gamma_dissimilar, margin=margin,
+               thresholds=thresholds)
+    if warn:
+        warn_outcome(log, max_iter)
+    return log
+
+
+def warn_outcome(log, max_iter):
+    """The ConvergenceWarning of a :func:`fit_pair_constraints` log, if any."""
+    _warn_outcome(log, max_iter, units=f" against gamma={log['gamma']:.4g}")
+
+
+def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
+                        gamma_dissimilar="auto", n_objects=None, prior=None,
+                        prior_factor=None, trace=1.0, slack=None,
+                        projection="approximate", corrective=False, max_iter=2000,
+                        tol=1e-2, keep=None, method="auto", callback=None):
+    """DefiniteBoost for similar / dissimilar pair constraints.
+
+    The solver behind :class:`megkernel.DefiniteBoostKernel`: called with the
+    estimator's parameters it returns the estimator's kernel.
+
+    Parameters
+    ----------
+    pairs : array-like of int, shape (n, 2)
+    signs : array-like of shape (n,), default=None
+        ``+1`` similar (``||x_a - x_b||^2 <= threshold``), ``-1`` dissimilar
+        (``>= threshold``); ``None``: all similar.
+    thresholds : float or array-like of shape (n,), default=None
+        Explicit thresholds (kernel units), instead of ``gamma`` and
+        ``gamma_dissimilar``.
+    gamma, gamma_dissimilar : float or "auto", default="auto"
+        Thresholds of similar and dissimilar pairs (kernel units). ``"auto"``:
+        a tenth of the prior's mean squared distance between distinct
+        objects (``0.2 tau / d`` for ``I / d``, the paper's choice) and the
+        mean itself.
+    n_objects : int, optional
+        ``d`` for the prior ``I / d`` when neither ``prior`` nor
+        ``prior_factor`` is given.
+    prior : array-like of shape (d, d), optional
+        Symmetric positive definite ``W_1`` (scaled to trace one).
+    prior_factor : array-like of shape (d, r), optional
+        Low-rank prior ``W_1 = F F^T / ||F||_F^2``: every iterate stays in
+        its range. Dissimilar pairs no kernel of that range can separate
+        (``trace ||P[a] - P[b]||^2 <= threshold``) are dropped with a warning.
+    trace : float, default=1.0
+        Trace ``tau`` of the learned kernel.
+    slack : float, optional
+        ``None``: hard constraints (the paper). ``c > 0`` (beyond the paper):
+        each multiplier is capped, ``alpha_j ||v_j||^2 <= c``, the box dual
+        of the always-feasible soft-margin problem.
+    projection : {"approximate", "exact"}, default="approximate"
+        Step of eq. 13 (Theorem 4.1's bound holds) or the exact projection
+        of eq. 11.
+    corrective : bool, default=False
+        Hildreth-style corrections (beyond the paper): converge to the exact
+        Bregman projection (see :func:`run_definiteboost`).
+    max_iter : int, default=2000
+        Largest number of projections.
+    tol : float, default=1e-2
+        In units of ``gamma``: the run aims at the constraints tightened by
+        ``tol * gamma / 2`` and stops when those hold within ``tol * gamma /
+        2``, so on convergence every constraint holds. ``tol <= 0`` aims at
+        the constraints themselves (``-inf``: run ``max_iter`` iterations).
+    keep : {"best", "last"}, default=None
+        Iterate returned when the run stops early; ``None``: "best" for hard
+        constraints, "last" with ``slack``.
+    method : {"auto", "eigh", "rank-one"}, default="auto"
+        Engine of each projection; same result up to round-off.
+    callback : callable, optional
+        ``callback(t, record)`` after each iteration (violation in kernel units).
+
+    Returns
+    -------
+    K : ndarray of shape (d, d) or None
+        The learned kernel ``trace * W`` (``None`` for a low-rank prior over
+        more than 5000 objects: use ``log["kernel_factor"]``).
+    log : dict
+        ``constraint`` (index into ``pairs`` of each projected pair),
+        ``violation`` (largest violation before each projection, kernel
+        units), ``alpha``, ``multipliers`` (of the kept constraints),
+        ``dual_objective`` and ``dual_bound`` (Theorem 4.1), ``max_violation``
+        (of the returned kernel), ``converged``, ``infeasible``, ``n_iter``,
+        ``kept`` / ``dropped`` (indices into ``pairs``), ``gamma``,
+        ``gamma_dissimilar``, ``margin``, ``thresholds``, ``state`` and
+        ``kernel_factor`` (``F``, d x r, with ``K = F F^T``).
+    """
+    state = prior_state(n_objects, prior, prior_factor)
+    pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
+    signs = check_pair_signs(signs, pairs)
+    log = fit_pair_constraints(
+        state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+        thresholds=thresholds, trace=trace, slack=slack, projection=projection,
+        corrective=corrective, max_iter=max_iter, tol=tol, keep=keep, method=method,
+        callback=callback)
+    log["state"] = state
+    log["kernel_factor"] = np.sqrt(trace) * state.factor()
+    if state.basis is None:
+        return trace * state.matrix(), log
+    if state.n_objects > MAX_DENSE_OBJECTS:
+        return None, log
+    return log["kernel_factor"] @ log["kernel_factor"].T, log
+
+
+def check_pair_signs(signs, pairs, *, name="signs"):
+    """``signs`` as floats ``+1`` / ``-1``, one per pair (``None``: all +1).
+
+    :func:`~megkernel._numerics.validation.check_pair_labels` under its
+    former name: accepts ``+1`` / ``-1``, ``1`` / ``0`` and ``True`` /
+    ``False`` (similar / dissimilar).
+
+    Raises
+    ------
+    ValueError
+        Wrong shape, a label outside those encodings, or a dissimilar pair
+        of an object with itself.
+    """
+    return check_pair_labels(signs, pairs, name=name)
+
+
+# -- the estimator's defaults: trace, gamma and length of a fit in the user's units --
+
+#: ``gamma="auto"`` of :class:`~megkernel.DefiniteBoostKernel`: the candidate
+#: similar-pair thresholds, as fractions of the prior's mean squared distance
+#: between distinct objects, tried from the largest (least learning) down.
+AUTO_GAMMA_FRACTIONS = (0.3, 0.1, 0.03)
+
+#: ... the one used when no pairs can be held out to choose (the paper's
+#: ``0.2 / d`` for ``I / d``).
+DEFAULT_GAMMA_FRACTION = 0.1
+
+#: ``max_iter="auto"``: projections allowed per constraint (per ``gamma``
+#: tried), and at least :data:`MIN_AUTO_MAX_ITER` in all. Measured on
+#: family-structured pairs (204 objects, 409 similar pairs): the greedy run
+#: projects 9-12 times per constraint at 0.1-0.03 of the mean distance.
+ITERATIONS_PER_CONSTRAINT, MIN_AUTO_MAX_ITER = 25, 2000
+
+
+def prior_trace(init, init_factor):
+    """``trace="auto"``: the trace of the prior as the user gave it.
+
+    ``init`` a matrix: its trace; ``init_factor`` ``F``: ``||F||_F^2`` (the
+    trace of ``F F^T``); the identity prior (no units given): 1. The learned
+    kernel, ``gamma``, ``gamma_dissimilar`` and the squared distances are
+    then in the units of the user's own prior kernel.
+    """
+    if init_factor is not None:
+        factor = np.asarray(init_factor, dtype=float)
+        return check_trace(float(np.sum(factor * factor)), name="the trace of init_factor")
+    if isinstance(init, str):
+        return 1.0
+    return check_trace(float(np.trace(np.asarray(init, dtype=float))),
+                       name="the trace of init")
+
+
+def auto_max_iter(n_constraints):
+    """``max_iter="auto"``: :data:`ITERATIONS_PER_CONSTRAINT` per constraint."""
+    return max(MIN_AUTO_MAX_ITER, ITERATIONS_PER_CONSTRAINT * int(n_constraints))
+
+
+def prior_pair_summary(state, pairs, signs, trace):
+    """The prior's squared distances over the pairs, as a message names them."""
+    parts = []
+    for kind, mask in (("similar", signs > 0), ("dissimilar", signs < 0)):
+        if np.any(mask):
+            sq = trace * state.pair_sq_distances(pairs[mask, 0], pairs[mask, 1])
+            q = np.quantile(sq, [0.0, 0.05, 0.5, 0.95, 1.0])
+            parts.append(f"{kind} pairs: min {q[0]:.4g}, 5% {q[1]:.4g}, median "
+                         f"{q[2]:.4g}, 95% {q[3]:.4g}, max {q[4]:.4g}")
+    return (f"the prior's squared distances (kernel of trace {trace:.4g}, mean "
+            f"{trace * prior_mean_sq_distance(state):.4g} between distinct objects) "
+            "over the " + "; ".join(parts))
+
+
+def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
+                       max_iter, train=None, held_out=None, warm=True, callback=None,
+                       **options):
+    """The fit of :class:`~megkernel.DefiniteBoostKernel` on ``state`` (in place).
+
+    ``gamma="auto"``: with ``held_out`` pairs (see
+    :mod:`.definiteboost_verdict`), each threshold of
+    :data:`AUTO_GAMMA_FRACTIONS` of the prior's mean squared distance is
+    fitted in turn, from the largest down, and the kernel that ranks the
+    held-out pairs best is kept (ties: the larger ``gamma``). With ``warm``
+    (hard constraints, no corrections) each fit starts from the kernel of
+    the previous, larger ``gamma``: the multipliers only grow in the paper's
+    algorithm, so this continues one run and the path costs about one fit at
+    the smallest ``gamma``. Without held-out pairs: :data:`DEFAULT_GAMMA_FRACTION`.
+
+    The candidates are fitted on the pairs ``train`` (indices into
+    ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
+    fitted on every pair (continuing from its kernel when ``warm``, else
+    from the prior), as scikit-learn's ``LassoCV`` refits its chosen
+    ``alpha``: the held-out score is that of the kernel trained without
+    those pairs, a slightly pessimistic verdict on the returned one, which
+    gains their information (measured: 1-NN 0.800 -> 0.820 on 204 objects).
+
+    Returns
+    -------
+    log : dict
+        The chosen fit's log (:func:`fit_pair_constraints`), plus
+        ``n_iter_total`` (every projection made, along the path),
+        ``gamma_path`` and ``gamma_scores`` (the candidates and their held-out
+        scores; one entry for a given ``gamma``), ``prior_score`` and
+        ``validation_score`` (``nan`` without held-out pairs).
+    """
+    mean = trace * prior_mean_sq_distance(state)
+    score = (lambda: np.nan) if held_out is None else (
+        lambda: held_out.score(lambda a, b: trace * state.pair_sq_distances(a, b)))
+    prior_score = score()
+    if gamma == "auto":
+        fractions = AUTO_GAMMA_FRACTIONS if held_out is not None else (DEFAULT_GAMMA_FRACTION,)
+        candidates = [fraction * mean for fraction in fractions]
+    else:
+        candidates = [gamma]
+    prior = state.copy()
+    best = None
+    path, scores, n_iter_total = [], [], 0
+    fit_on = slice(None) if train is None else train
+    for candidate in candidates:
+        if not warm:
+            state.assign(prior.copy())
+        log = fit_pair_constraints(state, pairs[fit_on], signs[fit_on], gamma=candidate,
+                                   gamma_dissimilar=gamma_dissimilar, trace=trace,
+                                   max_iter=max_iter, callback=callback, warn=False,
+                                   **options)
+        n_iter_total += log["n_iter"]
+        path.append(candidate)
+        scores.append(score())
+        if best is None or scores[-1] > best[0]:
+            best = (scores[-1], log, state.copy())
+    validation_score, log, chosen = best
+    if train is None:
+        state.assign(chosen)
+    else:
+        state.assign(chosen if warm else prior)
+        log = fit_pair_constraints(state, pairs, signs, gamma=log["gamma"],
+                                   gamma_dissimilar=gamma_dissimilar, trace=trace,
+                                   max_iter=max_iter, callback=callback, warn=False,
+                                   **options)
+        n_iter_total += log["n_iter"]
+    warn_outcome(log, max_iter)
+    log.update(n_iter_total=n_iter_total, gamma_path=np.asarray(path),
+               gamma_scores=np.asarray(scores), prior_score=prior_score,
+               validation_score=validation_score)
+    return log
