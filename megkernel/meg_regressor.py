@@ -182,8 +182,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         classical scaling of the training distances (each missing pair the
         mean of the given ones) at the rank, among 0 (``I / d``), 1, 2, 3,
         4, 6, 8, ... 128, that predicts the held-out pairs best, plus the
-        isotropic part that carries the fill's offset (at least 0.1 % of the
-        trace), with ``trace="auto"`` its fitted trace
+        isotropic part that carries the fill's offset (at least a tenth of the
+        mean eigenvalue), with ``trace="auto"`` its fitted trace
         (:func:`megkernel._solvers.meg_batch.spectral_prior`); for the
         on-line algorithm, ``I / d`` as in the paper.
     init_factor : array-like of shape (d, r), default=None
@@ -274,19 +274,24 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     kernel_factor_ : ndarray of shape (d, r)
         ``F`` with ``kernel_ = F F^T``.
     n_iter_ : int
-        Batch: iterations made (0 after an on-line ``fit``; ``n_epochs``
-        there).
+        Batch: iterations made, those of the run on the training pairs plus
+        those of the refit on every pair (which repeats as many as early
+        stopping chose). On-line ``fit``: ``n_epochs``.
     converged_ : bool
         Batch: whether the stopping rule, not ``max_iter``, ended the fit.
     loss_curve_ : ndarray
         Batch: mean square training loss (squared distances, in the units
-        of ``y`` squared) of the prior and of each iterate.
+        of ``y`` squared) of the prior and of each iterate of the returned
+        kernel's run (the refit on every pair, when early stopping chose an
+        iterate). On-line ``fit``: the prior's and the final kernel's.
     validation_scores_ : ndarray
         Batch: ``R^2`` of the held-out squared distances for the prior and
         each iterate (empty without held-out pairs).
     validation_score_ : float
-        ``R^2`` of the held-out squared distances under the returned
-        kernel; NaN without held-out pairs.
+        ``R^2`` of the held-out squared distances under the iterate early
+        stopping chose (trained without them; the returned kernel is that
+        many iterations refit on every pair, as ``LassoCV`` refits its
+        chosen ``alpha``); NaN without held-out pairs.
     prior_score_ : float
         The same for the prior ``init`` (at its trace). A fit that ends no
         better warns (:class:`~megkernel.NoImprovementWarning`).
@@ -308,7 +313,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     See Also
     --------
-    megkernel.meg : The solver function without the estimator.
+    megkernel.meg : The on-line solver function without the estimator.
     megkernel.meg_loss_bound : Lemma 3.2's bound on ``cumulative_loss_``.
 
     Examples

@@ -74,10 +74,12 @@ SPECTRAL_IMPUTATIONS = 10
 #: on, ARPACK's top eigenpairs.
 _DENSE_EIGH_BELOW = 400
 
-#: Smallest share of the trace the isotropic part of the spectral prior
-#: keeps, so that the prior is positive definite and every direction can
-#: still be learned.
-ISOTROPIC_FLOOR = 1e-3
+#: Smallest isotropic eigenvalue of the spectral prior, as a fraction of the
+#: mean eigenvalue ``trace / d``: the prior is positive definite and a
+#: direction it lacks starts within a factor ``e^2.3`` of the mean, so the
+#: multiplicative (exponentiated) update can still grow it in a few steps
+#: (at 1e-3 such a direction needs three times the change of the exponent).
+ISOTROPIC_FLOOR = 0.1
 
 
 class PairLoss:
@@ -409,7 +411,7 @@ def _pair_sq(coords, a, b):
 
 def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                    ranks=SPECTRAL_RANKS, n_imputations=SPECTRAL_IMPUTATIONS,
-                   floor=ISOTROPIC_FLOOR, patience=2, fixed=False):
+                   floor=None, patience=2, fixed=False):
     """A prior kernel from the observed squared distances by classical scaling.
 
     The squared distances given (``y`` for pairs ``(a, b)``) fill a
@@ -430,8 +432,9 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
     pairs a tenth of the training pairs is set aside for the choice (rank
     and iterate), which is then repeated on all of them. Rank 0 is
     ``I / d`` at the trace that meets the targets on average, as
-    ``trace="auto"`` does. The isotropic part keeps at least ``floor`` of
-    the trace, so the prior is positive definite.
+    ``trace="auto"`` does. The isotropic eigenvalue is at least ``floor``
+    times the mean eigenvalue, so the prior is positive definite and every
+    direction stays learnable.
 
     Parameters
     ----------
@@ -445,7 +448,8 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
     ranks : sequence of int, default=SPECTRAL_RANKS
         Increasing.
     n_imputations : int, default=SPECTRAL_IMPUTATIONS
-    floor : float, default=ISOTROPIC_FLOOR
+    floor : float, default=None
+        ``None``: :data:`ISOTROPIC_FLOOR`.
     patience : int, default=2
     fixed : bool, default=False
         Take the last iterate of the last rank instead of the best (to
@@ -458,6 +462,7 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
     a, b, y = (np.asarray(a, dtype=np.intp), np.asarray(b, dtype=np.intp),
                np.asarray(y, dtype=float))
     d = int(n_objects)
+    floor = ISOTROPIC_FLOOR if floor is None else floor
     if a_val is None or len(y_val) == 0:
         order = np.random.default_rng(0).permutation(len(y))
         n_out = len(y) // 10 if len(y) >= 20 else 0
@@ -495,8 +500,10 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                     s, c = 0.0, float(y_m.mean()) if len(y_m) else 0.0
                 isotropic = c / 2.0
                 structured = s * lam.sum()
-                if not isotropic >= floor * (isotropic + structured):  # also 0 / 0
-                    isotropic = floor * structured / (1.0 - floor) if structured > 0 else 1.0
+                # the isotropic eigenvalue: at least ``floor`` times the mean one
+                if not isotropic * (1.0 - floor) >= floor * structured / d:  # also 0 / 0
+                    isotropic = floor * structured / (d * (1.0 - floor)) if structured > 0 \
+                        else 1.0
                 predicted = np.where(moving_val,
                                      s * _pair_sq(coords, a_val, b_val) + 2.0 * isotropic, 0.0)
                 score = float(np.mean((predicted - y_val) ** 2))

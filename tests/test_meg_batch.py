@@ -1,0 +1,297 @@
+"""Batch MEG (``MEGKernelRegressor.fit``, ``solver="batch"``): the solver
+against independent computations, its guarantees, the spectral prior, the
+estimator's units, verdict and warnings."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.exceptions import ConvergenceWarning
+
+from megkernel import MEGKernelRegressor, NoImprovementWarning
+from megkernel._numerics.state import ExponentState
+from megkernel._solvers.meg_batch import PairLoss, minimize_pair_loss, spectral_prior
+
+
+def _points(d=30, dim=3, seed=0, clusters=3):
+    rng = np.random.default_rng(seed)
+    centres = 3.0 * rng.normal(size=(clusters, dim))
+    labels = rng.integers(0, clusters, d)
+    return centres[labels] + rng.normal(size=(d, dim)), labels
+
+
+def _pairs(d, n, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, d, (2, n))
+    keep = a != b
+    return np.column_stack([a[keep], b[keep]])
+
+
+def _sq(points, pairs):
+    return ((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2).sum(1)
+
+
+# -- the loss, against naive dense formulas ------------------------------------
+def test_pair_loss_matches_the_dense_formulas():
+    rng = np.random.default_rng(1)
+    d = 7
+    A = rng.normal(size=(d, d))
+    state = ExponentState(A + A.T)
+    pairs = _pairs(d, 40, seed=2)
+    z = rng.random(len(pairs))
+    loss = PairLoss(state, pairs[:, 0], pairs[:, 1], z)
+    lam, vecs = np.linalg.eigh(state.exponent)
+    W = (vecs * np.exp(lam)) @ vecs.T
+    W /= np.trace(W)
+    V = np.zeros((len(pairs), d))
+    V[np.arange(len(pairs)), pairs[:, 0]] += 1
+    V[np.arange(len(pairs)), pairs[:, 1]] -= 1
+    naive = np.einsum("ti,ij,tj->t", V, W, V)
+    predictions = loss.predictions(state.eigenvalues, state.eigenvectors)
+    assert_allclose(predictions, naive, rtol=1e-12)
+    assert loss.loss(predictions) == pytest.approx(np.mean((naive - z) ** 2), rel=1e-12)
+    gradient = sum(2 * (naive[t] - z[t]) / len(z) * np.outer(V[t], V[t])
+                   for t in range(len(z)))
+    assert_allclose(loss.gradient(predictions), gradient, atol=1e-14)
+
+
+def test_low_rank_loss_with_the_identity_basis_equals_the_dense_loss():
+    d = 6
+    rng = np.random.default_rng(3)
+    pairs = _pairs(d, 30)
+    z = rng.random(len(pairs))
+    dense = ExponentState.identity(d)
+    low = ExponentState.from_factor(np.eye(d))
+    for state in (dense, low):
+        state.exponent = state.exponent + np.diag(np.arange(d) / d)
+        state.refresh()
+    out = [PairLoss(s, pairs[:, 0], pairs[:, 1], z) for s in (dense, low)]
+    p = [o.predictions(s.eigenvalues, s.eigenvectors) for o, s in zip(out, (dense, low))]
+    assert_allclose(p[0], p[1], rtol=1e-12)
+    # the basis is the identity up to signs: the gradients agree on the diagonal
+    assert_allclose(np.diag(out[0].gradient(p[0])), np.diag(out[1].gradient(p[1])),
+                    atol=1e-14)
+
+
+# -- the solver's guarantees -----------------------------------------------------
+def test_every_accepted_step_lowers_the_loss_and_realizable_targets_are_fitted():
+    points, _ = _points(d=20, seed=4)
+    K = points @ points.T
+    K /= np.trace(K)
+    pairs = _pairs(20, 600, seed=5)
+    z = K[pairs[:, 0], pairs[:, 0]] + K[pairs[:, 1], pairs[:, 1]] \
+        - 2 * K[pairs[:, 0], pairs[:, 1]]
+    state = ExponentState.identity(20)
+    before = state.exponent.copy()
+    result = minimize_pair_loss(state, PairLoss(state, pairs[:, 0], pairs[:, 1], z),
+                                max_iter=500, tol=1e-9, n_iter_no_change=20)
+    assert np.array_equal(state.exponent, before)          # the prior is not changed
+    assert np.all(np.diff(result.loss_curve) <= 0)          # relative smoothness
+    assert result.loss_curve[-1] < 1e-3 * result.loss_curve[0]
+    assert result.n_eigh >= result.n_iter > 0
+
+
+def test_early_stopping_returns_the_best_held_out_iterate():
+    points, _ = _points(d=25, seed=6)
+    pairs = _pairs(25, 300, seed=7)
+    rng = np.random.default_rng(8)
+    y = _sq(points, pairs) * np.exp(0.5 * rng.normal(size=len(pairs)))  # noisy
+    z = y / (25 * y.mean() / 2)
+    state = ExponentState.identity(25)
+    train = PairLoss(state, pairs[:200, 0], pairs[:200, 1], z[:200])
+    held = PairLoss(state, pairs[200:, 0], pairs[200:, 1], z[200:])
+    result = minimize_pair_loss(state, train, validation=held, early_stopping=True)
+    assert result.best_iter == int(np.argmin(result.validation_curve))
+    chosen = held.loss(held.predictions(result.state.eigenvalues, result.state.eigenvectors))
+    assert chosen == pytest.approx(result.validation_curve.min(), rel=1e-12)
+    with pytest.raises(ValueError, match="validation pairs"):
+        minimize_pair_loss(state, train, early_stopping=True)
+
+
+# -- the spectral prior ----------------------------------------------------------
+def test_spectral_prior_recovers_complete_euclidean_distances():
+    points, _ = _points(d=30, dim=2, seed=9)
+    a, b = np.triu_indices(30, 1)
+    y = ((points[a] - points[b]) ** 2).sum(1)
+    prior = spectral_prior(30, a, b, y, floor=1e-9)
+    assert prior.rank == 2
+    predicted = prior.trace * prior.state.pair_sq_distances(a, b)
+    # exact up to the isotropic floor, which adds 2e-9 trace / d to each distance
+    assert_allclose(predicted, y, rtol=1e-6, atol=1e-8 * y.mean())
+    # the default floor: the isotropic eigenvalue is a tenth of the mean one
+    default = spectral_prior(30, a, b, y)
+    weights = np.exp(default.state.eigenvalues - np.log(np.exp(
+        default.state.eigenvalues).sum()))
+    assert weights.min() >= 0.1 / 30 * (1 - 1e-9)
+
+
+def test_spectral_prior_imputes_missing_pairs_of_a_low_rank_set():
+    points, _ = _points(d=40, dim=2, seed=10)
+    a, b = np.triu_indices(40, 1)
+    y = ((points[a] - points[b]) ** 2).sum(1)
+    rng = np.random.default_rng(11)
+    seen = rng.random(len(y)) < 0.35
+    prior = spectral_prior(40, a[seen], b[seen], y[seen])
+    predicted = prior.trace * prior.state.pair_sq_distances(a[~seen], b[~seen])
+    mean_fill_error = np.mean((y[seen].mean() - y[~seen]) ** 2)
+    assert prior.imputations > 0  # the mean fill alone is not the best
+    assert np.mean((predicted - y[~seen]) ** 2) < 0.05 * mean_fill_error
+
+
+# -- the estimator -----------------------------------------------------------------
+def _family_table(seed=0, d=60, fraction=0.3, unit=1000.0, noise=0.2):
+    """Objects in 4 families, squared distances in odd units with a
+    multiplicative noise, string ids, a ``fraction`` of the pairs."""
+    points, labels = _points(d=d, dim=4, seed=seed, clusters=4)
+    ids = np.array([f"obj-{i:03d}-{seed}" for i in range(d)], dtype=object)
+    a, b = np.triu_indices(d, 1)
+    rng = np.random.default_rng(seed)
+    keep = rng.random(len(a)) < fraction
+    a, b = a[keep], b[keep]
+    sq = unit * ((points[a] - points[b]) ** 2).sum(1) * np.exp(noise * rng.normal(size=len(a)))
+    table = pd.DataFrame({"a": ids[a], "b": ids[b], "sq": sq})
+    return ids, table, labels
+
+
+def test_defaults_learn_and_report_the_verdict():
+    ids, table, _ = _family_table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at the defaults on good data
+        model = MEGKernelRegressor(objects=ids, random_state=0).fit(table[["a", "b"]],
+                                                                    table["sq"])
+    assert model.converged_ and model.n_iter_ >= 1
+    assert model.validation_score_ > model.prior_score_
+    assert model.validation_score_ == model.validation_scores_.max()
+    assert model.prior_score_ == model.validation_scores_[0]
+    assert 0.8 < model.validation_score_ < 1
+    assert model.prior_rank_ >= 1 and model.prior_imputations_ >= 0
+    assert model.n_updates_ == 0 and model.losses_.size == 0
+    assert np.all(np.diff(model.loss_curve_) <= 0)
+    assert model.score(table[["a", "b"]], table["sq"]) > 0.8
+
+
+def test_units_and_object_order_do_not_matter():
+    ids, table, _ = _family_table(seed=1)
+    pairs = table[["a", "b"]]
+    base = MEGKernelRegressor(objects=ids, random_state=0).fit(pairs, table["sq"])
+    scaled = MEGKernelRegressor(objects=ids, random_state=0).fit(pairs, 1e-6 * table["sq"])
+    # the same iterates up to round-off (a tie in early stopping could differ
+    # by one iterate: the bound is that of one step, not of round-off)
+
+    def close(K, reference):
+        return np.linalg.norm(K - reference) <= 1e-3 * np.linalg.norm(reference)
+
+    assert close(scaled.kernel_, 1e-6 * base.kernel_)
+    assert scaled.trace_ == pytest.approx(1e-6 * base.trace_, rel=1e-9)
+    order = np.random.default_rng(2).permutation(len(ids))
+    permuted = MEGKernelRegressor(objects=ids[order], random_state=0).fit(pairs, table["sq"])
+    assert close(permuted.kernel_, base.kernel_[np.ix_(order, order)])
+
+
+def test_plain_distances_with_squared_false():
+    ids, table, _ = _family_table(seed=2)
+    pairs = table[["a", "b"]]
+    squared = MEGKernelRegressor(objects=ids, random_state=0).fit(pairs, table["sq"])
+    plain = MEGKernelRegressor(objects=ids, random_state=0, squared=False).fit(
+        pairs, np.sqrt(table["sq"]))
+    assert_allclose(plain.kernel_, squared.kernel_, rtol=1e-9, atol=1e-12 * squared.trace_)
+    assert_allclose(plain.predict(pairs[:5]), np.sqrt(squared.predict(pairs[:5])), rtol=1e-12)
+    with pytest.raises(ValueError, match="squared=False"):
+        MEGKernelRegressor(squared=False).fit([[0, 1]], [-1.0])
+
+
+def test_noise_targets_warn_that_nothing_was_learned():
+    rng = np.random.default_rng(3)
+    pairs = _pairs(30, 800, seed=4)
+    with pytest.warns(NoImprovementWarning, match="no better than its prior"):
+        model = MEGKernelRegressor(n_objects=30, random_state=0).fit(
+            pairs, rng.random(len(pairs)))
+    assert not model.validation_score_ > model.prior_score_
+
+
+def test_max_iter_reached_warns():
+    ids, table, _ = _family_table(seed=4)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        model = MEGKernelRegressor(objects=ids, max_iter=1, early_stopping=False).fit(
+            table[["a", "b"]], table["sq"])
+    assert not model.converged_ and model.n_iter_ == 1
+
+
+def test_too_few_pairs_to_hold_out_warns_and_trains_on_all():
+    pairs = _pairs(5, 30)
+    with pytest.warns(UserWarning, match="too few to hold out"):
+        model = MEGKernelRegressor(n_objects=5).fit(pairs, np.ones(len(pairs)))
+    assert np.isnan(model.validation_score_) and np.isnan(model.prior_score_)
+
+
+def test_a_diverging_online_fit_warns_naming_the_learning_rate():
+    points, _ = _points(d=20, seed=5)
+    pairs = _pairs(20, 400, seed=6)
+    y = _sq(points, pairs)
+    with pytest.warns(ConvergenceWarning, match="learning_rate=") as record:
+        MEGKernelRegressor(n_objects=20, solver="online", learning_rate=200.0,
+                           trace=float(20 * y.mean())).fit(pairs, y)
+    assert "diverged" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        MEGKernelRegressor(n_objects=20, solver="online").fit(pairs, y)
+
+
+def test_batch_then_partial_fit_continues_online():
+    ids, table, _ = _family_table(seed=6)
+    model = MEGKernelRegressor(objects=ids, random_state=0).fit(table[["a", "b"]],
+                                                                table["sq"])
+    before = model.kernel_.copy()
+    model.partial_fit(table[["a", "b"]][:50], table["sq"][:50])
+    assert model.n_updates_ == 50 and model.losses_.shape == (50,)
+    assert not np.allclose(model.kernel_, before)
+    assert np.trace(model.kernel_) == pytest.approx(model.trace_, rel=1e-12)
+
+
+def test_a_failed_batch_fit_leaves_the_model_unchanged():
+    import pickle
+
+    ids, table, _ = _family_table(seed=7)
+    model = MEGKernelRegressor(objects=ids, random_state=0).fit(table[["a", "b"]],
+                                                                table["sq"])
+    before = pickle.dumps(model)
+    bad = table["sq"].to_numpy().copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        model.fit(table[["a", "b"]], bad)
+    assert pickle.dumps(model) == before
+
+
+def test_k_nn_of_the_learned_kernel_beats_the_observed_distances():
+    """Defaults must learn: on family data in odd units with string ids and a
+    fifth of the pairs, the learned kernel's 1-NN beats that of the observed
+    distances alone (the no-learning baseline) by at least 0.005."""
+    from sklearn.model_selection import ShuffleSplit, cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+
+    from megkernel import KernelDistances
+
+    rng = np.random.default_rng(8)
+    centres = rng.normal(size=(4, 20))
+    labels = np.repeat(np.arange(4), 30)
+    points = centres[labels] + 0.9 * rng.normal(size=(120, 20))
+    ids, table, _ = None, None, None
+    ids = np.array([f"protein-{i}" for i in rng.permutation(120)], dtype=object)
+    a, b = np.triu_indices(120, 1)
+    keep = rng.random(len(a)) < 0.2
+    a, b = a[keep], b[keep]
+    table = pd.DataFrame({"a": ids[a], "b": ids[b],
+                          "d": 37.0 * np.sqrt(((points[a] - points[b]) ** 2).sum(1))})
+    cv = ShuffleSplit(10, test_size=0.5, random_state=0)
+    knn = KNeighborsClassifier(1, metric="precomputed")
+
+    def accuracy(learner):
+        step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["d"])
+        return cross_val_score(make_pipeline(step, knn), ids, labels, cv=cv).mean()
+
+    raw = accuracy(None)
+    learned = accuracy(MEGKernelRegressor(objects=ids, random_state=0))
+    assert learned >= raw + 0.005, (raw, learned)
