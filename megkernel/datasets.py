@@ -366,7 +366,7 @@ def load_fasta_kernel(path, *, n_objects=None, per_class=None, k=3, random_state
     The kernel is :func:`spectrum_kernel` over the (sampled) sequences,
     divided by its trace.
 
-    With the gyrB set A file of ``../shared/data/gyrb`` (PubMLST data; cite
+    With the bundled gyrB set A file, :func:`gyrb_path` (PubMLST data; cite
     Jolley, Bray & Maiden, Wellcome Open Res 2018;3:124), ``n_objects=52``
     draws 17/17/18 proteins of Acinetobacter/Pseudomonas/Vibrio: a 52 x 52
     kernel like the paper's.
