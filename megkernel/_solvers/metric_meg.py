@@ -4,7 +4,7 @@ whitened coordinates of the training points.
 Pure solver functions: arrays in, arrays out. :class:`megkernel.MEGMetric`
 wraps them; how long it trains is chosen by
 :mod:`megkernel.metric._training_length`. The derivation of the one-sided loss bound is in
-the README, "The one-sided loss and its bound".
+the user guide, ``docs/user_guide/metrics.rst``, "The one-sided loss and its bound".
 
 Coordinates
 -----------
@@ -216,7 +216,7 @@ def online_bound(comparator_losses, ranges, divergence):
 
     ``sum_t loss_t / rho_t^2 <= 2 sum_t loss_U,t / rho_t^2 + Delta(U, M_1)``
     for any comparator density ``U``, where ``loss_U,t`` is ``U``'s one-sided
-    loss on trial ``t`` (see the README, "The one-sided loss and its bound").
+    loss on trial ``t`` (see ``docs/user_guide/metrics.rst``, "The one-sided loss and its bound").
     """
     return 2.0 * normalised_loss(comparator_losses, ranges) + float(divergence)
 
