@@ -280,8 +280,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     converged_ : bool
         Batch: whether the stopping rule, not ``max_iter``, ended the fit.
     loss_curve_ : ndarray
-        Batch: mean square training loss (squared distances, in the units
-        of ``y`` squared) of the prior and of each iterate of the returned
+        Batch: root mean square training error of the squared distances
+        (in the units of ``y``) of the prior and of each iterate of the returned
         kernel's run (the refit on every pair, when early stopping chose an
         iterate). On-line ``fit``: the prior's and the final kernel's.
     validation_scores_ : ndarray
@@ -421,15 +421,13 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                   for epoch, order in enumerate(orders)]
         fitted = self._fitted(start, np.concatenate(losses))
         a, b = start.pairs.T
-        moving = a != b
-        prior_loss = np.mean((start.trace * prior.pair_sq_distances(a, b) - start.y) ** 2)
-        final_loss = np.mean((start.trace * start.state.pair_sq_distances(a, b)
-                              - start.y) ** 2)
-        z = start.y[moving] if moving.any() else start.y
+        z = start.y / start.trace  # trace-one units: no overflow in any units of y
+        prior_loss = np.mean((prior.pair_sq_distances(a, b) - z) ** 2)
+        final_loss = np.mean((start.state.pair_sq_distances(a, b) - z) ** 2)
         fitted.update(
             n_iter_=self.n_epochs, converged_=True, prior_rank_=None,
             prior_imputations_=None,
-            loss_curve_=np.array([prior_loss, final_loss]),
+            loss_curve_=start.trace * np.sqrt([prior_loss, final_loss]),
             validation_scores_=np.zeros(0), validation_score_=np.nan,
             prior_score_=np.nan,
             _verdict=None,
@@ -509,7 +507,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             if validation is not None else np.zeros(0)
         fitted.update(
             n_iter_=result.n_iter, converged_=bool(result.converged),
-            loss_curve_=result.loss_curve * trace_ ** 2,
+            loss_curve_=trace_ * np.sqrt(result.loss_curve),
             validation_scores_=scores,
             validation_score_=scores[result.best_iter] if len(scores) else np.nan,
             prior_score_=scores[0] if len(scores) else np.nan,
