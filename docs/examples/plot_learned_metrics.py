@@ -37,7 +37,7 @@ data_sets = {
     "iris": load_iris(return_X_y=True),
     "wine": load_wine(return_X_y=True),
     "4 of 20 informative": make_classification(
-        n_samples=200, n_features=20, n_informative=4, n_redundant=0, n_classes=3,
+        n_samples=150, n_features=20, n_informative=4, n_redundant=0, n_classes=3,
         n_clusters_per_class=1, random_state=0),
 }
 metrics = {
