@@ -56,7 +56,7 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "remove_config_comments": True,
     "matplotlib_animations": False,
-    "image_scrapers": ("matplotlib", "_gallery.figure_scraper"),
+    "image_scrapers": ("_gallery.figure_scraper", "matplotlib"),
     "reset_modules": ("matplotlib",),
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
