@@ -13,8 +13,9 @@ iterations on every pair. The fitted model keeps the record:
 
 * ``validation_scores_``: R² of the held-out squared distances for the prior
   and each iterate of the run on the training pairs;
-* ``loss_curve_``: the mean square training loss of the prior and each
-  iterate of the returned kernel's run (the refit on every pair);
+* ``loss_curve_``: the root mean square training error of the prior and
+  each iterate of the returned kernel's run (the refit on every pair), in
+  the units of ``y``;
 * ``prior_score_`` and ``validation_score_``: the verdict, prior against the
   iterate early stopping chose.
 
@@ -47,7 +48,7 @@ print(f"held-out R^2: prior {model.prior_score_:.3f}, "
 # %%
 # Left, the held-out score of each iterate: the fit stops
 # ``n_iter_no_change = 5`` iterations after the best one. Right, the
-# training loss of the returned kernel's run, which repeats the chosen number
+# training error of the returned kernel's run, which repeats the chosen number
 # of iterations on every pair; every accepted step lowers it.
 
 fig, (score_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
@@ -64,5 +65,5 @@ score_ax.grid(alpha=0.3)
 loss_ax.plot(model.loss_curve_, marker="o", color="tab:green")
 loss_ax.set_yscale("log")
 loss_ax.set_xlabel("iteration of the refit on every pair (0: the prior)")
-loss_ax.set_ylabel("mean square training loss (units of y²)")
+loss_ax.set_ylabel("root mean square training error (units of y)")
 loss_ax.grid(alpha=0.3)
