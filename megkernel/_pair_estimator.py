@@ -15,7 +15,8 @@ single type); the kind is never converted (a list of lists holding ``1`` and
 lists, an ndarray and a DataFrame of the same pairs always give the same
 model), and a missing id (``None``, ``pd.NA``, NaN) is refused naming its
 row and column. Fitted ids (``objects_``) are the model's own read-only copy,
-never the caller's array.
+never the caller's array. Class labels (of the k-NN classifier and the
+metric learners) follow the same rule: :func:`check_class_labels`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ._numerics.validation import check_n_objects, check_pair_indices
 __all__ = [
     "KernelViewsMixin",
     "ObjectIndex",
+    "check_class_labels",
     "check_id_kinds",
     "object_ids",
     "declared_n_objects",
@@ -146,6 +148,64 @@ def check_id_kinds(X, *, name="X"):
                 f"{b!r} ({at_b}). Ids are kept exactly as given, never converted: give "
                 f"them all as one kind (e.g. all str).")
     return X
+
+
+def check_class_labels(y, *, name="y"):
+    """Refuse a missing class label (``None``, ``pd.NA``, NaN) or labels of
+    several kinds (``str`` next to a number) with their rows, before numpy's
+    sort of the labels fails on them (``'<' not supported between
+    'NoneType' and 'str'``). The labels' rule is the ids' rule (module
+    docstring): kept as given, one kind, none missing; numbers and booleans
+    count as one kind (they sort together).
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+        Class labels as the caller gave them.
+    name : str, default="y"
+        What to call ``y`` in a message.
+
+    Returns
+    -------
+    y : array-like
+        ``y`` unchanged (the caller converts it as before).
+    """
+    if isinstance(y, (pd.Series, pd.Index)):
+        values, labels = y.to_numpy(dtype=object), y.index.tolist() if isinstance(
+            y, pd.Series) else list(range(len(y)))
+    else:
+        try:
+            array = np.asarray(y)
+            if array.dtype.kind in "iufb" or (isinstance(y, np.ndarray)
+                                              and array.dtype != object):
+                return y  # one kind (NaN among numbers is reported as such)
+            # a list of str and int would become strings in numpy: look at
+            # the values as given
+            values, labels = np.asarray(y, dtype=object), None
+        except (ValueError, TypeError):
+            return y  # ragged or odd: the estimator's validation explains
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        return y
+    first = {}
+    for i, value in enumerate(values.tolist()):
+        kind = _id_kind(value)
+        kind = "number" if kind == "bool" else kind
+        if kind in first:
+            continue
+        row = labels[i] if labels is not None else i
+        if kind is None:
+            raise ValueError(f"{name} has a missing class label ({value!r}) at row {row!r}; "
+                             "every sample needs a label (drop the unlabelled rows).")
+        first[kind] = (value, row)
+        if len(first) > 1:
+            (one, (a, at_a)), (other, (b, at_b)) = first.items()
+            raise ValueError(
+                f"{name} mixes kinds of class labels: {one} {a!r} (row {at_a!r}) and "
+                f"{other} {b!r} (row {at_b!r}). Labels are kept exactly as given, never "
+                "converted: give them all as one kind (e.g. all str).")
+    return y
 
 
 def _rows_of_ids(X):

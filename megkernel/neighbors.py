@@ -27,7 +27,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.spectral import check_symmetric, induced_sq_distances
-from ._pair_estimator import unchanged_on_error
+from ._pair_estimator import check_class_labels, unchanged_on_error
 from ._warnings import warn_user
 
 __all__ = ["KernelKNeighborsClassifier", "kernel_to_distances", "kernel_distances"]
@@ -215,13 +215,15 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         X : array-like of shape (n_train, n_train)
             Symmetric kernel matrix of the training objects.
         y : array-like of shape (n_train,)
-            Class labels.
+            Class labels, all of one kind (a missing label, or ``str`` next
+            to a number, is refused naming its row).
 
         Returns
         -------
         self : KernelKNeighborsClassifier
         """
         with unchanged_on_error(self):
+            check_class_labels(y)  # a missing label or a mix of kinds, named
             X, y = validate_data(self, X, y, dtype=np.float64)
             X = check_symmetric(X, name="Training kernel X")
             # neighbours do not change with the kernel's scale: work at largest

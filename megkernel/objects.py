@@ -55,13 +55,15 @@ from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
 from . import _version
+from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import check_symmetric, induced_sq_distances
-from ._numerics.validation import check_pair_indices
+from ._numerics.validation import check_n_trials, check_pair_indices
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
     ObjectIndex,
     _as_index_array,
     _categories,
+    check_id_kinds,
     declared_n_objects,
     initial_state,
     unchanged_on_error,
@@ -69,6 +71,7 @@ from ._pair_estimator import (
 from ._solvers.meg import auto_learning_rate
 from ._warnings import warn_user
 from .meg_regressor import MEGKernelRegressor
+from .neighbors import _power_of_four_scale, _warn_if_not_psd
 
 try:  # an exclusive lock per kernel in the on-disk cache (POSIX)
     import fcntl
@@ -312,6 +315,7 @@ class _StreamScan(NamedTuple):
     max_index: int
     sum_targets: float     # over pairs of distinct objects
     n_moving: int
+    n_pairs: int = 0       # every pair of a pass (the trials of one epoch)
 
 
 def _chunks(stream):
@@ -351,7 +355,7 @@ def _scan_stream(stream):
     """First pass: digest, ids and the targets' sums over distinct pairs."""
     digest = hashlib.sha256()
     ids = {}
-    indices, max_index, sum_targets, n_moving, n_chunks = True, -1, 0.0, 0, 0
+    indices, max_index, sum_targets, n_moving, n_chunks, n_pairs = True, -1, 0.0, 0, 0, 0
     for i, _, _, values, y in _chunks(stream):
         digest.update(_chunk_digest(values, y))
         numbers = _as_index_array(values)
@@ -364,6 +368,7 @@ def _scan_stream(stream):
         moving = values[:, 0] != values[:, 1]
         sum_targets += float(y[moving].sum())
         n_moving += int(np.count_nonzero(moving))
+        n_pairs += len(values)
         n_chunks += 1
     if n_chunks == 0:
         raise ValueError("The stream yielded no chunks: a stream must give at least one "
@@ -376,7 +381,7 @@ def _scan_stream(stream):
         except TypeError:  # ids of mixed types: order of first appearance
             pass
     return _StreamScan(digest.hexdigest(), n_chunks, distinct, max_index, sum_targets,
-                       n_moving)
+                       n_moving, n_pairs)
 
 
 def _stream_params(learner, stream, scan):
@@ -571,7 +576,11 @@ def _pair_index(pairs, values, objects):
         return index.rows(values, name="pairs", hint=_UNKNOWN_HINT_GIVEN), index.objects
     numbers = _as_index_array(values)
     if numbers is None:
-        index = ObjectIndex.from_pairs(values, _categories(pairs))
+        try:
+            index = ObjectIndex.from_pairs(values, _categories(pairs))
+        except ValueError:
+            check_id_kinds(pairs, name="pairs")  # a missing id: named by its row and column
+            raise
         return index.rows(values, name="pairs"), index.objects
     rows = check_pair_indices(numbers, name="pairs")
     n_objects = max(int(rows.max()) + 1, 2)
@@ -608,6 +617,12 @@ def _table_matrix(pairs, targets, objects):
         raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to itself; "
                          "an object's distance to itself is 0.")
     d = len(objects)
+    if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
+        raise ValueError(
+            f"The pair table names {d} objects: its distance matrix would take "
+            f"{d} x {d} doubles ({8 * float(d) ** 2 / 2**30:.3g} GiB); KernelDistances "
+            f"holds the user's distances for at most {MAX_DENSE_OBJECTS} objects "
+            "(MAX_DENSE_OBJECTS).")
     a, b, y = rows[known, 0], rows[known, 1], y[known]
     flat = np.concatenate([a * d + b, b * d + a])
     sums = np.bincount(flat, np.concatenate([y, y]), minlength=d * d)
@@ -627,6 +642,32 @@ def _converted(block, given_squared, squared):
         np.square(block, out=block)
     block[missing] = MISSING_DISTANCE
     return block
+
+
+def _user_kernel_scale(kernel, *, squared, check_psd):
+    """The power of four the distances of ``kernel`` are computed at.
+
+    :mod:`megkernel.neighbors`' rule for kernels from the user: distances
+    computed on the kernel divided by a power of four near its largest entry
+    (exact), so that any finite kernel gives finite distances, and a kernel
+    that cannot be positive semidefinite named in a ``UserWarning``
+    (``check_psd``: the fixed kernel; learned ones are PSD by construction).
+    Squared distances beyond the float range are refused (``squared``).
+    """
+    scale = _power_of_four_scale(np.abs(kernel).max(initial=0.0))
+    if not (check_psd or squared):
+        return scale
+    unit = kernel / scale
+    sq_distances = induced_sq_distances(unit)
+    if check_psd:
+        _warn_if_not_psd(unit, np.diag(unit), sq_distances, name="The kernel")
+    largest = float(sq_distances.max(initial=0.0))
+    if squared and scale > 1.0 and largest > np.finfo(float).max / scale:
+        raise ValueError(
+            f"The kernel's largest squared distance, {largest:.6g} x {scale:.6g}, exceeds "
+            "the float range; use squared=False (the distances are finite) or scale the "
+            "kernel down.")
+    return scale
 
 
 def _ids(X):
@@ -689,10 +730,13 @@ class KernelDistances(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     kernel : array-like of shape (n_objects, n_objects), default=None
-        A fixed symmetric PSD kernel over the objects.
+        A fixed symmetric PSD kernel over the objects, at any scale: by the
+        rule of :mod:`megkernel.neighbors` its distances are computed at a
+        power of four near its largest entry (finite anywhere in the float
+        range), and an indefinite kernel is named in a ``UserWarning``.
     learner : estimator, default=None
-        A kernel learner with ``kernel_`` and ``objects_`` after ``fit``
-        (:class:`~megkernel.MEGKernelRegressor`,
+        A kernel learner instance with ``kernel_`` and ``objects_`` after
+        ``fit`` (:class:`~megkernel.MEGKernelRegressor`,
         :class:`~megkernel.DefiniteBoostKernel`); cloned, never fitted in place.
         Its parameters are searchable as ``learner__<name>``; ``None``
         (searchable too) means the given distances themselves.
@@ -838,14 +882,22 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         self : object
         """
         fit_objects = _ids(X)
+        if isinstance(self.learner, type):  # has fit, but unbound: not a learner
+            raise ValueError(
+                f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
+                f"not the class {self.learner.__name__}.")
         kernel, given, objects = self._source()
+        scale = (_user_kernel_scale(kernel, squared=self.squared,
+                                    check_psd=self.kernel is not None)
+                 if given is None else 1.0)
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
         with unchanged_on_error(self):  # an interrupt up to the return restores it
             self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
                                  n_features_in_=1, _index=index, _fit_rows=rows,
-                                 _given=given, _given_is_squared=bool(self.given_squared))
+                                 _given=given, _given_is_squared=bool(self.given_squared),
+                                 _kernel_scale=scale)
             return self
 
     def transform(self, X):
@@ -886,10 +938,12 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         if self._given is not None:
             return _converted(self._given[np.ix_(rows, cols)], self._given_is_squared,
                               self.squared)
-        diagonal = np.diag(self.kernel_)
+        # at the kernel's power-of-four scale (exact): finite near the float maximum
+        scale = getattr(self, "_kernel_scale", 1.0)
+        diagonal = np.diag(self.kernel_) / scale
         squared = np.maximum(induced_sq_distances(
-            self.kernel_[np.ix_(rows, cols)], diagonal[rows], diagonal[cols]), 0.0)
-        return squared if self.squared else np.sqrt(squared)
+            self.kernel_[np.ix_(rows, cols)] / scale, diagonal[rows], diagonal[cols]), 0.0)
+        return squared * scale if self.squared else np.sqrt(squared) * np.sqrt(scale)
 
     def _source(self):
         """``(kernel, given, objects)``: read-only, validated, before any change."""
@@ -978,8 +1032,11 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                              "when pairs is a callable.")
         if hasattr(self.learner, "_validate_params"):  # its errors, not a chunk's
             self.learner._validate_params()
-        _stream_epochs(self.learner)
+        epochs = _stream_epochs(self.learner)
         scan = _scan_stream(self.pairs)
+        # partial_fit keeps each trial's loss (losses_): 8 bytes a trial
+        check_n_trials(epochs, scan.n_pairs, name=f"{type(self.learner).__name__}"
+                       ".n_epochs", bytes_per_trial=8, record="its on-line loss in losses_")
         key = _key(self.learner, ("stream", scan.digest))
         entry = _cached_entry(self.learner, key,
                               _streamed_entry(self.learner, self.pairs, scan), self.memory)

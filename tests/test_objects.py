@@ -214,3 +214,63 @@ def test_kernel_distances_refuse_bad_input_clearly(params, X, message):
     with pytest.raises(ValueError, match=message):
         step.fit(X)
     assert not hasattr(step, "kernel_")
+
+
+# -- issue 22: the fixed kernel by the rule for kernels from the user ----------------
+
+@pytest.mark.parametrize("largest", [1.0, 1e-300, 1e200, 1.7e308])
+def test_a_fixed_kernel_anywhere_in_the_float_range_gives_finite_distances(largest):
+    """Distances at the kernel's power-of-four scale, as kernel_to_distances and
+    the k-NN classifier compute them (near the float maximum they were NaN and
+    inf, with RuntimeWarnings)."""
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(5, 3))
+    K = F @ F.T
+    K *= largest / np.abs(K).max()
+    step = KernelDistances(kernel=K).fit(np.arange(5))
+    D = step.transform(np.arange(5))
+    assert np.isfinite(D).all()
+    assert_array_equal(D, kernel_to_distances(K))
+    assert_array_equal(step.distances_, kernel_to_distances(K))
+    if largest == 1.0:  # a kernel at scale 1: the distances computed as before
+        diagonal = np.diag(K)
+        assert_array_equal(D, np.sqrt(np.maximum(
+            diagonal[:, None] + diagonal[None, :] - 2 * K, 0.0)))
+
+
+def test_squared_distances_beyond_the_float_range_are_refused():
+    K = np.array([[1.7e308, -1.7e308], [-1.7e308, 1.7e308]])  # squared distance 6.8e308
+    assert np.isfinite(KernelDistances(kernel=K).fit_transform([0, 1])).all()
+    with pytest.raises(ValueError, match="exceeds the float range; use squared=False"):
+        KernelDistances(kernel=K, squared=True).fit([0, 1])
+
+
+def test_an_indefinite_fixed_kernel_is_named():
+    """As the k-NN classifier and kernel_to_distances warn (it was accepted
+    without a word); a positive semidefinite one is not."""
+    with pytest.warns(UserWarning, match="not positive semidefinite.*-2"):
+        KernelDistances(kernel=np.array([[1.0, 2.0], [2.0, 1.0]])).fit([0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        KernelDistances(kernel=np.array([[2.0, 1.0], [1.0, 2.0]])).fit([0, 1])
+
+
+@pytest.mark.parametrize("learner", [MEGKernelRegressor, DefiniteBoostKernel])
+def test_a_learner_class_instead_of_an_instance_is_refused_by_name(learner):
+    """A class has ``fit`` (the parameter check passes it), but not bound: it
+    failed deep in the cache key (get_params() missing 'self')."""
+    step = KernelDistances(learner=learner, pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
+    with pytest.raises(ValueError, match=rf"instance, e.g. {learner.__name__}\(\), not the "
+                                         "class"):
+        step.fit([0, 1])
+    assert not hasattr(step, "kernel_")
+
+
+@pytest.mark.parametrize("missing", [None, pd.NA])
+def test_a_missing_id_in_a_pair_table_is_named_where_it_is(missing):
+    """The pair table's own row and column (it was reported as a row of the
+    distinct ids, under the name 'objects')."""
+    table = pd.DataFrame({"u": pd.array(["x", "y", missing], dtype="string"),
+                          "v": ["y", "z", "x"]})
+    with pytest.raises(ValueError, match="pairs has a missing id .* at row 2, column 'u'"):
+        KernelDistances(pairs=table, targets=[1.0, 2.0, 3.0]).fit(["x", "y"])

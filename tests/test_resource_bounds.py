@@ -1,14 +1,26 @@
 """Resource bounds as an input rule (issue 22): a parameter that scales
-memory is checked against what it implies before anything is allocated,
+work or memory (n_objects, n_epochs, n_constraints, n_folds, declared ids)
+is checked against what it implies before anything is allocated or run,
 with the number in the message."""
 
+import inspect
 import pickle
 import tracemalloc
 
 import numpy as np
 import pytest
 
-from megkernel import DefiniteBoostKernel, MEGKernelRegressor, definiteboost_pairs, meg
+from megkernel import (
+    DefiniteBoostKernel,
+    DefiniteBoostMetric,
+    KernelDistances,
+    MEGKernelRegressor,
+    MEGMetric,
+    definiteboost_pairs,
+    draw_pairs,
+    meg,
+)
+from megkernel.metric._training_length import validation_folds
 
 HUGE = 10**8  # a dense model would be 10^8 x 10^8 (71 PiB)
 
@@ -52,3 +64,105 @@ def test_a_refused_size_leaves_a_fitted_model_unchanged():
     model.set_params(n_objects=3)
     assert pickle.dumps(model) == before
     assert np.isfinite(model.kernel_).all()
+
+
+# -- issue 22, item 3: the work n_epochs implies, and tables of declared ids --------
+
+def test_n_epochs_beyond_the_trials_one_call_runs_are_refused_with_the_numbers():
+    from megkernel._numerics.limits import MAX_TRIALS
+    from megkernel._numerics.validation import check_n_trials
+
+    assert check_n_trials(1000, 5) == 5000
+    assert check_n_trials(MAX_TRIALS, 1) == MAX_TRIALS
+    with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over 5 pairs are "
+                                         r"5e\+20 trials, beyond"):
+        check_n_trials(10**20, 5)
+    with pytest.raises(ValueError, match=r"2e\+09 trials, each keeping 8 bytes \(its "
+                                         r"on-line loss\): 14.9 GiB"):
+        check_n_trials(10**9, 2, bytes_per_trial=8)
+
+
+def test_a_stream_replayed_beyond_the_trial_limit_is_refused_before_learning():
+    calls = []
+
+    def stream():
+        calls.append(1)
+        yield np.array([[0, 1], [1, 2]]), np.array([0.1, 0.2])
+
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_epochs=10**20),
+                           pairs=stream)
+    with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over 2 pairs"):
+        step.fit([0, 1])
+    assert len(calls) == 1  # the scan only: no pass of learning began
+    assert not hasattr(step, "kernel_")
+
+
+def test_a_pair_table_over_more_declared_ids_than_dense_mode_holds_is_refused():
+    ids = ["a", "b"] + [f"object {i}" for i in range(10**6)]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"names 1000002 objects.*7.45e\+03 GiB.*at "
+                                             "most 5000"):
+            KernelDistances(pairs=[["a", "b"]], targets=[1.0], objects=ids).fit(["a"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 500 * 2**20, peak  # the ids themselves, no d x d matrix
+
+
+# Reported patches to other sessions' files (the exact diffs are in the issue
+# 22 audit report); these tests run once they land.
+
+def _landed(function, marker):
+    return marker in inspect.getsource(function)
+
+
+@pytest.mark.xfail(not _landed(MEGKernelRegressor._fit_online, "check_n_trials"),
+                   reason="patch to meg_regressor.py reported (issue 22)", run=False)
+def test_on_line_fit_refuses_n_epochs_beyond_the_limit_before_any_trial():
+    model = MEGKernelRegressor(solver="online", n_epochs=10**20)
+    with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over 2 pairs"):
+        model.fit([[0, 1], [1, 2]], [0.1, 0.2])
+    with pytest.raises(ValueError, match="14.9 GiB"):  # losses_ would not fit
+        MEGKernelRegressor(solver="online", n_epochs=10**9).fit([[0, 1], [1, 2]], [0.1, 0.2])
+
+
+@pytest.mark.xfail(not _landed(MEGMetric._learn, "check_n_trials"),
+                   reason="patch to metric/meg.py reported (issue 22)", run=False)
+def test_meg_metric_refuses_n_epochs_beyond_the_limit():
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over"):
+        MEGMetric(n_epochs=10**20, random_state=0).fit(X, [0, 0, 0, 1, 1, 1])
+
+
+@pytest.mark.xfail(not _landed(draw_pairs, "_all_pairs"),
+                   reason="patch to metric/_base.py reported (issue 22)", run=False)
+@pytest.mark.parametrize("learner", [MEGMetric, DefiniteBoostMetric, None])
+def test_n_constraints_beyond_the_possible_pairs_takes_them_all(learner):
+    """6 points in 2 classes have 6 similar and 9 dissimilar pairs: asking for
+    10**6 of each drew 10**6 anchors for 10 rounds (a hang); now all 15 pairs,
+    a warning naming the numbers."""
+    labels = [0, 0, 0, 1, 1, 1]
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.warns(UserWarning, match=r"Only 6 distinct similar pairs exist \(asked "
+                                         r"for 1000000\)"):
+        if learner is None:
+            pairs, signs = draw_pairs(labels, 10**6, random_state=0)
+        else:
+            model = learner(n_constraints=10**6, random_state=0)
+            if learner is DefiniteBoostMetric:
+                model.set_params(max_iter=20)
+            pairs, signs = model.fit(X, labels).pairs_, model.pair_labels_
+    distinct = {tuple(sorted(pair)) for pair in pairs.tolist()}
+    assert len(distinct) == len(pairs) == 15
+    assert np.count_nonzero(signs > 0) == 6
+
+
+@pytest.mark.xfail(not _landed(validation_folds, "exceeds the"),
+                   reason="patch to metric/_training_length.py reported (issue 22)",
+                   run=False)
+@pytest.mark.parametrize("learner", [MEGMetric, DefiniteBoostMetric])
+def test_more_folds_than_training_points_are_refused(learner):
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.raises(ValueError, match="n_folds=1000000000 exceeds the 6 training points"):
+        learner(n_folds=10**9, random_state=0).fit(X, [0, 0, 0, 1, 1, 1])

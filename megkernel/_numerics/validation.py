@@ -6,7 +6,14 @@ import math
 
 import numpy as np
 
-from .limits import MAX_DENSE_OBJECTS, MAX_STEP, MAX_TRACE, MIN_TRACE
+from .limits import (
+    MAX_DENSE_OBJECTS,
+    MAX_STEP,
+    MAX_TRACE,
+    MAX_TRIAL_BYTES,
+    MAX_TRIALS,
+    MIN_TRACE,
+)
 
 __all__ = [
     "check_pair_indices",
@@ -15,20 +22,37 @@ __all__ = [
     "check_positive",
     "check_trace",
     "check_n_objects",
+    "check_n_trials",
     "check_pair_labels",
 ]
 
 
-def check_pair_indices(pairs, n_objects=None, *, name="X"):
+def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):
     """Return ``pairs`` as an int array of shape (n, 2) of valid object indices.
+
+    Parameters
+    ----------
+    pairs : array-like of shape (n_pairs, 2)
+    n_objects : int, optional
+        Indices must be below it.
+    name : str, default="X"
+        The argument's name, for the messages.
+    min_pairs : int, default=0
+        Fewest pairs accepted (``1`` for a fit: a learner needs pairs to
+        learn from); an empty input (``[]`` too) is then refused as such.
 
     Raises
     ------
     ValueError
-        Wrong shape, non-integer or negative indices, or an index
-        ``>= n_objects``.
+        Wrong shape, non-integer or negative indices, an index
+        ``>= n_objects``, or fewer than ``min_pairs`` pairs.
     """
     pairs = np.asarray(pairs)
+    if min_pairs > 0 and pairs.size == 0 and (
+            pairs.ndim == 1 or (pairs.ndim == 2 and pairs.shape[1] in (0, 2))):
+        raise ValueError(f"{name} holds no pairs (shape {pairs.shape}); at least "
+                         f"{min_pairs} pair{'s' if min_pairs > 1 else ''} of objects "
+                         f"{'are' if min_pairs > 1 else 'is'} needed.")
     if pairs.ndim != 2 or pairs.shape[1] != 2:
         raise ValueError(
             f"{name} must be an array of object pairs of shape (n_pairs, 2), "
@@ -47,6 +71,8 @@ def check_pair_indices(pairs, n_objects=None, *, name="X"):
                        else pairs.max() > np.iinfo(np.intp).max):
         raise ValueError(f"{name} contains an object index ({pairs.max():.6g}) beyond any "
                          "model's range.")
+    if len(pairs) < min_pairs:
+        raise ValueError(f"{name} holds {len(pairs)} pairs; at least {min_pairs} are needed.")
     pairs = pairs.astype(np.intp)
     if pairs.size and pairs.min() < 0:
         raise ValueError(f"{name} contains a negative object index ({pairs.min()}).")
@@ -113,6 +139,55 @@ def check_n_objects(n_objects, *, name="n_objects"):
             f"holds at most {MAX_DENSE_OBJECTS} objects (MAX_DENSE_OBJECTS). For more, "
             "give a low-rank prior (init_factor; prior_factor for the functions).")
     return int(n_objects)
+
+
+def check_n_trials(n_epochs, n_pairs, *, name="n_epochs", bytes_per_trial=0,
+                   record="its on-line loss"):
+    """Refuse ``n_epochs`` passes over ``n_pairs`` pairs beyond what one call
+    may run, before the first trial (the rule of resource parameters: checked
+    against the work and memory they imply, with the numbers).
+
+    Parameters
+    ----------
+    n_epochs : int or float
+        Passes over the pairs.
+    n_pairs : int
+        Pairs per pass.
+    name : str, default="n_epochs"
+        The parameter's name, for the messages.
+    bytes_per_trial : int, default=0
+        Memory the call keeps per trial (8 for an on-line loss in
+        ``losses_``, 8 more for each epoch's order); checked against
+        :data:`~megkernel._numerics.limits.MAX_TRIAL_BYTES`.
+    record : str, default="its on-line loss"
+        What the call keeps per trial, for the message.
+
+    Returns
+    -------
+    float
+        The number of trials, ``n_epochs * n_pairs``.
+
+    Raises
+    ------
+    ValueError
+        More than :data:`~megkernel._numerics.limits.MAX_TRIALS` trials, or
+        more than ``MAX_TRIAL_BYTES`` of per-trial records.
+    """
+    epochs = float(n_epochs)  # 10**20 as a float: the product cannot overflow
+    trials = epochs * float(n_pairs)
+    if not trials <= MAX_TRIALS:
+        raise ValueError(
+            f"{name}={epochs:.6g} passes over {n_pairs} pairs are {trials:.3g} trials, "
+            f"beyond the {MAX_TRIALS:.3g} one call runs (MAX_TRIALS: "
+            f"{MAX_TRIALS * 1e-6 / 86400:.0f} days at 1 us a trial); lower {name}.")
+    needed = trials * bytes_per_trial
+    if needed > MAX_TRIAL_BYTES:
+        raise ValueError(
+            f"{name}={epochs:.6g} passes over {n_pairs} pairs are {trials:.3g} trials, "
+            f"each keeping {bytes_per_trial} bytes ({record}): {needed / 2**30:.3g} GiB, "
+            f"beyond the {MAX_TRIAL_BYTES / 2**30:g} GiB one call may set aside "
+            f"(MAX_TRIAL_BYTES); lower {name}.")
+    return trials
 
 
 def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
