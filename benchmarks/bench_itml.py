@@ -20,9 +20,11 @@ metric-learn is not a dependency of megkernel.
 All fits run on one thread (BLAS included). The numba-compiled rank-one
 engine is compiled (or loaded from numba's cache) before timing.
 
-If ``../shared/data/gyrb`` (or ``--gyrb-dir``) holds the gyrB set B file,
-its proteins (kernel PCA of the 3-mer spectrum kernel, 50 components) are a
-check set no default was chosen on; absent, the group is skipped.
+If the directory ``--gyrb-dir DIR`` holds the gyrB set B FASTA file
+(PubMLST data, not bundled: the package ships set A, see
+:func:`megkernel.datasets.load_gyrb`), its proteins (kernel PCA of the 3-mer
+spectrum kernel, 50 components) are a check set no default was chosen on;
+absent, the group is skipped.
 
 With ``--kernelised`` the bundled sets also go through an RBF Nystroem map
 (100 components, fitted on the training half) before every learner: the
@@ -118,7 +120,8 @@ DATASETS = {
 }
 REAL_HIGH_DIM = {"scipy_docs": scipy_docstrings}
 
-#: Where the unseen check data live beside the repository (not bundled).
+#: Default ``--gyrb-dir``: a data folder beside the checkout, used only if it holds
+#: the set B file (not bundled; the group is skipped otherwise).
 GYRB_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gyrb"
 GYRB_SET_B = "gyrB_setB_Burkholderia_Pseudomonas_Escherichia.protein.faa"
 
@@ -131,7 +134,7 @@ def gyrb_set_b(directory=GYRB_DIR, n_components=50):
     ``n_components`` eigenvectors scaled by the square roots of their
     eigenvalues: kernel PCA, fitted without labels. PubMLST data (cite
     Jolley, Bray & Maiden, Wellcome Open Res 2018;3:124); read from
-    ``../shared``, never copied.
+    ``directory`` (``--gyrb-dir``), never copied into the repository.
     """
     data = load_fasta_kernel(Path(directory) / GYRB_SET_B)
     kernel = data.kernel

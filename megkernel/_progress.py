@@ -2,7 +2,11 @@
 
 Estimators with ``verbose`` and the command line draw their progress here:
 
-- :func:`bar`: one tqdm bar (stderr, rate and ETA), or a silent stand-in;
+- :func:`bar`: one tqdm bar (stderr, rate and ETA), or a silent stand-in.
+  The rate and the ETA are measured from the end of the bar's first update
+  on, and shown as ``?`` until a later update: the first chunk of work pays
+  for numba's compilation (seconds, once) and would otherwise give an ETA of
+  hours at the first refresh;
 - :func:`detail`: one line above the bars (``verbose=2``'s per-checkpoint
   detail), on stderr;
 - :func:`note_compiling`: one line, "compiling the numba kernels (first run
@@ -53,12 +57,88 @@ class _NoBar:
 _NO_BAR = _NoBar()
 
 
-def bar(*, total, desc, unit, enabled=True, leave=True):
-    """Return a tqdm progress bar on stderr (a no-op stand-in when not ``enabled``)."""
+class _WarmingBar(tqdm):
+    """A tqdm bar whose rate and ETA leave out its first update.
+
+    The first chunk of work (the first trials, the first iteration) is also
+    when numba compiles the engine, a few seconds once, and when caches and
+    decompositions are first built: a rate that counts it predicts hours for
+    a run of seconds, and tqdm's smoothing carries the error over many
+    refreshes. So the rate is measured from the end of the first update
+    (its items are counted on the bar, its time is not), and until a later
+    update has been measured the rate and the ETA read ``?``. A finished bar
+    shows the average rate over the whole run.
+
+    Parameters
+    ----------
+    clock : callable, optional
+        Seconds as a float (default: tqdm's, ``time.time``); tests pass a
+        fake clock.
+    **kwargs
+        As for :class:`tqdm.tqdm`.
+    """
+
+    def __init__(self, *args, clock=None, **kwargs):
+        #: ``(time, n)`` at the end of the first update; ``None`` before it.
+        self._warm_mark = None
+        super().__init__(*args, **kwargs)
+        if clock is not None:
+            self._time = clock
+            self.start_t = self.last_print_t = clock()
+
+    def update(self, n=1):
+        displayed = super().update(n)
+        if self._warm_mark is None and not self.disable:
+            now = self._time()
+            self._warm_mark = (now, self.n)
+            # forget the first interval: the next one starts the rate afresh
+            self._ema_dn = type(self._ema_dn)(self.smoothing)
+            self._ema_dt = type(self._ema_dt)(self.smoothing)
+            self.last_print_t, self.last_print_n = now, self.n
+        return displayed
+
+    @property
+    def format_dict(self):
+        values = super().format_dict
+        if self.disable or (self.total is not None and self.n >= self.total):
+            return values  # finished: the average rate, and no time remaining
+        if self._warm_mark is None:  # the first update: its rate counts the compilation
+            values["rate"] = 0.0  # tqdm prints "?" for a rate of 0 and for its ETA
+        elif values["rate"] is None:  # no refresh since the first update: its average
+            since, done = self._warm_mark
+            elapsed = self._time() - since
+            values["rate"] = (self.n - done) / elapsed if self.n > done and elapsed > 0 else 0.0
+        return values
+
+
+def bar(*, total, desc, unit, enabled=True, leave=True, clock=None):
+    """Return a tqdm progress bar on stderr (a no-op stand-in when not ``enabled``).
+
+    Parameters
+    ----------
+    total : int
+        Items the bar counts to.
+    desc, unit : str
+        The bar's label and the name of its items.
+    enabled : bool, default=True
+        ``False``: a stand-in that draws nothing and costs nothing.
+    leave : bool, default=True
+        Keep the finished bar on screen.
+    clock : callable, optional
+        Time source of the bar (tests: a fake clock).
+
+    Returns
+    -------
+    bar : tqdm.tqdm or _NoBar
+        A context manager with ``update``, ``set_postfix_str`` and
+        ``close``; its rate and ETA leave out the first update (numba's
+        compilation), see :class:`_WarmingBar`.
+    """
     if not enabled:
         return _NO_BAR
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,
-                file=sys.stderr, dynamic_ncols=True, mininterval=0.2, smoothing=0.1)
+    return _WarmingBar(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,
+                       file=sys.stderr, dynamic_ncols=True, mininterval=0.2, smoothing=0.1,
+                       clock=clock)
 
 
 def detail(message):

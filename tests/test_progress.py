@@ -112,3 +112,43 @@ def test_compile_note_reads_the_engine_registry(tmp_path, monkeypatch, capsys):
     assert toy.step(1.0) == 2.0  # compiles, and writes the cache
     assert _progress.numba_cache_cold("toy") is False
     assert _progress.numba_cache_cold("not an engine") is False
+
+
+class _FakeClock:
+    def __init__(self, start=1000.0):
+        self.now = start
+
+    def __call__(self):
+        return self.now
+
+
+def test_first_refresh_hides_the_eta_while_numba_compiles(capsys):
+    """The first chunk pays for compilation: its time must not give the rate.
+
+    Here 100 trials take 5 s (compiling), then 10,000 trials take 0.5 s. A
+    plain tqdm bar shows an ETA of 4:09:54 after the first chunk (20
+    trials/s) and 02:23 after the second; measured from the end of the
+    first chunk, 289,900 / 20,000 per s = 14 s."""
+    clock = _FakeClock()
+    progress = _progress.bar(total=300_000, desc="MEG", unit="trial", clock=clock)
+    assert "<?, ?trial/s" in str(progress)
+    clock.now += 5.0
+    progress.update(100)
+    assert "100/300000 [00:05<?, ?trial/s]" in str(progress)  # no ETA while compiling
+    clock.now += 0.5
+    progress.update(10_000)
+    assert "10100/300000 [00:05<00:14, 20000.00trial/s]" in str(progress)
+    clock.now += 30.0
+    progress.update(300_000 - progress.n)
+    assert "300000/300000 [00:35<00:00" in str(progress)  # finished: nothing remains
+    progress.close()
+    assert "?trial/s" in capsys.readouterr().err  # the bar drew its first refresh so
+
+
+def test_a_bar_of_one_update_finishes_with_its_average_rate():
+    clock = _FakeClock()
+    progress = _progress.bar(total=20, desc="DefiniteBoost", unit="iter", clock=clock)
+    clock.now += 4.0
+    progress.update(20)
+    assert "20/20 [00:04<00:00,  5.00iter/s]" in str(progress)
+    progress.close()

@@ -36,7 +36,8 @@ print(f"1-NN error: identity {result.identity_error:.3f}, "
 # prior ties every distance, so its error is chance; the learned kernel
 # reaches the target's error after about 10⁴ trials. The target kernel
 # separates the three genera perfectly: its error is 0, and its dashed line
-# lies on the horizontal axis.
+# runs just above the bottom of the panel (the axis starts a little below 0
+# so that the line is not hidden by the frame).
 #
 # :func:`~megkernel.plotting.plot_online_experiment` returns a matplotlib
 # ``Figure``; ``figure.savefig("figure2.png")`` writes it.

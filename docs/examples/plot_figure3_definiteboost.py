@@ -34,8 +34,9 @@ print(f"1-NN error: identity {result.identity_error:.3f}, "
 # (a) The dual objective on the paper's scale (``W₁ = I``, from ``d = 52``
 # down; the right axis is the trace-one scale) under Theorem 4.1's bound.
 # (b) The 1-NN error over the iterations. It is not monotone, and need not
-# be: DefiniteBoost lowers the dual objective, moving towards the kernel that
-# meets the constraints, not towards a lower 1-NN error. With three genera of
+# be (the note under the panel says so): DefiniteBoost lowers the dual
+# objective, moving towards the kernel that meets the constraints, not
+# towards a lower 1-NN error. With three genera of
 # about 17 proteins, only about 400 of the 1326 pairs join two members of one
 # genus, so most of the 981 "similar" constraints join different genera. The
 # first few dozen projections already pull each genus together (the error
