@@ -517,7 +517,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     def _refit_prior(self, pairs, y, index, prior_rank, prior_imputations, trace,
                      n_objects):
-        """The prior and trace of the refit on every pair (``y`` in the fit's unit)."""
+        """Return the prior and trace of the refit on every pair (``y`` in the fit's unit)."""
         if prior_rank is None:
             state = initial_state(self, pairs, index)
             if self.trace == "auto":
@@ -530,7 +530,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     @contextmanager
     def _batch_progress(self):
-        """``callback`` of the batch iterations: a progress bar when ``verbose``."""
+        """Yield the batch iterations' ``callback``: a progress bar when ``verbose``."""
         show = bool(self.verbose)
         with progress_bar(total=self.max_iter, desc="MEGKernelRegressor (batch)",
                           unit="iter", enabled=show) as bar:
@@ -544,7 +544,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             yield callback if show else None
 
     def _report(self):
-        """The warnings of a finished ``fit`` (after the model is stored)."""
+        """Warn about a finished ``fit`` (after the model is stored)."""
         name = type(self).__name__
         if self.solver == "online":
             diverged, before, after, rate = self._diverged
@@ -633,9 +633,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 and all(now is then for now, then in zip(self._param_values(), params)))
 
     def _partial_fit_fast(self, X, y):
-        """One pass over plain, clean examples; anything unusual (a bad index or
-        target, a self-pair, a target out of reach, a step near overflow) goes
-        to the validated path, which raises or warns exactly as always."""
+        """Run one pass over plain, clean examples.
+
+        Anything unusual (a bad index or target, a self-pair, a target out
+        of reach, a step near overflow) goes to the validated path, which
+        raises or warns exactly as always.
+        """
         learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
                          else float(self.learning_rate))
         trace = self.trace_
@@ -700,7 +703,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return pairs, self._squared_targets(y, len(pairs))
 
     def _squared_targets(self, y, n_pairs):
-        """The targets as squared distances (``squared=False`` squares them)."""
+        """Return the targets as squared distances (``squared=False`` squares them)."""
         if self.squared:
             return check_squared_distances(y, n_pairs)
         y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)")
@@ -751,7 +754,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return losses
 
     def _fitted(self, start, losses):
-        """The attributes of a model fitted from scratch (not yet stored)."""
+        """Return the attributes of a model fitted from scratch (not yet stored)."""
         return {"state_": start.state, "learning_rate_": start.learning_rate,
                 "n_updates_": len(losses), "_loss_buffer": np.array(losses, dtype=float),
                 "n_objects_": start.state.n_objects, "trace_": start.trace,
@@ -761,9 +764,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                                   for name in self._FIXED_PARAMS}}
 
     def _commit(self, start, losses, *, first):
-        """Store the result of a call in one step: nothing before it changed
-        the model. Called last inside the caller's ``unchanged_on_error``
-        block, so an interrupt at the caller's ``return`` still restores it."""
+        """Store the result of a call in one step: nothing before it changed the model.
+
+        Called last inside the caller's ``unchanged_on_error`` block, so an
+        interrupt at the caller's ``return`` still restores it.
+        """
         done = 0 if first else self.n_updates_
         buffer = np.zeros(0) if first else self._loss_buffer
         needed = done + len(losses)
@@ -784,6 +789,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         self.__dict__.update(update)  # one step: an interrupt cannot split it
 
     def __getstate__(self):
+        """Pickle the model, the loss buffer cut to the losses so far."""
         # the loss buffer's spare room is not part of the model (an interrupted
         # call may have written there): pickle only the losses so far
         state = dict(super().__getstate__())
@@ -820,6 +826,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return sq if self.squared else np.sqrt(np.maximum(sq, 0.0))
 
     def __sklearn_tags__(self):
+        """Tags: targets are non-negative; the R^2 of random pairs may be poor."""
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
         tags.regressor_tags.poor_score = True

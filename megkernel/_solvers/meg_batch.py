@@ -1,10 +1,10 @@
-"""Batch MEG: the kernel of least total square loss, by MEG updates on the whole loss.
+r"""Batch MEG: the kernel of least total square loss, by MEG updates on the whole loss.
 
 The on-line algorithm (eq. 4) updates the exponent by the gradient of one
 trial's loss. Applied to the *total* loss of all the pairs,
 
-.. math:: L(W) = \\frac{1}{n} \\sum_t (v_t^T W v_t - z_t)^2, \\qquad
-          z_t = y_t / \\tau,
+.. math:: L(W) = \frac{1}{n} \sum_t (v_t^T W v_t - z_t)^2, \qquad
+          z_t = y_t / \tau,
 
 the same update ``log W <- log W - eta grad L(W)`` followed by the
 normalisation ``W = exp(A) / tr exp(A)`` (eq. 7) is mirror descent on the
@@ -12,8 +12,8 @@ density matrices (trace one, positive definite) with the von Neumann entropy
 as mirror map. Its step needs no tuning: each trial step is accepted only if
 it meets the relative-smoothness condition
 
-.. math:: L(W_+) \\le L(W) + \\langle \\nabla L(W), W_+ - W \\rangle
-          + \\frac{1}{\\eta} \\Delta(W_+, W),
+.. math:: L(W_+) \le L(W) + \langle \nabla L(W), W_+ - W \rangle
+          + \frac{1}{\eta} \Delta(W_+, W),
 
 which guarantees a decrease of ``L`` at every accepted step (``Delta`` is the
 von Neumann divergence of eq. 3; Bauschke, Bolte & Teboulle 2017, Lu, Freund
@@ -361,7 +361,7 @@ class SpectralPrior(NamedTuple):
 
 
 def _observed_matrix(n_objects, a, b, y):
-    """The observed squared distances, each missing one the mean of the others."""
+    """Fill a matrix with the observed squared distances, each missing one their mean."""
     distinct = a != b
     a, b, y = a[distinct], b[distinct], y[distinct]
     fill = float(y.mean()) if len(y) else 0.0
@@ -384,7 +384,7 @@ def _scaling_fit(p, y):
 
 
 def _top_eigenpairs(matrix, rank):
-    """The ``rank`` largest eigenpairs of a symmetric matrix, largest first."""
+    """Return the ``rank`` largest eigenpairs of a symmetric matrix, largest first."""
     d = len(matrix)
     if rank == 0:
         return np.zeros(0), np.zeros((d, 0))
@@ -412,7 +412,7 @@ def _pair_sq(coords, a, b):
 def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                    ranks=SPECTRAL_RANKS, n_imputations=SPECTRAL_IMPUTATIONS,
                    floor=None, patience=2, fixed=False):
-    """A prior kernel from the observed squared distances by classical scaling.
+    """Fit a prior kernel to the observed squared distances by classical scaling.
 
     The squared distances given (``y`` for pairs ``(a, b)``) fill a
     symmetric matrix ``D``, each missing entry first the mean of the given
