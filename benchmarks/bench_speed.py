@@ -4,6 +4,9 @@ Run ``python benchmarks/bench_speed.py`` (a few minutes; ``--quick`` for a
 smoke run). Prints markdown tables: the machine and its BLAS, time per MEG
 trial at d = 52, 200, 500, 2000, the paper-sized d = 52 run, exactness after
 10^5 trials, the cold start of the compiled kernels, and DefiniteBoost.
+Realistic spectra (clustered and low-rank targets, gyrB, a k-NN graph
+kernel), with ``"auto"`` and the lean eigh loop in the same run:
+``benchmarks/bench_spectra.py``.
 
 Every method runs with the BLAS thread limit the rank-one engine chooses
 for that size (one thread below ``SINGLE_THREAD_BELOW``), so the ratios

@@ -52,3 +52,57 @@ def test_scipy_docstrings_are_real_labelled_text(bench_itml):
     X, y = bench_itml.scipy_docstrings(max_per_class=20, n_components=10)
     assert X.shape == (len(y), 10) and np.all(np.isfinite(X))
     assert len(np.unique(y)) == len(bench_itml.SCIPY_SUBPACKAGES)
+
+
+def test_spectra_benchmark_rows(capsys):
+    """bench_spectra's targets are trace-one kernels; a tiny run times every
+    engine and "auto" from the same state and prints one row per target."""
+    bench = _load("bench_spectra")
+    for name, (target, _) in bench.TARGETS.items():
+        K = target(30)
+        assert K.shape == (30, 30), name
+        np.testing.assert_allclose(K, K.T, atol=0, err_msg=name)
+        assert np.trace(K) == pytest.approx(1.0), name
+        assert np.linalg.eigvalsh(K).min() > -1e-12, name
+    rows = bench.run([30], {30: (60, 40, 3)}, {}, repeats=1)
+    assert [row[0] for row in rows] == list(bench.TARGETS)
+    for _, d, times, picked in rows:
+        assert d == 30
+        assert set(times) == {"lean", "eigh", "rank-one", "lanczos", "auto"}
+        assert set(picked.replace(",", " ").split()) <= {"rank-one", "lanczos", "eigh"} | {
+            str(n) for n in range(41)}
+    table = capsys.readouterr().out
+    assert table.count("| 30 |") == len(bench.TARGETS) and "differs" not in table
+
+
+@pytest.fixture(scope="module")
+def bench_own_data():
+    return _load("bench_own_data")
+
+
+def test_own_data_quick_table(bench_own_data, capsys):
+    """``bench_own_data.py --quick``: one row of five accuracies, the learners
+    fitted through KernelDistances on the pairs only (never the labels)."""
+    bench_own_data.FITTED.clear()
+    bench_own_data.main(["--quick"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| family")]
+    assert len(rows) == 1
+    cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    accuracies = [float(cell) for cell in cells[2:7]]  # raw, MEG, MEG tuned, DB, DB tuned
+    assert all(0.0 < a <= 1.0 for a in accuracies)
+    assert {method for _, method in bench_own_data.FITTED} == {
+        "MEG", "MEG tuned", "DB", "DB tuned"}
+    for fitted in bench_own_data.FITTED.values():
+        assert fitted.kernel_.shape == (36, 36)
+    # the searches chose from their grids
+    tuned = bench_own_data.FITTED[("family (quick)", "DB tuned")]
+    assert set(tuned.best_params_) == {"gamma"}
+    meg_tuned = bench_own_data.FITTED[("family (quick)", "MEG tuned")]
+    assert meg_tuned.best_params_["solver"] in {"batch", "online"}
+
+
+def test_own_data_scale_quick(bench_own_data, capsys):
+    bench_own_data.main(["--scale", "--quick"])
+    out = capsys.readouterr().out
+    assert "40 objects" in out and "Target fit <= 60 s" in out

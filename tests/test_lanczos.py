@@ -64,22 +64,74 @@ def _assert_agree(d, prior, a, b, y, *, learning_rate=0.5, trace=1.0, tol=1e-9):
     return stats
 
 
+def _spread_state(d, spread, seed=2):
+    """Dense state whose exponent has eigenvalues spread over ``[-spread, 0]``."""
+    rng = np.random.default_rng(seed)
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    A = (Q * rng.uniform(-spread, 0.0, d)) @ Q.T
+    return ExponentState(0.5 * (A + A.T))
+
+
 def test_registered_and_auto():
     lanczos, rank_one = ENGINES["lanczos"], ENGINES["rank-one"]
     assert lanczos.pair_trials is _lanczos.pair_trials
     assert select("lanczos", ExponentState.identity(10)) is lanczos
     big = ExponentState.identity(500)
     assert select("auto", big) is lanczos
-    # a call of few trials would be dominated by Lanczos' closing eigh
-    assert select("auto", big, n_trials=1) is rank_one
-    assert select("auto", big, n_trials=8) is lanczos
-    assert select("auto", ExponentState.identity(52)) is rank_one
+    # from I/d a few trials deflate almost everything: rank-one
+    assert select("auto", big, n_trials=8) is rank_one
+    # every eigenpair kept (dense prior): the rank-one GEMM costs more than
+    # Lanczos' closing eigh shared by 8 trials, not by 1
+    dense = ExponentState.from_prior(_dense_prior(500))
+    assert select("auto", dense, n_trials=1) is rank_one
+    assert select("auto", dense, n_trials=8) is lanczos
+    # small or with a wide spread of eigenvalues (long quadratures): rank-one
+    assert select("auto", ExponentState.from_prior(_dense_prior(20))) is rank_one
+    assert select("auto", _spread_state(52, 30.0)) is rank_one
+    assert select("auto", _spread_state(150, 0.5)) is lanczos
     # the selector, not the engine, decides what Lanczos cannot run
     low_rank = ExponentState(np.diag([-1.0, -2.0, -3.0]), basis=np.eye(300)[:, :3])
     assert select("auto", low_rank) is rank_one
     assert select("lanczos", low_rank) is rank_one
     assert select("lanczos", big, need="update") is rank_one
     assert lanczos.fallback == "eigh"
+
+
+def test_auto_changes_engine_within_a_call_and_stays_exact():
+    """From I/d rank-one updates deflate (few trials in, cheap); once every
+    eigenpair is kept, Lanczos is cheaper at d = 150: "auto" runs both in
+    one call, with the same predictions as eigh."""
+    from megkernel._engines import _cost
+
+    d = 150
+    a, b, y = _trials(d, 1200)
+    state, reference = ExponentState.identity(d), ExponentState.identity(d)
+    assert _cost.kept_eigenpairs(state, a, b) == 1.0  # one repeated eigenvalue
+    stats = {}
+    p_auto = _run(state, a, b, y, "auto", stats=stats)
+    p_ref = _run(reference, a, b, y, "eigh")
+    segments = stats["auto_segments"]
+    assert segments[0][0] == "rank-one" and segments[-1][0] == "lanczos"
+    assert sum(length for _, length in segments) == len(y)
+    assert np.max(np.abs(p_auto - p_ref)) < 1e-12
+    np.testing.assert_allclose(state.matrix(), reference.matrix(), rtol=0, atol=1e-13)
+    # after them every eigenpair is kept
+    assert _cost.kept_eigenpairs(state, a, b) == d
+
+
+@pytest.mark.parametrize("spread", [0.3, 3.0, 30.0])
+def test_cost_model_counts_lanczos_steps(spread):
+    """The model's Lanczos steps (from the spread of the eigenvalues) are the
+    engine's own count to within a third."""
+    from megkernel._engines import _cost
+
+    state = _spread_state(52, spread)
+    a, b, y = _trials(52, 200)
+    stats = {}
+    _run(state.copy(), a, b, y, "lanczos", stats=stats)
+    measured = stats["steps"] / stats["trials"]
+    assert abs(_cost.lanczos_steps(state) / measured - 1) < 1 / 3
+    assert _cost.lanczos_steps(_spread_state(52, 2 * spread)) > _cost.lanczos_steps(state)
 
 
 @pytest.mark.parametrize("d, prior, n, trace", [

@@ -79,8 +79,11 @@ def _relative(x, ref):
 def test_engine_registered_and_auto():
     assert ENGINES["rank-one"].pair_trials is _rank_one.pair_trials
     assert ENGINES["rank-one"].pair_update is _rank_one.pair_update
-    assert select("auto", ExponentState.identity(52)) is ENGINES["rank-one"]
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((20, 20))
+    assert select("auto", ExponentState.from_prior(F @ F.T + np.eye(20))) is ENGINES["rank-one"]
     assert select("auto", ExponentState.identity(52), need="update") is ENGINES["rank-one"]
+    assert select("auto", ExponentState.identity(500), need="update") is ENGINES["rank-one"]
     assert select("auto", ExponentState.identity(2), need="update") is ENGINES["eigh"]
 
 

@@ -25,7 +25,8 @@ shares, are :func:`pair_sq_distances`.
 
 All engines give the same results up to round-off. To add one: write the
 module, and add one :class:`Engine` line to :data:`ENGINES` (and, if it
-should ever be picked by ``"auto"``, a rule in :func:`select`). Everything
+should ever be picked by ``"auto"``, its costs in :mod:`._cost` and
+:func:`auto_plan`). Everything
 else reads the registry: the ``method`` options the estimators accept
 (:data:`METHOD_CONSTRAINT`, :data:`UPDATE_METHOD_CONSTRAINT`, checked
 against :data:`ENGINES` as it is when the parameters are validated), their
@@ -44,7 +45,7 @@ import numpy as np
 from sklearn.utils._param_validation import Options, StrOptions
 
 from .._numerics.threads import blas_threads
-from . import _lanczos_kernels, _rank_one_kernels, eigh, lanczos, rank_one
+from . import _cost, _lanczos_kernels, _rank_one_kernels, eigh, lanczos, rank_one
 from ._distances import pair_sq_distances
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "methods_doc",
     "pair_sq_distances",
     "select",
+    "auto_plan",
     "run_pair_trials",
 ]
 
@@ -187,17 +189,19 @@ METHOD_CONSTRAINT = MethodOptions("trials")
 #: engine with a ``pair_update``.
 UPDATE_METHOD_CONSTRAINT = MethodOptions("update")
 
-#: "auto" runs dense-mode states of at least this size by the Lanczos engine
-#: (measured faster than rank-one from d = 100 on, 10x at d = 200 from a
-#: generic prior; see benchmarks/bench_speed.py).
-AUTO_LANCZOS_FROM = 200
+#: "auto" chooses again after each segment of a call (the state changes:
+#: early in a run from ``I/d`` most rank-one updates deflate, later none do;
+#: the spread of the eigenvalues, which sets the Lanczos steps, grows). A
+#: rank-one segment runs as many trials as the call has run so far, between
+#: these bounds, or the upper bound at once when no eigenpair deflates any
+#: more (choosing costs about 50 us).
+AUTO_RANK_ONE_SEGMENT = (16, 4096)
 
-#: ... and only for calls of at least this many trials: a Lanczos call ends
-#: with one ``eigh``, worth 6-8 rank-one trials at d = 200-2000 (measured: at
-#: d = 500, 64 trials in calls of 1 / 4 / 8 trials cost 27.1 / 7.2 / 3.6 ms
-#: per trial by Lanczos and 6.2 / 6.8 / 6.1 ms by rank-one), so on-line use,
-#: one trial per ``partial_fit``, stays with the rank-one engine.
-AUTO_LANCZOS_MIN_TRIALS = 8
+#: ... a Lanczos segment ends with one ``eigh``: it runs as many trials as
+#: the call has run so far, at least this many and enough trials for the
+#: ``eigh`` to cost at most 1/20 of the segment (by the cost model), at most
+#: 16 times that; and the rest of the call when less than that would be left.
+AUTO_LANCZOS_SEGMENT = 256
 
 #: With "auto", after this many declined trials in one call the rest of the
 #: call runs by the rank-one engine (at a learning rate of 1e6, Lanczos
@@ -212,23 +216,103 @@ PIN_FROM_TRIALS = 8
 RANK_ONE_FROM = 3
 
 
-def select(method, state, n_trials=None, *, need="trials"):
+def _lanczos_runs(state):
+    """Whether the Lanczos engine can run trials on ``state`` (dense mode, a
+    quadrature it will not decline for its round-off or its length)."""
+    if state.basis is not None or state.size < RANK_ONE_FROM:
+        return False
+    lam = state.eigenvalues
+    spread = float(lam[-1] - lam[0])
+    return (lanczos.NOISE * spread <= lanczos.MAX_TOL
+            and _cost.lanczos_steps(state) <= lanczos.MAX_STEPS)
+
+
+def auto_plan(state, a=None, b=None, n_trials=None, done=0):
+    """The engine ``"auto"`` runs MEG trials by on a dense ``state``, and for how long.
+
+    Compares the cost model's (:mod:`._cost`) seconds per trial: the
+    rank-one engine keeping the ``k`` eigenpairs the next trials do not
+    deflate (estimated from ``z = V^T v`` of the first few), against the
+    Lanczos engine's steps (from the spread of the eigenvalues) and
+    products (sparse or dense exponent), with its closing ``eigh`` shared by
+    the trials of the segment.
+
+    Parameters
+    ----------
+    state : ExponentState
+        Dense state (``basis is None``) of at least :data:`RANK_ONE_FROM`
+        objects.
+    a, b : ndarray of int, optional
+        Object indices of the coming trials (without them, ``k`` is the
+        number of distinct eigenvalues plus ``n_trials``).
+    n_trials : int, optional
+        Trials left in the call; ``None``: the steady state of a long call
+        (every eigenpair kept, the ``eigh`` shared by many trials).
+    done : int, default=0
+        Trials the call has run (segments grow with it).
+
+    Returns
+    -------
+    name : str
+        ``"rank-one"`` or ``"lanczos"``.
+    length : int or None
+        Trials to run before choosing again (``None`` without ``n_trials``).
+    seconds : dict
+        The model's seconds per trial of both engines (rank-one, Lanczos
+        with its share of the ``eigh``).
+    """
+    d = state.size
+    if n_trials is None:
+        k = float(d)
+    elif a is None:  # the trials unknown: each may keep one eigenpair more
+        k = min(float(d), _cost.kept_eigenpairs(state) + n_trials)
+    else:
+        k = _cost.kept_eigenpairs(state, a, b)
+    rank_one_seconds = _cost.rank_one_trial(k, d)
+    low, high = AUTO_RANK_ONE_SEGMENT
+    grown = high if k >= 0.9 * d else max(low, min(done, high))
+    rank_one_length = None if n_trials is None else min(n_trials, grown)
+    if not _lanczos_runs(state):
+        return "rank-one", rank_one_length, {"rank-one": rank_one_seconds}
+    nnz = int(np.count_nonzero(state.exponent))
+    per_trial = _cost.lanczos_trial(d, _cost.lanczos_steps(state), nnz,
+                                    lanczos.DENSE_FRACTION)
+    end = _cost.lanczos_call(d)
+    shortest = max(AUTO_LANCZOS_SEGMENT, int(np.ceil(20.0 * end / per_trial)))
+    if n_trials is None:
+        lanczos_length, lanczos_seconds = None, per_trial
+    else:
+        lanczos_length = max(shortest, min(done, 16 * shortest))
+        if n_trials - lanczos_length < shortest:  # no short last segment
+            lanczos_length = n_trials
+        lanczos_seconds = per_trial + end / lanczos_length
+    seconds = {"rank-one": rank_one_seconds, "lanczos": lanczos_seconds}
+    if lanczos_seconds < rank_one_seconds:
+        return "lanczos", lanczos_length, seconds
+    return "rank-one", rank_one_length, seconds
+
+
+def select(method, state, n_trials=None, *, need="trials", pairs=None):
     """Return the engine for ``method`` on ``state``.
 
     Parameters
     ----------
     method : str
         ``"auto"`` or a key of :data:`ENGINES`. ``"auto"`` picks the
-        fastest: rank-one, or Lanczos for dense states of at least
-        :data:`AUTO_LANCZOS_FROM` objects in calls of at least
-        :data:`AUTO_LANCZOS_MIN_TRIALS` trials; eigh below 3 eigenpairs.
+        fastest by a cost model of the state (:func:`auto_plan`) for MEG
+        trials on dense states: rank-one or Lanczos; the rank-one engine
+        for low-rank states and DefiniteBoost's steps; eigh below
+        :data:`RANK_ONE_FROM` eigenpairs.
     state : ExponentState
     n_trials : int, optional
-        Trials of the call, if known.
+        Trials of the call, if known; ``None``: a long call.
     need : {"trials", "update", "exact-update"}
         What the caller will run: MEG trials, single DefiniteBoost steps,
         or those steps with their exact line search
         (``pair_sq_distance_after``).
+    pairs : tuple of ndarray, optional
+        ``(a, b)``, the object indices of the call's trials: ``"auto"``
+        looks at the first few.
 
     Returns
     -------
@@ -244,9 +328,9 @@ def select(method, state, n_trials=None, *, need="trials"):
     size = state.size
     if method == "auto":
         method = "rank-one" if size >= RANK_ONE_FROM else "eigh"
-        if (need == "trials" and size >= AUTO_LANCZOS_FROM and state.basis is None
-                and (n_trials is None or n_trials >= AUTO_LANCZOS_MIN_TRIALS)):
-            method = "lanczos"
+        if need == "trials" and size >= RANK_ONE_FROM and state.basis is None:
+            a, b = pairs if pairs is not None else (None, None)
+            method = auto_plan(state, a, b, n_trials)[0]
     engine = ENGINES[method]
     steps = need in ("update", "exact-update")
     if ((state.basis is not None and not engine.low_rank)
@@ -279,7 +363,9 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
         ``"auto"`` or a key of :data:`ENGINES` (see :func:`select`); all
         give the same result up to round-off.
     stats : dict, optional
-        Engine counters (Lanczos: steps, fallbacks, ...) are added to it.
+        Engine counters (Lanczos: steps, fallbacks, ...) are added to it;
+        with ``"auto"`` on a dense state also ``"auto_segments"``, the list
+        of ``(engine name, trials)`` it ran in turn (:func:`auto_plan`).
 
     Returns
     -------
@@ -290,22 +376,36 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     b = np.ascontiguousarray(b, dtype=np.intp)
     y = np.ascontiguousarray(y, dtype=float)
     learning_rate, trace = float(learning_rate), float(trace)
-    engine = select(method, state, n_trials=len(y))
-    predictions = np.empty(len(y))
+    n = len(y)
+    # "auto" on a dense state chooses again after each segment of the call
+    plan = (method == "auto" and state.basis is None and state.size >= RANK_ONE_FROM)
+    engine = None if plan else select(method, state, n_trials=n)
+    predictions = np.empty(n)
     t = declined = 0
     # pinning the BLAS costs about two trials at d = 52: not for a few trials
-    pin = blas_threads(state.size) if len(y) >= PIN_FROM_TRIALS else nullcontext()
+    pin = blas_threads(state.size) if n >= PIN_FROM_TRIALS else nullcontext()
     with pin:
-        while t < len(y):
-            t = engine.pair_trials(state, a, b, y, learning_rate, trace,
-                                   predictions, t, stats)
-            if t < len(y):  # declined: this one trial by the fallback
-                fallback = ENGINES[engine.fallback]
-                fallback.pair_trials(state, a[: t + 1], b[: t + 1], y[: t + 1],
-                                     learning_rate, trace, predictions, t)
-                t += 1
-                declined += 1
-                if method == "auto" and declined >= AUTO_MAX_DECLINED:
-                    # e.g. huge steps: Lanczos would decline nearly every trial
-                    engine = ENGINES["rank-one"]
+        while t < n:
+            stop = n
+            if plan:
+                name, length, _ = auto_plan(state, a[t:], b[t:], n - t, done=t)
+                engine = ENGINES[name]
+                stop = t + length
+                if stats is not None:
+                    stats.setdefault("auto_segments", []).append((name, length))
+            while t < stop:
+                t = engine.pair_trials(state, a[:stop], b[:stop], y[:stop], learning_rate,
+                                       trace, predictions[:stop], t, stats)
+                if t < stop:  # declined: this one trial by the fallback
+                    fallback = ENGINES[engine.fallback]
+                    fallback.pair_trials(state, a[: t + 1], b[: t + 1], y[: t + 1],
+                                         learning_rate, trace, predictions, t)
+                    t += 1
+                    declined += 1
+                    if method == "auto" and declined >= AUTO_MAX_DECLINED:
+                        # e.g. huge steps: Lanczos would decline nearly every
+                        # trial; the rest of the call by the rank-one engine
+                        engine = ENGINES["rank-one"]
+                        plan = False
+                        stop = n
     return predictions
