@@ -31,6 +31,7 @@ starts a little below 0 so that its line stays in sight).
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -40,6 +41,8 @@ from sklearn.utils.validation import check_array
 
 from ._numerics.spectral import von_neumann_divergence
 from ._solvers.bounds import meg_learning_rate, meg_loss_bound
+from .definiteboost_kernel import DefiniteBoostKernel
+from .meg_regressor import MEGKernelRegressor
 
 __all__ = ["plot_learning_curve", "plot_online_experiment", "plot_batch_experiment"]
 
@@ -373,9 +376,6 @@ def plot_learning_curve(model, ax=None, *, target=None):
     >>> ax.get_lines()[1].get_label()
     'Lemma 3.2 bound (...)'
     """
-    from .definiteboost_kernel import DefiniteBoostKernel
-    from .meg_regressor import MEGKernelRegressor
-
     model = _unwrap(model)
     if isinstance(model, MEGKernelRegressor):
         if not hasattr(model, "state_"):
@@ -400,8 +400,9 @@ def plot_learning_curve(model, ax=None, *, target=None):
     # every check before the first stroke (a refused call draws nothing)
     bound = _lemma_3_2_bound(model, target) if target is not None else None
     if ax is None:
-        import matplotlib.pyplot as plt
-
+        # pyplot only when the user asks for a new figure (the figures above
+        # never touch it, so reproducing stays backend-free)
+        plt = importlib.import_module("matplotlib.pyplot")
         _, ax = plt.subplots(layout="constrained")
     draw(ax, model, bound)
     ax.grid(alpha=0.3)

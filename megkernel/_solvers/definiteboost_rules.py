@@ -347,7 +347,14 @@ def prior_trace(init, init_factor):
     """
     if init_factor is not None:
         factor = np.asarray(init_factor, dtype=float)
-        return check_trace(float(np.sum(factor * factor)), name="the trace of init_factor")
+        scale = float(np.max(np.abs(factor), initial=0.0)) if factor.size else 0.0
+        if not (np.isfinite(scale) and scale > 0):
+            return check_trace(scale, name="the trace of init_factor")  # refused, named
+        # ||F||_F^2 = scale^2 ||F / scale||_F^2: inf (refused by name) instead
+        # of an overflow warning for entries near the float maximum
+        with np.errstate(over="ignore"):
+            trace = scale * scale * float(np.sum((factor / scale) ** 2))
+        return check_trace(trace, name="the trace of init_factor")
     if isinstance(init, str):
         return 1.0
     return check_trace(float(np.trace(np.asarray(init, dtype=float))),
