@@ -383,7 +383,7 @@ class _ScriptedPath:
         return self.offsets + self.curve(length)
 
 
-def _run_loop(curve, max_length, patience=2):
+def _run_loop(curve, max_length, patience=2, **kwargs):
     from megkernel.metric._training_length import doubling_checkpoints, validate_length
 
     labels = np.repeat([0, 1], 40)
@@ -392,24 +392,50 @@ def _run_loop(curve, max_length, patience=2):
     best, log = validate_length(
         len(labels), pairs, signs, lambda scorer: _ScriptedPath(scorer, curve, asked),
         checkpoints=doubling_checkpoints(max_length), n_folds=2,
-        rng=np.random.default_rng(0), patience=patience, min_items=1)
+        rng=np.random.default_rng(0), patience=patience, min_items=1, **kwargs)
     return best, log, asked
 
 
 def test_the_loop_goes_past_any_fixed_grid_while_the_score_improves():
-    # rises until 64 passes (beyond the old grid's 16), then falls
-    best, log, asked = _run_loop(lambda L: -abs(np.log2(L + 1e-3) - 6.0) if L else -20.0,
+    # the gain grows with the length until 64 passes (beyond the old grid's 16),
+    # then falls
+    best, log, asked = _run_loop(lambda L: L if L <= 64 else 64.0 - np.log2(L / 64),
                                  max_length=1000)
     assert best == 64.0 and log["gain_is_real"] and log["stopped"] == "patience"
     assert log["checkpoints"][-3:] == [64.0, 128.0, 256.0]  # patience 2, then stop
     assert max(asked) == 256.0
 
 
+def test_a_creeping_score_does_not_buy_more_training():
+    """Issue 20: every doubling adds a real (far beyond 2 standard errors) but
+    ever smaller share of the gain, as the held-out margins of a metric that
+    goes on sharpening. The gain must grow at least as the square root of the
+    length: log(1 + L) does so up to 4 passes, and the loop stops there, where
+    counting every real gain follows the creep to the safety net."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from megkernel.metric._training_length import ELASTICITY
+
+    creep = np.log1p
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        best, log, asked = _run_loop(creep, max_length=1000)
+    assert np.all(np.diff(log["scores"]) > 0)  # the score still rose at each checkpoint
+    assert best == 4.0 and log["gain_is_real"] and log["stopped"] == "patience"
+    assert max(asked) == 16.0
+    gain = dict(zip(log["checkpoints"], np.array(log["scores"]) - log["scores"][0]))
+    assert gain[4.0] / gain[2.0] >= 2**ELASTICITY > gain[8.0] / gain[4.0]
+    # with the significance test alone (elasticity 0) the creep runs to the end
+    with pytest.warns(ConvergenceWarning, match="still improved"):
+        best, log, asked = _run_loop(creep, max_length=1000, elasticity=0.0)
+    assert best == 1000.0 and log["stopped"] == "max_length"
+
+
 def test_the_loop_warns_at_its_safety_net_while_still_improving():
     from sklearn.exceptions import ConvergenceWarning
 
     with pytest.warns(ConvergenceWarning, match="still improved"):
-        best, log, _ = _run_loop(lambda L: np.log1p(L), max_length=8)
+        best, log, _ = _run_loop(lambda L: L, max_length=8)
     assert best == 8.0 and log["stopped"] == "max_length"
     # a peak before the safety net: no warning
     with warnings.catch_warnings():

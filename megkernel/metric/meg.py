@@ -46,6 +46,7 @@ from ._base import (
 )
 from ._training_length import (
     _MIN_ITEMS,
+    ELASTICITY,
     MAX_PASSES,
     doubling_checkpoints,
     validate_length,
@@ -82,7 +83,7 @@ class _EpochPath:
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
                     batch_size, rng, n_folds=2, max_epochs=MAX_PASSES, checkpoints=None,
-                    patience=2, z=2.0, min_items=_MIN_ITEMS):
+                    patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
     :func:`megkernel.metric._training_length.validate_length` with MEG's
@@ -108,7 +109,8 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                                   checkpoints=(doubling_checkpoints(max_epochs)
                                                if checkpoints is None else checkpoints),
                                   n_folds=n_folds, rng=rng, patience=patience, z=z,
-                                  min_items=min_items, learner="MEGMetric",
+                                  elasticity=elasticity, min_items=min_items,
+                                  learner="MEGMetric",
                                   safety_net=f"max_iter (now {max_epochs:g} epochs)")
     return (1.0 if epochs is None else epochs), log
 
@@ -157,8 +159,9 @@ class MEGMetric(_FeatureMetric):
         Passes over the pairs in :meth:`fit` (fractions allowed; 0 keeps the
         Euclidean metric). ``"auto"``: chosen by ``n_folds``-fold
         cross-validation over the training points among 0, 1/8, 1/4, 1/2,
-        1, 2, ... epochs, going on while the validated score improves (no
-        cap but ``max_iter``; see :attr:`validation_` and
+        1, 2, ... epochs, going on while a longer run's validated gain is
+        real and still grows at least as the square root of the epochs (no
+        fixed cap but ``max_iter``; see :attr:`validation_` and
         :mod:`megkernel.metric._training_length`).
     max_iter : int, default=1000
         Safety net of ``n_epochs="auto"``: at most this many epochs, with a
