@@ -102,18 +102,21 @@ def check_id_kinds(X, *, name="X"):
     where = None
     if isinstance(X, (pd.DataFrame, pd.Series)):
         dtypes = X.dtypes if isinstance(X, pd.DataFrame) else [X.dtype]
-        if all(isinstance(dtype, np.dtype) and dtype.kind in "iuf" for dtype in dtypes):
-            return X  # plain numbers (a NaN is validate_data's to report)
-        values = X.to_numpy(dtype=object)
         labels = X.index.tolist()
         columns = X.columns if isinstance(X, pd.DataFrame) else None
 
         def where(i, j):
             column = "" if columns is None else f", column {columns[j]!r}"
             return f"row {labels[i]!r}{column}"
+        if all(isinstance(dtype, np.dtype) and dtype.kind in "iuf" for dtype in dtypes):
+            _check_no_nan(X.to_numpy(), name, where)
+            return X  # plain numbers
+        values = X.to_numpy(dtype=object)
     elif isinstance(X, np.ndarray):
-        if X.dtype != object:
-            return X  # one kind already (numbers, or strings numpy made)
+        if X.dtype != object:  # one kind already (numbers, or strings numpy made)
+            _check_no_nan(X, name, lambda i, j: f"row {i}" + (
+                f", column {j}" if X.ndim == 2 else ""))
+            return X
         values = X
     else:
         try:
@@ -148,6 +151,18 @@ def check_id_kinds(X, *, name="X"):
                 f"{b!r} ({at_b}). Ids are kept exactly as given, never converted: give "
                 f"them all as one kind (e.g. all str).")
     return X
+
+
+def _check_no_nan(values, name, where):
+    """A NaN among numeric ids is a missing id: refused naming its place."""
+    if values.dtype.kind != "f" or values.ndim not in (1, 2):
+        return
+    missing = np.isnan(values)
+    if missing.any():
+        position = np.argwhere(missing)[0]
+        i, j = (int(position[0]), int(position[1]) if len(position) > 1 else 0)
+        raise ValueError(f"{name} has a missing id (NaN) at {where(i, j)}; every id must "
+                         "name an object.")
 
 
 def check_class_labels(y, *, name="y"):

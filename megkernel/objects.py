@@ -671,7 +671,13 @@ def _user_kernel_scale(kernel, *, squared, check_psd):
 
 
 def _ids(X):
-    """Object ids from ``X``: 1-D, a single column, or a Series / DataFrame."""
+    """Object ids from ``X``: 1-D, a single column, or a Series / DataFrame; a
+    list of tuples is a list of tuple ids (numpy would split them into
+    columns: the same ids in an object array work)."""
+    if isinstance(X, (list, tuple)) and X and all(type(i) is tuple for i in X):
+        values = np.empty(len(X), dtype=object)
+        values[:] = list(X)
+        return values
     values = np.array(X, dtype=object)
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]

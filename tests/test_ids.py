@@ -212,3 +212,39 @@ def test_labels_of_one_kind_still_work_in_every_container():
         assert model.classes_.tolist() == ["a", "b"]
     model = KernelKNeighborsClassifier().fit(K, [0, 0, 0, 1, 1, True])  # numbers: one kind
     assert model.classes_.tolist() == [0, 1]
+
+
+# -- found by tests/test_hostile_objects.py ---------------------------------------------
+
+@pytest.mark.parametrize("where", ["objects", "DataFrame index", "pairs", "pair table"])
+def test_nan_among_numeric_ids_is_a_missing_id(where):
+    """NaN in a float array of ids was taken as an id (numpy arrays of numbers
+    skipped the missing-id check; only object arrays were looked at)."""
+    from megkernel import KernelDistances
+
+    with pytest.raises(ValueError, match=r"has a missing id \(NaN\) at row 1"):
+        if where == "objects":
+            KernelDistances(kernel=np.eye(2), objects=np.array([0.5, np.nan])).fit([0.5])
+        elif where == "DataFrame index":
+            frame = pd.DataFrame(np.zeros((2, 2)), index=[0.5, None], columns=[0.5, None])
+            KernelDistances(distances=frame).fit([0.5])
+        elif where == "pairs":
+            MEGKernelRegressor(solver="online").fit(np.array([[0, 1], [1, np.nan]]), [1.0, 1.0])
+        else:
+            MEGKernelRegressor(solver="online").fit(
+                pd.DataFrame({"a": [0.0, 1.0], "b": [1.0, np.nan]}), [1.0, 1.0])
+
+
+def test_a_list_of_tuple_ids_is_not_split_into_columns():
+    """``KernelDistances.fit([("f", 0), ("f", 1)])`` read two columns (numpy);
+    the same ids in an object array worked."""
+    from megkernel import KernelDistances
+
+    ids = [("f", 0), ("f", 1), ("g", 2)]
+    objects = np.empty(3, dtype=object)
+    objects[:] = ids
+    step = KernelDistances(kernel=np.eye(3), objects=objects)
+    from_list = step.fit(ids[:2]).transform([ids[2]])
+    from_array = step.fit(objects[:2]).transform(objects[2:])
+    np.testing.assert_array_equal(from_list, from_array)
+    assert step.fit(ids[:2]).fit_objects_.tolist() == ids[:2]

@@ -1,0 +1,552 @@
+"""Hostile inputs, second round (issue 22, item 2): the property suite on the
+surfaces the first round did not reach.
+
+- object-level pipelines: :class:`~megkernel.KernelDistances` with a fixed
+  kernel, the user's own distances (a matrix or a pair table) and a learned
+  kernel, with object ids of every kind (int, str, float, tuple, numpy
+  scalars) in every container, and ids that break the rule (a missing id,
+  two kinds, a repeat);
+- the metric learners' ``fit_pairs`` and the pair-input variants
+  (``MEGPairMetric``, ``DefiniteBoostPairMetric``);
+- the batch ``MEGKernelRegressor.fit`` (``solver="batch"``, the default).
+
+The contract is ``tests/test_hostile.py``'s (whose strategies, time limit
+and compile-first fixture are used here): a ``ValueError`` / ``TypeError``
+with a message, or a sound result (finite, non-negative distances with a
+zero diagonal; a finite, symmetric, positive semidefinite kernel of the
+trace it reports); a failed call leaves a fitted model byte-identical; no
+RuntimeWarning from megkernel (an error under the project's pytest
+configuration); every call under the time limit.
+
+The batch fit's known failures (issue 22's audit, reported to the owner of
+``meg_regressor.py`` with a proposed rule: its unit, the mean target, and a
+fixed trace in [1e-100, 1e100], no target beyond 1e100 times either) are
+reproduced below as strict xfails, and the property skips those inputs
+(:func:`_outside_the_batch_units`) until they are fixed (an xfail that
+passes fails the run: then remove the skip too).
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from test_hostile import (  # noqa: F401  (the fixture applies to this module too)
+    HOSTILE,
+    SIGNS,
+    _compiled_before_any_time_limit,
+    _scaled,
+    assert_finite,
+    assert_kernel,
+    call,
+    hostile_arrays,
+    junk,
+    kernel_matrices,
+    pair_arrays,
+    targets_for,
+)
+
+from megkernel import (
+    DefiniteBoostKernel,
+    DefiniteBoostMetric,
+    DefiniteBoostPairMetric,
+    KernelDistances,
+    MEGKernelRegressor,
+    MEGMetric,
+    MEGPairMetric,
+)
+from megkernel.objects import MISSING_DISTANCE, clear_cache
+
+# -- ids of every kind -----------------------------------------------------------------
+
+ID_KINDS = {
+    "int": lambda n: [10 * i + 3 for i in range(n)],
+    "index": lambda n: list(range(n)),
+    "str": lambda n: [f"P{i:03d}" for i in range(n)],
+    "float": lambda n: [i + 0.5 for i in range(n)],
+    "tuple": lambda n: [("family", i) for i in range(n)],
+    "np.int64": lambda n: [np.int64(7 * i) for i in range(n)],
+    "np.str_": lambda n: [np.str_(f"s{i}") for i in range(n)],
+}
+
+#: Ways to break the ids' rule (issue 22: kept as given, one kind, none missing).
+BREAKS = [None, None, None, "missing", "mixed", "repeat"]
+
+
+@st.composite
+def id_lists(draw, n):
+    """``(ids, broken)``: ``n`` ids of one kind, or a list that breaks the rule."""
+    kind = draw(st.sampled_from(sorted(ID_KINDS)), label="id kind")
+    ids = ID_KINDS[kind](n)
+    broken = draw(st.sampled_from(BREAKS), label="break")
+    if broken == "missing":
+        ids[draw(st.integers(0, n - 1))] = draw(st.sampled_from([None, pd.NA, np.nan]))
+    elif broken == "mixed":
+        other = "int" if kind in ("str", "np.str_") else "str"  # np.str_ is a str
+        ids[draw(st.integers(0, n - 1))] = ID_KINDS[other](n)[0]
+    elif broken == "repeat" and n >= 2:
+        ids[1] = ids[0]
+    else:
+        broken = None
+    return ids, broken
+
+
+def in_container(draw, ids, *, label):
+    """``ids`` as a list, an object array, a numpy array, a Series or an Index."""
+    container = draw(st.sampled_from(["list", "object", "numpy", "Series", "Index"]),
+                     label=label)
+    if container == "list":
+        return list(ids)
+    if container == "object" or any(isinstance(i, tuple) for i in ids):
+        array = np.empty(len(ids), dtype=object)
+        array[:] = ids
+        return array if container != "Series" else pd.Series(array)
+    if container == "numpy":
+        return np.array(ids)
+    return pd.Series(ids) if container == "Series" else pd.Index(ids)
+
+
+def pick(draw, ids, *, min_size=1, max_size=4, label):
+    """A selection of ``ids`` (with repeats), sometimes an unknown or hostile query."""
+    kind = draw(st.sampled_from(["known"] * 6 + ["unknown", "hostile", "empty"]), label=label)
+    if kind == "hostile":
+        return draw(hostile_arrays(max_dims=2))
+    if kind == "empty":
+        return []
+    chosen = draw(st.lists(st.integers(0, len(ids) - 1), min_size=min_size,
+                           max_size=max_size))
+    selection = [ids[i] for i in chosen]
+    if kind == "unknown":
+        selection.append("no such object")
+    return selection
+
+
+def _kinds(values):
+    """The kinds of ids among ``values`` (None: a missing one), as the rule counts
+    them: numbers, str, or another type's name."""
+    kinds = set()
+    for value in values:
+        if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+            kinds.add(None)
+        elif isinstance(value, str):
+            kinds.add("str")
+        elif isinstance(value, (int, float, np.number)):
+            kinds.add("number")
+        else:
+            kinds.add(type(value).__name__)
+    return kinds
+
+
+def _breaks_rule(values):
+    """Whether ids break the rule: a missing one, two kinds, or a repeat."""
+    kinds = _kinds(values)
+    return None in kinds or len(kinds) > 1 or len({repr(v) for v in values}) < len(values)
+
+
+def _assert_distances(D, shape, *, name="distances", given=False):
+    D = np.asarray(D)
+    assert D.shape == shape, (name, D.shape, shape)
+    assert D.dtype.kind == "f", (name, D.dtype)
+    assert_finite(D, name)
+    assert np.all(D >= 0), f"{name} has negative entries"
+    if given:  # the user's distances leave room for the missing ones
+        assert np.all(D <= MISSING_DISTANCE), f"{name} beyond MISSING_DISTANCE"
+
+
+def _check_fitted_step(step, data):
+    """A fitted KernelDistances: its distances are sound, its queries too."""
+    n, given = len(step.objects_), step.kernel_ is None
+    everything = step.distances_
+    _assert_distances(everything, (n, n), name="distances_", given=given)
+    assert np.all(np.diag(everything) == 0)
+    # a learned kernel is symmetric to round-off (its eigenvectors' products)
+    np.testing.assert_allclose(everything, everything.T, rtol=1e-12, atol=0)
+    assert not step.objects_.flags.writeable
+    query = pick(data.draw, step.objects_.tolist(), label="query")
+    ok, D = call(step.transform, query)
+    if ok:
+        _assert_distances(D, (len(query), len(step.fit_objects_)), given=given)
+
+
+def _refit_changes_nothing_on_failure(step, fit_ids):
+    """``step`` fitted: a failed refit (here: unknown ids) leaves it as it was."""
+    before = pickle.dumps(step)
+    ok, _ = call(step.fit, list(fit_ids) + ["no such object"])
+    assert not ok
+    assert pickle.dumps(step) == before, "a failed refit changed KernelDistances"
+
+
+# -- KernelDistances -------------------------------------------------------------------------
+
+@HOSTILE
+@given(data=st.data())
+def test_kernel_distances_fixed_kernel(data):
+    n = data.draw(st.integers(1, 5), label="n")
+    K = data.draw(kernel_matrices(n), label="K")
+    if np.ndim(K) == 2 and np.asarray(K).dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):  # inf / NaN: refused as such
+            K = np.asarray(K) * data.draw(st.sampled_from([1.0, 1.0, 1.7e308, 1e-300]),
+                                          label="rescaled")
+    ids, _ = data.draw(id_lists(n), label="ids")
+    declared = data.draw(st.booleans(), label="declared")
+    objects = in_container(data.draw, ids, label="objects") if declared else None
+    step = KernelDistances(kernel=K, objects=objects,
+                           squared=data.draw(st.booleans(), label="squared"))
+    names = ids if declared else list(range(n))
+    fit_ids = pick(data.draw, names, label="fit ids")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # an indefinite kernel, named
+        ok, _ = call(step.fit, fit_ids)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(step, "kernel_")
+        return
+    if declared:  # as the container holds them (numpy may have made them strings)
+        assert not _breaks_rule(list(objects)), f"ids that break the rule accepted: {ids!r}"
+    _check_fitted_step(step, data)
+    _refit_changes_nothing_on_failure(step, fit_ids)
+
+
+@st.composite
+def distance_matrices(draw, n):
+    """Distances between ``n`` objects: mostly sound, with NaN for missing ones,
+    sometimes negative, infinite, asymmetric, with self-distances, or junk."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    points = rng.normal(size=(n, 2))
+    D = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
+    D *= draw(st.sampled_from([1.0, 1e-300, 1e-150, 1e150, 1e299]))
+    D[rng.uniform(size=(n, n)) < draw(st.sampled_from([0.0, 0.3, 0.9]))] = np.nan
+    kind = draw(st.sampled_from(["sound", "sound", "negative", "inf", "asymmetric",
+                                 "self", "hostile"]))
+    if kind == "hostile":
+        return draw(hostile_arrays(max_dims=3, max_side=n + 1))
+    i, j = rng.integers(0, n, 2)
+    if kind == "negative":
+        D[i, j] = -1.0
+    elif kind == "inf":
+        D[i, j] = np.inf
+    elif kind == "asymmetric" and i != j:
+        D[i, j], D[j, i] = 1.0, 2.0
+    elif kind == "self":
+        D[i, i] = 0.5
+    return D
+
+
+@HOSTILE
+@given(data=st.data())
+def test_kernel_distances_given_distances(data):
+    n = data.draw(st.integers(2, 5), label="n")
+    ids, _ = data.draw(id_lists(n), label="ids")
+    form = data.draw(st.sampled_from(["matrix", "DataFrame", "table"]), label="form")
+    params = dict(given_squared=data.draw(st.booleans()), squared=data.draw(st.booleans()))
+    if form == "table":
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from(ids), st.sampled_from(ids)),
+                                   min_size=0, max_size=8), label="pairs")
+        pairs = [list(pair) for pair in pairs]
+        container = data.draw(st.sampled_from(["list", "DataFrame"]), label="container")
+        if container == "DataFrame" and pairs:
+            pairs = pd.DataFrame(pairs, columns=["a", "b"])
+        targets = targets_for(data.draw, len(pairs))
+        step = KernelDistances(pairs=pairs, targets=targets, **params)
+    else:
+        D = data.draw(distance_matrices(n), label="D")
+        if form == "DataFrame" and np.shape(D) == (n, n) and len(set(map(repr, ids))) == n:
+            D = pd.DataFrame(D, index=ids, columns=ids)
+            step = KernelDistances(distances=D, **params)
+        else:
+            step = KernelDistances(distances=D, objects=ids, **params)
+    fit_ids = pick(data.draw, ids, label="fit ids")
+    ok, _ = call(step.fit, fit_ids)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(step, "objects_")
+        return
+    if form != "table":
+        assert not _breaks_rule(step.objects_.tolist()), f"accepted ids {ids!r}"
+    _check_fitted_step(step, data)
+    _refit_changes_nothing_on_failure(step, fit_ids)
+
+
+@HOSTILE
+@given(data=st.data())
+def test_kernel_distances_learned_kernel(data):
+    clear_cache()  # every example learns (the cache has its own tests)
+    n = data.draw(st.integers(2, 5), label="n")
+    ids, _ = data.draw(id_lists(n), label="ids")
+    raw_pairs = data.draw(st.lists(st.tuples(st.sampled_from(ids), st.sampled_from(ids)),
+                                   min_size=1, max_size=12), label="pairs")
+    pairs = raw_pairs
+    pairs = in_container(data.draw, [tuple(pair) for pair in pairs], label="pair container") \
+        if data.draw(st.booleans()) else [list(pair) for pair in pairs]
+    if data.draw(st.booleans(), label="as DataFrame") and not isinstance(pairs, np.ndarray):
+        pairs = pd.DataFrame([list(pair) for pair in pairs], columns=["a", "b"])
+    learner = data.draw(st.sampled_from(["online", "batch", "definiteboost"]), label="learner")
+    if learner == "definiteboost":
+        model = DefiniteBoostKernel(gamma="auto", max_iter=30)
+        targets = data.draw(st.one_of(
+            hnp.arrays(np.int64, len(pairs), elements=SIGNS), hostile_arrays(max_dims=2)),
+            label="labels")
+    else:
+        model = MEGKernelRegressor(solver=learner, max_iter=20)
+        targets = targets_for(data.draw, len(pairs))
+    assume(learner != "batch" or not _outside_the_batch_units(raw_pairs, targets, {}))
+    step = KernelDistances(learner=model, pairs=pairs, targets=targets)
+    fit_ids = pick(data.draw, ids, label="fit ids")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ok, _ = call(step.fit, fit_ids)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(step, "kernel_")
+        return
+    used = _kinds([i for pair in raw_pairs for i in pair])
+    assert None not in used and len(used) == 1, f"accepted pairs of ids {raw_pairs!r}"
+    assert_kernel(step.kernel_)
+    _check_fitted_step(step, data)
+
+
+# -- metric learners: fit_pairs and pairs of points ------------------------------------------
+
+@st.composite
+def feature_matrices(draw, n):
+    """Features of ``n`` points: mostly generic, sometimes drawn by hypothesis
+    (zeros, repeats), scaled to the float range's edges, constant or junk."""
+    kind = draw(st.sampled_from(["generic"] * 5 + ["drawn", "scaled", "constant",
+                                                   "hostile"]))
+    if kind == "hostile":
+        return draw(hostile_arrays(max_dims=3))
+    f = draw(st.integers(1, 3))
+    X = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).normal(size=(n, f))
+    if kind == "drawn":
+        X = draw(hnp.arrays(np.float64, (n, f), elements=st.floats(-10, 10)))
+    elif kind == "scaled":
+        X = X * draw(st.sampled_from([1e-300, 1e-150, 1e150, 1e300]))
+    elif kind == "constant":
+        X[:] = 1.0
+    return X
+
+
+def _learner(data, pair_input):
+    kind = data.draw(st.sampled_from(["MEG", "DefiniteBoost"]), label="learner")
+    if kind == "MEG":
+        cls = MEGPairMetric if pair_input else MEGMetric
+        return cls(random_state=0, n_epochs=data.draw(st.sampled_from(["auto", 1, 3.5])))
+    cls = DefiniteBoostPairMetric if pair_input else DefiniteBoostMetric
+    return cls(random_state=0, max_iter=data.draw(st.sampled_from(["auto", 1, 30])))
+
+
+_EMPTY_PAIRS_REFUSED = "min_pairs=1" in inspect.getsource(MEGMetric.fit_pairs)
+
+
+@_scaled(0.5)
+@given(data=st.data())
+def test_metric_fit_pairs(data):
+    n = data.draw(st.integers(2, 7), label="n")
+    X = data.draw(feature_matrices(n), label="X")
+    pairs = data.draw(pair_arrays(n), label="pairs")
+    # no pairs: a RuntimeWarning until the reported patch (min_pairs=1) lands
+    assume(_EMPTY_PAIRS_REFUSED or np.size(pairs) > 0)
+    size = len(pairs) if np.ndim(pairs) >= 1 else 1
+    labels = data.draw(st.sampled_from(["signs", "signs", "0/1", "hostile"]).flatmap(
+        lambda kind: hostile_arrays(max_dims=2) if kind == "hostile" else hnp.arrays(
+            np.int64, size, elements=SIGNS if kind == "signs" else st.integers(0, 1))),
+        label="labels")
+    model = _learner(data, pair_input=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ok, _ = call(model.fit_pairs, X, pairs, labels)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(model, "components_")
+        return
+    Z = model.transform(X)
+    assert_finite(Z, "transform")
+    assert_kernel(Z @ Z.T)
+    assert_finite(model.pair_sq_distances(X, model.pairs_), "pair_sq_distances")
+
+
+@_scaled(0.5)
+@given(data=st.data())
+def test_metric_pair_input(data):
+    m = data.draw(st.integers(1, 8), label="pairs")
+    kind = data.draw(st.sampled_from(["good", "good", "scaled", "repeated", "hostile"]))
+    if kind == "hostile":
+        X = data.draw(hostile_arrays(min_dims=1, max_dims=3))
+    else:
+        f = data.draw(st.integers(1, 3), label="features")
+        X = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))).normal(size=(m, 2, f))
+        if kind == "scaled":
+            X = X * data.draw(st.sampled_from([1e-300, 1e150, 1e300]))
+        elif kind == "repeated":
+            X[:, 1] = X[:, 0]
+    y = data.draw(st.one_of(hnp.arrays(np.int64, m, elements=SIGNS),
+                            hnp.arrays(np.bool_, m), hostile_arrays(max_dims=2), junk),
+                  label="y")
+    model = _learner(data, pair_input=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ok, _ = call(model.fit, X, y)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(model, "threshold_")
+        return
+    assert np.isfinite(model.threshold_)
+    decision = model.decision_function(X)
+    assert_finite(decision, "decision_function")
+    assert set(model.predict(X).tolist()) <= {-1, 1}
+    ok, score = call(model.score, X, y)
+    if ok and not np.isnan(score):  # NaN: one class only (scikit-learn's AUC)
+        assert 0.0 <= score <= 1.0
+
+
+# -- the batch MEGKernelRegressor.fit ----------------------------------------------------------
+
+#: Target scales, across the float range (those outside the batch fit's
+#: units are skipped until the reported failures are fixed: see the xfails).
+BATCH_SCALES = [0.0, 5e-324, 1e-300, 1e-150, 1e-12, 1e-3, 1.0, 1e3, 1e12, 1e100, 1e150,
+                1e300, 1.7e308]
+
+
+@HOSTILE
+@given(data=st.data())
+def test_meg_regressor_batch(data):
+    d = data.draw(st.integers(2, 6), label="d")
+    pairs = data.draw(pair_arrays(d, max_pairs=40), label="pairs")
+    n = len(pairs) if np.ndim(pairs) >= 1 else 1
+    kind = data.draw(st.sampled_from(["good", "scaled", "hostile"]), label="targets")
+    if kind == "hostile":
+        y = data.draw(hostile_arrays(max_dims=2, max_side=n + 1))
+    else:
+        y = data.draw(hnp.arrays(np.float64, n, elements=st.floats(0, 2)), label="y")
+        with np.errstate(over="ignore"):  # inf targets: refused as such
+            y = y * (data.draw(st.sampled_from(BATCH_SCALES)) if kind == "scaled" else 1.0)
+    params = data.draw(st.fixed_dictionaries({}, optional={
+        "max_iter": st.sampled_from([1, 2, 20]),
+        "trace": st.sampled_from([1e-100, 1e-3, 1.0, 1e3, 1e100]),
+        "validation_fraction": st.sampled_from([0.1, 0.5, 0.9]),
+        "early_stopping": st.booleans(),
+        "init": st.sampled_from(["auto", "identity"]),
+        "squared": st.booleans(),
+        "n_objects": st.sampled_from([d, d + 3]),
+    }), label="params")
+    if params.get("squared") is False and kind == "scaled":
+        y = np.sqrt(y)  # distances whose squares are the scaled targets
+    assume(not _outside_the_batch_units(pairs, y, params))  # reported: the xfails below
+    model = MEGKernelRegressor(random_state=0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ok, _ = call(model.fit, pairs, y)
+    event("fitted" if ok else "refused")
+    if not ok:
+        assert not hasattr(model, "kernel_")
+        return
+    assert_kernel(model.kernel_, model.trace_)
+    assert_finite(model.loss_curve_, "loss_curve_")
+    ok, out = call(model.predict, pairs)
+    if ok:
+        assert_finite(out, "predict")
+        assert np.all(out >= 0)
+    before = pickle.dumps(model)
+    ok, _ = call(model.fit, pairs, np.full(n, np.nan))
+    assert not ok
+    assert pickle.dumps(model) == before, "a failed batch refit changed the model"
+
+
+def _same(a, b):
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # pd.NA, arrays
+        return False
+
+
+def _outside_the_batch_units(pairs, y, params):
+    """Whether ``(pairs, y)`` with ``params`` falls where the batch fit fails
+    today (reported; the audit's proposed rule refuses it): its unit, the
+    mean target of the pairs of distinct objects (1 without any), outside
+    [1e-100, 1e100]; a target more than 1e100 times that unit (self-pairs);
+    a fixed trace outside [1e-100, 1e100] or 1e100 times below a target."""
+    try:
+        table = (np.asarray(pairs, dtype=object) if isinstance(pairs, np.ndarray)
+                 else pd.DataFrame(pairs).to_numpy(dtype=object))
+        y = np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    if table.ndim != 2 or table.shape[1:] != (2,) or y.shape != (len(table),) or not len(y):
+        return False
+    moving = ~np.array([_same(a, b) for a, b in table], dtype=bool)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN targets
+        y = y if params.get("squared", True) else y * y
+        unit = float(np.mean(y[moving])) if moving.any() else 0.0
+        unit = unit if unit > 0 else 1.0
+        largest = float(np.nanmax(y))
+        trace = params.get("trace")
+        return bool(not 1e-100 <= unit <= 1e100 or largest > 1e100 * unit
+                    or (trace is not None and (not 1e-100 <= trace <= 1e100
+                                               or largest > 1e100 * trace)))
+
+
+def _batch_fit(y, **params):
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(8, 3))
+    K = F @ F.T
+    pairs = np.array([(i, j) for i in range(8) for j in range(i + 1, 8)])
+    a, b = pairs.T
+    targets = K[a, a] + K[b, b] - 2 * K[a, b]
+    model = MEGKernelRegressor(**params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        try:
+            model.fit(pairs, y(targets))
+        except ValueError:
+            return  # a clear refusal is a sound answer
+    assert_kernel(model.kernel_, model.trace_)
+
+
+_REPORTED = "batch-fit failure reported to meg_regressor.py's owner (issue 22 audit)"
+
+
+@pytest.mark.xfail(strict=True, reason=_REPORTED)
+@pytest.mark.parametrize("y, params", [
+    pytest.param(lambda t: t / t.max() * 1.7e308, {}, id="targets near the float maximum"),
+    pytest.param(lambda t: np.sqrt(t / t.max()) * 1.3e154, {"squared": False},
+                 id="distances whose squares reach 1.7e308"),
+    pytest.param(lambda t: np.where(t > 0, 5e-324, 0.0), {},
+                 id="subnormal targets (a zero kernel of trace 2e-323)"),
+    pytest.param(lambda t: t, {"trace": 1e-300}, id="trace=1e-300 (overflow in matmul)"),
+    pytest.param(lambda t: np.where(t > 0, 5e-324, 0.0), {"trace": 1e-3},
+                 id="subnormal targets, trace=1e-3 (trace_ inf, an inf kernel, no warning)"),
+    pytest.param(lambda t: t * 1e100, {"trace": 1e-100},
+                 id="targets 1e200 times a fixed trace (overflow in matmul)"),
+])
+def test_regression_batch_fit_is_sound_at_the_edges_of_the_float_range(y, params):
+    _batch_fit(y, **params)
+
+
+@pytest.mark.xfail(strict=True, reason=_REPORTED, raises=RuntimeWarning)
+def test_regression_batch_fit_with_a_self_pair_far_above_the_other_targets():
+    """Found by test_meg_regressor_batch: the fit's unit is the mean target of
+    the pairs of distinct objects (3.2e-276 here), and the self-pair's target
+    1.0 in that unit (3e275) overflows when squared in spectral_prior."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        MEGKernelRegressor().fit([[0, 1], [1, 1]], [3.21696913e-276, 1.0])
+
+
+@pytest.mark.xfail(strict=True, reason=_REPORTED, raises=RuntimeWarning)
+def test_regression_batch_fit_of_self_pairs_only_with_a_huge_target():
+    """Found by test_meg_regressor_batch: no pair of distinct objects, so the
+    unit is 1, and 1e300 is squared."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        MEGKernelRegressor().fit([[0, 0]], [1e300])
