@@ -73,6 +73,8 @@ def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):
                          "model's range.")
     if len(pairs) < min_pairs:
         raise ValueError(f"{name} holds {len(pairs)} pairs; at least {min_pairs} are needed.")
+    if pairs.size and pairs.min() < 0:  # before the cast: -1e19 has no intp
+        raise ValueError(f"{name} contains a negative object index ({pairs.min():.6g}).")
     pairs = pairs.astype(np.intp)
     if pairs.size and pairs.min() < 0:
         raise ValueError(f"{name} contains a negative object index ({pairs.min()}).")
