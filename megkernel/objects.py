@@ -36,6 +36,7 @@ import io
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -98,8 +99,20 @@ CACHE_BYTES = 256 * 2**20
 
 _cache = OrderedDict()
 _cache_stats = {"hits": 0, "misses": 0, "fits": 0}
-_locks_guard = threading.Lock()
-_key_locks = {}
+#: Who is learning each kernel in this process: key -> _Holder. No lock is
+#: held while a kernel is learned (see _become_learner).
+_holders = {}
+#: The lock files of ``memory`` folders this process holds: key -> open file.
+_disk_handles = {}
+
+
+class _Holder(NamedTuple):
+    """The block learning a kernel: its thread and frame, and the event its
+    waiters wait on."""
+
+    thread: int
+    frame: object
+    done: threading.Event
 
 
 class _Entry(NamedTuple):
@@ -143,14 +156,13 @@ def cache_info():
         (entries) and ``bytes`` (their memory).
     """
     return dict(_cache_stats, size=len(_cache),
-                bytes=sum(_entry_bytes(entry) for entry in _cache.values()))
+                bytes=sum(_entry_bytes(entry) for entry in list(_cache.values())))
 
 
 def clear_cache():
     """Forget the learned kernels of this process (an on-disk ``memory`` stays)."""
-    with _locks_guard:
-        _cache.clear()
-        _key_locks.clear()
+    _cache.clear()
+    _holders.clear()
     _cache_stats.update(hits=0, misses=0, fits=0)
 
 
@@ -213,19 +225,30 @@ def _check_memory(memory):
 def _disk_lock(memory, key):
     """Hold an exclusive lock on ``key`` in ``memory``'s folder, so that
     processes wanting the same kernel learn it once (the others wait, then
-    read it)."""
+    read it).
+
+    Called by this process's one learner of ``key`` only (_become_learner),
+    so a lock file of ``key`` still open here was left by an interrupted
+    block: it is closed first (which releases its lock; flock locks of two
+    open files conflict even within one process)."""
     location = getattr(memory, "location", None)
     if fcntl is None or not isinstance(location, (str, os.PathLike)):
         yield
         return
     folder = os.path.join(os.fspath(location), "megkernel_locks")
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, key + ".lock"), "a") as handle:
+    abandoned = _disk_handles.pop(key, None)
+    if abandoned is not None:
+        abandoned.close()
+    handle = open(os.path.join(folder, key + ".lock"), "a")  # noqa: SIM115
+    try:
+        _disk_handles[key] = handle  # before the lock: whoever comes next can close it
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
+    finally:
+        handle.close()  # releases the lock; until then, registered (for whoever comes next)
+        if _disk_handles.get(key) is handle:
+            del _disk_handles[key]
 
 
 def _learn(key, fit):
@@ -251,25 +274,75 @@ def _warn_in_worker(learner):
         "KernelDistances(memory='<folder>') to learn each kernel once.", UserWarning)
 
 
-@contextmanager
-def _process_lock(key):
-    """Hold this process's lock on ``key``: threads wanting the same kernel
-    learn it once (the others wait, then take it from the cache)."""
-    with _locks_guard:
-        lock = _key_locks.setdefault(key, threading.Lock())
-    with lock:
-        yield
+def _running(holder):
+    """Whether ``holder``'s block still runs: its frame is on its thread's stack."""
+    frame = sys._current_frames().get(holder.thread)
+    while frame is not None:
+        if frame is holder.frame:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _become_learner(key, frame):
+    """Wait until ``key`` is cached (return None) or this block may learn it
+    (return its holder).
+
+    **The rule: nothing here can be left held by an exception** (issue 22,
+    as for the BLAS pin): no lock is held while a kernel is learned. The
+    learner is registered with its frame; threads wanting the same kernel
+    wait for its event in short slices and take its place when its frame has
+    left its thread's stack (its block was abandoned by an interrupt, before
+    or after the event was set) or when it runs on their own thread. So a
+    later fit can never wait forever; after an abandoned learning, two
+    threads may at worst learn the same kernel twice.
+    """
+    mine = _Holder(threading.get_ident(), frame, threading.Event())
+    while key not in _cache:
+        holder = _holders.setdefault(key, mine)  # atomic: one thread wins
+        if holder is mine:
+            return mine
+        if holder.thread == mine.thread or not _running(holder):
+            if _holders.get(key) is holder:
+                _holders[key] = mine  # the abandoned holder's place
+                return mine
+            continue
+        holder.done.wait(0.05)
+    return None
+
+
+def _release_learner(key, mine):
+    mine.done.set()
+    if _holders.get(key) is mine:
+        _holders.pop(key, None)
+
+
+def _cached_hit(key):
+    try:
+        entry = _cache[key]
+        _cache.move_to_end(key)
+    except KeyError:  # cleared meanwhile (clear_cache in another thread)
+        return None
+    _cache_stats["hits"] += 1
+    return entry
 
 
 def _cached_entry(learner, key, fit, memory):
     """The entry of ``key``: from this process's cache, else from the on-disk
-    ``memory``, else learned by ``fit()`` (and stored in both)."""
+    ``memory``, else learned by ``fit()`` (and stored in both); one thread
+    learns it, the others wait (:func:`_become_learner`)."""
     process_key = (type(learner), key)  # the class itself: same-named classes differ
-    with _process_lock(process_key):
-        entry = _cache.get(process_key)
+    entry = _cached_hit(process_key)
+    while entry is None:
+        mine = _become_learner(process_key, sys._getframe())
+        if mine is not None:
+            break
+        entry = _cached_hit(process_key)
+    else:
+        return entry
+    try:
+        entry = _cached_hit(process_key)  # stored between the check and the holding
         if entry is not None:
-            _cache.move_to_end(process_key)
-            _cache_stats["hits"] += 1
             return entry
         _cache_stats["misses"] += 1
         memory = _check_memory(memory)
@@ -286,12 +359,22 @@ def _cached_entry(learner, key, fit, memory):
                     cached.check_call_in_cache(key, fit)
                 kernel, objects = cached(key, fit)
         entry = _Entry(_frozen(np.asarray(kernel, dtype=float)), _frozen(np.asarray(objects)))
-        with _locks_guard:
-            _cache[process_key] = entry
-            total = sum(_entry_bytes(kept) for kept in _cache.values())
-            while total > CACHE_BYTES and len(_cache) > 1:
-                total -= _entry_bytes(_cache.popitem(last=False)[1])
-    return entry
+        _store(process_key, entry)
+        return entry
+    finally:
+        _release_learner(process_key, mine)
+
+
+def _store(key, entry):
+    """Cache ``entry``, then drop the least recently used entries beyond
+    :data:`CACHE_BYTES` (single dictionary operations: no lock)."""
+    _cache[key] = entry
+    total = sum(_entry_bytes(kept) for kept in list(_cache.values()))
+    while total > CACHE_BYTES and len(_cache) > 1:
+        try:
+            total -= _entry_bytes(_cache.popitem(last=False)[1])
+        except KeyError:  # emptied meanwhile
+            break
 
 
 def _fitted_entry(learner, pairs, targets):
