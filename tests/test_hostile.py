@@ -1243,3 +1243,11 @@ def test_regression_float_index_below_the_int64_range():
     model = MEGKernelRegressor(solver="online", n_objects=2).fit([[0, 1]], [0.0])
     with pytest.raises(ValueError, match="negative object index"):
         model.predict(pd.DataFrame([[-9.223372036854777e18, -9.223372036854777e18]]))
+
+
+def test_regression_meg_general_zero_instance_with_a_huge_rate():
+    """A zero instance leaves the state unchanged whatever the rate (its step
+    bound is vacuous: eta * 0): no overflow of eta * (yhat - y)."""
+    kernel, log = meg_general([np.zeros((1, 1))], [1.6641442146124838e16], prior=[[1.0]],
+                              learning_rate=5.401254047206872e291, trace=1.0)
+    assert np.array_equal(kernel, [[1.0]]) and log["predictions"].tolist() == [0.0]

@@ -144,6 +144,8 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
     for t, X in enumerate(instances):
         W = state.matrix()
         predictions[t] = trace * np.sum(W * X)
+        if not np.any(X):  # a zero instance changes nothing (and its step is unbounded)
+            continue
         scale = -2.0 * learning_rate * (predictions[t] - y[t]) / trace
         state.add_symmetric(X, scale)
     losses = (predictions - y) ** 2
