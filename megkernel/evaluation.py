@@ -20,6 +20,7 @@ from sklearn.model_selection import ShuffleSplit, cross_val_score
 from sklearn.utils._param_validation import Interval, validate_params
 
 from ._numerics.spectral import check_symmetric
+from ._pair_estimator import check_class_labels
 from .neighbors import KernelKNeighborsClassifier
 
 __all__ = ["KNNErrorResult", "nearest_neighbor_error", "make_knn_kernel_scorer"]
@@ -91,7 +92,7 @@ def nearest_neighbor_error(K, labels, *, n_splits=10, test_size=0.5,
         Per-split errors, their mean and standard deviation.
     """
     K = check_symmetric(K, name="K")
-    labels = np.asarray(labels)
+    labels = np.asarray(check_class_labels(labels, name="labels"))
     if labels.shape != (len(K),):
         raise ValueError(f"Found input variables with inconsistent numbers of samples: "
                          f"labels must have shape ({len(K)},), one per object of K, "

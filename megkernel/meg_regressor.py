@@ -15,11 +15,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import METHOD_CONSTRAINT, run_pair_trials, select
+from ._numerics.limits import MAX_SCALE, MIN_SCALE
 from ._numerics.validation import (
     MAX_STEP,
     check_meg_step,
+    check_n_trials,
     check_pair_indices,
     check_squared_distances,
+    check_trace,
 )
 from ._pair_estimator import (
     KernelViewsMixin,
@@ -86,6 +89,22 @@ def auto_trace(state, pairs, y):
         raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
                          "large for double precision at this number of objects.")
     return float(trace)
+
+
+def _check_batch_units(y, unit, what):
+    """Refuse targets whose squared errors in the batch fit's units (``unit``:
+    the targets' mean, then the trace) leave double precision."""
+    if not (np.isfinite(unit) and MIN_SCALE <= unit <= MAX_SCALE):
+        raise ValueError(
+            f"{what[0].upper() + what[1:]} is {unit:.4g}, outside [{MIN_SCALE:g}, "
+            f"{MAX_SCALE:g}] where squared distances and their squared errors stay in "
+            "double precision: give the targets in other units.")
+    largest = float(np.max(y, initial=0.0))
+    if largest > MAX_SCALE * unit:
+        raise ValueError(
+            f"y reaches {largest:.4g}, more than {MAX_SCALE:g} times {what} "
+            f"({unit:.4g}): its squared error leaves double precision. Check the units "
+            "of the targets (and of the trace).")
 
 
 def _r2(loss, z):
@@ -411,9 +430,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     def _fit_online(self, X, y):
         start = self._start(X, y)
+        # losses_ keeps each trial's loss; each epoch's order is drawn when it starts
+        check_n_trials(self.n_epochs, len(start.y), bytes_per_trial=8,
+                       record="its on-line loss in losses_")
         rng = check_random_state(self.random_state)
-        orders = [rng.permutation(len(start.y)) if self.shuffle
-                  else np.arange(len(start.y)) for _ in range(self.n_epochs)]
+        orders = (rng.permutation(len(start.y)) if self.shuffle
+                  else np.arange(len(start.y)) for _ in range(self.n_epochs))
         prior = start.state.copy()
         losses = [self._run(start.state, start.pairs[order], start.y[order],
                             start.learning_rate, start.trace, epoch=epoch,
@@ -462,8 +484,11 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         a_val, b_val = pairs[held].T if held is not None else (a[:0], b[:0])
         # work in units of the targets' mean (the result does not depend on them)
         moving = a != b
-        unit = float(np.mean(y[train][moving])) if moving.any() else 0.0
+        with np.errstate(over="ignore"):  # a mean beyond the float range: refused below
+            unit = float(np.mean(y[train][moving])) if moving.any() else 0.0
         unit = unit if unit > 0 else 1.0
+        _check_batch_units(y, unit, "the mean target of the training pairs of distinct "
+                           "objects")
         y_train = y[train] / unit
         y_val = y[held] / unit if held is not None else np.zeros(0)
         prior_rank = prior_imputations = None
@@ -474,9 +499,13 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             prior_imputations = prior.imputations
         else:
             trace = auto_trace(state, pairs[train], y_train)
+        # the on-line fit's range of traces, [1e-100, 1e100], and targets in its reach
         if self.trace != "auto":
-            trace = float(self.trace) / unit
-            _warn_unreachable(pairs, y / unit, trace)
+            trace = check_trace(self.trace) / unit
+            _warn_unreachable(pairs, y, float(self.trace))
+            _check_batch_units(y, float(self.trace), "the trace")
+        else:
+            check_trace(trace * unit)
         train_loss = PairLoss(state, a, b, y_train / trace)
         validation = PairLoss(state, a_val, b_val, y_val / trace) if held is not None else None
         learning_rate = ("auto" if self.learning_rate == "auto"

@@ -1151,9 +1151,6 @@ def test_regression_no_pairs_to_fit_are_named_as_such():
         check_pair_indices([[0, 1, 2]], 4, min_pairs=1)  # a wrong shape stays that
 
 
-@pytest.mark.xfail("min_pairs=1" not in __import__("inspect").getsource(
-                       MEGMetric.fit_pairs),
-                   reason="patch to metric/_base.py reported (issue 22)", run=False)
 @pytest.mark.parametrize("cls", [MEGMetric, DefiniteBoostMetric])
 @pytest.mark.parametrize("empty", [[], np.zeros((0, 2), dtype=int)], ids=["[]", "(0, 2)"])
 def test_regression_fit_pairs_without_pairs(cls, empty):

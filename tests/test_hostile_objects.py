@@ -18,12 +18,10 @@ trace it reports); a failed call leaves a fitted model byte-identical; no
 RuntimeWarning from megkernel (an error under the project's pytest
 configuration); every call under the time limit.
 
-The batch fit's known failures (issue 22's audit, reported to the owner of
-``meg_regressor.py`` with a proposed rule: its unit, the mean target, and a
-fixed trace in [1e-100, 1e100], no target beyond 1e100 times either) are
-reproduced below as strict xfails, and the property skips those inputs
-(:func:`_outside_the_batch_units`) until they are fixed (an xfail that
-passes fails the run: then remove the skip too).
+The batch fit's units follow the on-line fit's rule: its unit (the mean
+target of the pairs of distinct objects) and a fixed trace lie in
+[1e-100, 1e100], and no target exceeds 1e100 times either; the regression
+tests at the end reproduce what the audit found before that rule.
 """
 
 from __future__ import annotations
@@ -296,7 +294,6 @@ def test_kernel_distances_learned_kernel(data):
     else:
         model = MEGKernelRegressor(solver=learner, max_iter=20)
         targets = targets_for(data.draw, len(pairs))
-    assume(learner != "batch" or not _outside_the_batch_units(raw_pairs, targets, {}))
     step = KernelDistances(learner=model, pairs=pairs, targets=targets)
     fit_ids = pick(data.draw, ids, label="fit ids")
     with warnings.catch_warnings():
@@ -409,7 +406,7 @@ def test_metric_pair_input(data):
 # -- the batch MEGKernelRegressor.fit ----------------------------------------------------------
 
 #: Target scales, across the float range (those outside the batch fit's
-#: units are skipped until the reported failures are fixed: see the xfails).
+#: units must be refused with a message).
 BATCH_SCALES = [0.0, 5e-324, 1e-300, 1e-150, 1e-12, 1e-3, 1.0, 1e3, 1e12, 1e100, 1e150,
                 1e300, 1.7e308]
 
@@ -438,7 +435,6 @@ def test_meg_regressor_batch(data):
     }), label="params")
     if params.get("squared") is False and kind == "scaled":
         y = np.sqrt(y)  # distances whose squares are the scaled targets
-    assume(not _outside_the_batch_units(pairs, y, params))  # reported: the xfails below
     model = MEGKernelRegressor(random_state=0, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -466,33 +462,6 @@ def _same(a, b):
         return False
 
 
-def _outside_the_batch_units(pairs, y, params):
-    """Whether ``(pairs, y)`` with ``params`` falls where the batch fit fails
-    today (reported; the audit's proposed rule refuses it): its unit, the
-    mean target of the pairs of distinct objects (1 without any), outside
-    [1e-100, 1e100]; a target more than 1e100 times that unit (self-pairs);
-    a fixed trace outside [1e-100, 1e100] or 1e100 times below a target."""
-    try:
-        table = (np.asarray(pairs, dtype=object) if isinstance(pairs, np.ndarray)
-                 else pd.DataFrame(pairs).to_numpy(dtype=object))
-        y = np.asarray(y, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    if table.ndim != 2 or table.shape[1:] != (2,) or y.shape != (len(table),) or not len(y):
-        return False
-    moving = ~np.array([_same(a, b) for a, b in table], dtype=bool)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN targets
-        y = y if params.get("squared", True) else y * y
-        unit = float(np.mean(y[moving])) if moving.any() else 0.0
-        unit = unit if unit > 0 else 1.0
-        largest = float(np.nanmax(y))
-        trace = params.get("trace")
-        return bool(not 1e-100 <= unit <= 1e100 or largest > 1e100 * unit
-                    or (trace is not None and (not 1e-100 <= trace <= 1e100
-                                               or largest > 1e100 * trace)))
-
-
 def _batch_fit(y, **params):
     rng = np.random.default_rng(0)
     F = rng.normal(size=(8, 3))
@@ -511,10 +480,6 @@ def _batch_fit(y, **params):
     assert_kernel(model.kernel_, model.trace_)
 
 
-_REPORTED = "batch-fit failure reported to meg_regressor.py's owner (issue 22 audit)"
-
-
-@pytest.mark.xfail(strict=True, reason=_REPORTED)
 @pytest.mark.parametrize("y, params", [
     pytest.param(lambda t: t / t.max() * 1.7e308, {}, id="targets near the float maximum"),
     pytest.param(lambda t: np.sqrt(t / t.max()) * 1.3e154, {"squared": False},
@@ -531,7 +496,6 @@ def test_regression_batch_fit_is_sound_at_the_edges_of_the_float_range(y, params
     _batch_fit(y, **params)
 
 
-@pytest.mark.xfail(strict=True, reason=_REPORTED, raises=RuntimeWarning)
 def test_regression_batch_fit_with_a_self_pair_far_above_the_other_targets():
     """Found by test_meg_regressor_batch: the fit's unit is the mean target of
     the pairs of distinct objects (3.2e-276 here), and the self-pair's target
@@ -539,14 +503,15 @@ def test_regression_batch_fit_with_a_self_pair_far_above_the_other_targets():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("error", RuntimeWarning)
-        MEGKernelRegressor().fit([[0, 1], [1, 1]], [3.21696913e-276, 1.0])
+        with pytest.raises(ValueError, match=r"3\.217e-276, outside \[1e-100, 1e\+100\]"):
+            MEGKernelRegressor().fit([[0, 1], [1, 1]], [3.21696913e-276, 1.0])
 
 
-@pytest.mark.xfail(strict=True, reason=_REPORTED, raises=RuntimeWarning)
 def test_regression_batch_fit_of_self_pairs_only_with_a_huge_target():
     """Found by test_meg_regressor_batch: no pair of distinct objects, so the
     unit is 1, and 1e300 is squared."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("error", RuntimeWarning)
-        MEGKernelRegressor().fit([[0, 0]], [1e300])
+        with pytest.raises(ValueError, match="y reaches 1e\\+300, more than 1e\\+100 times"):
+            MEGKernelRegressor().fit([[0, 0]], [1e300])

@@ -7,7 +7,6 @@ into strings) and a missing id are refused, naming where; ``objects_`` is
 the model's own read-only copy.
 """
 
-import inspect
 import pickle
 import warnings
 
@@ -24,7 +23,6 @@ from megkernel import (
     draw_pairs,
     nearest_neighbor_error,
 )
-from megkernel.metric._base import _FeatureMetric
 
 ESTIMATORS = [
     pytest.param(lambda **p: MEGKernelRegressor(solver="online", **p), [0.1, 0.2, 0.3], id="MEG"),
@@ -157,29 +155,17 @@ LABEL_CONTAINERS = {
 }
 
 
-def _landed(function, marker):
-    return marker in inspect.getsource(function)
-
-
 def _label_fits():
     K = np.eye(6) + 0.1
     X = np.random.default_rng(0).normal(size=(6, 2))
     yield pytest.param(lambda y: KernelKNeighborsClassifier().fit(K, y), id="k-NN")
-    pending = pytest.mark.xfail(not _landed(_FeatureMetric.fit, "check_class_labels"),
-                                reason="patch to metric/_base.py reported (issue 22)",
-                                run=False)
-    yield pytest.param(lambda y: MEGMetric(random_state=0).fit(X, y), id="MEGMetric",
-                       marks=pending)
+    yield pytest.param(lambda y: MEGMetric(random_state=0).fit(X, y), id="MEGMetric")
     yield pytest.param(lambda y: DefiniteBoostMetric(random_state=0, max_iter=5).fit(X, y),
-                       id="DefiniteBoostMetric", marks=pending)
-    yield pytest.param(lambda y: draw_pairs(y, 4, random_state=0), id="draw_pairs",
-                       marks=pending)
+                       id="DefiniteBoostMetric")
+    yield pytest.param(lambda y: draw_pairs(y, 4, random_state=0), id="draw_pairs")
     yield pytest.param(
         lambda y: nearest_neighbor_error(K, y, n_splits=2, random_state=0),
-        id="nearest_neighbor_error",
-        marks=pytest.mark.xfail(
-            not _landed(nearest_neighbor_error, "check_class_labels"),
-            reason="patch to evaluation.py reported (issue 22)", run=False))
+        id="nearest_neighbor_error")
 
 
 @pytest.mark.parametrize("fit", list(_label_fits()))

@@ -17,13 +17,6 @@ _FITTING = {"fit", "partial_fit", "fit_transform", "fit_predict", "fit_pairs",
             "fit_pair_constraints", "get_params", "get_metadata_routing",
             "set_output"}
 
-#: Reported to the metric module's owner (issue 22): these read
-#: ``threshold_`` before checking the fit.
-_KNOWN = {("DefiniteBoostPairMetric", name) for name in ("decision_function", "predict",
-                                                         "score")}
-_KNOWN |= {("MEGPairMetric", name) for _, name in _KNOWN}
-
-
 def _estimators():
     for name in sorted(megkernel.__all__):
         cls = getattr(megkernel, name)
@@ -38,10 +31,7 @@ def _members():
                 continue
             member = inspect.getattr_static(cls, attr)
             if isinstance(member, property) or callable(member):
-                marks = ([pytest.mark.xfail(reason="reported to the metric module's owner",
-                                            raises=AttributeError, strict=False)]
-                         if (name, attr) in _KNOWN else [])
-                yield pytest.param(cls, attr, id=f"{name}.{attr}", marks=marks)
+                yield pytest.param(cls, attr, id=f"{name}.{attr}")
 
 
 _INPUTS = [np.array([[0, 1], [1, 2], [2, 0]]),

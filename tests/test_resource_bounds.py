@@ -3,7 +3,6 @@ work or memory (n_objects, n_epochs, n_constraints, n_folds, declared ids)
 is checked against what it implies before anything is allocated or run,
 with the number in the message."""
 
-import inspect
 import pickle
 import tracemalloc
 
@@ -20,7 +19,6 @@ from megkernel import (
     draw_pairs,
     meg,
 )
-from megkernel.metric._training_length import validation_folds
 
 HUGE = 10**8  # a dense model would be 10^8 x 10^8 (71 PiB)
 
@@ -110,15 +108,6 @@ def test_a_pair_table_over_more_declared_ids_than_dense_mode_holds_is_refused():
     assert peak < 500 * 2**20, peak  # the ids themselves, no d x d matrix
 
 
-# Reported patches to other sessions' files (the exact diffs are in the issue
-# 22 audit report); these tests run once they land.
-
-def _landed(function, marker):
-    return marker in inspect.getsource(function)
-
-
-@pytest.mark.xfail(not _landed(MEGKernelRegressor._fit_online, "check_n_trials"),
-                   reason="patch to meg_regressor.py reported (issue 22)", run=False)
 def test_on_line_fit_refuses_n_epochs_beyond_the_limit_before_any_trial():
     model = MEGKernelRegressor(solver="online", n_epochs=10**20)
     with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over 2 pairs"):
@@ -127,16 +116,12 @@ def test_on_line_fit_refuses_n_epochs_beyond_the_limit_before_any_trial():
         MEGKernelRegressor(solver="online", n_epochs=10**9).fit([[0, 1], [1, 2]], [0.1, 0.2])
 
 
-@pytest.mark.xfail(not _landed(MEGMetric._learn, "check_n_trials"),
-                   reason="patch to metric/meg.py reported (issue 22)", run=False)
 def test_meg_metric_refuses_n_epochs_beyond_the_limit():
     X = np.random.default_rng(0).normal(size=(6, 2))
     with pytest.raises(ValueError, match=r"n_epochs=1e\+20 passes over"):
         MEGMetric(n_epochs=10**20, random_state=0).fit(X, [0, 0, 0, 1, 1, 1])
 
 
-@pytest.mark.xfail(not _landed(draw_pairs, "_all_pairs"),
-                   reason="patch to metric/_base.py reported (issue 22)", run=False)
 @pytest.mark.parametrize("learner", [MEGMetric, DefiniteBoostMetric, None])
 def test_n_constraints_beyond_the_possible_pairs_takes_them_all(learner):
     """6 points in 2 classes have 6 similar and 9 dissimilar pairs: asking for
@@ -158,9 +143,6 @@ def test_n_constraints_beyond_the_possible_pairs_takes_them_all(learner):
     assert np.count_nonzero(signs > 0) == 6
 
 
-@pytest.mark.xfail(not _landed(validation_folds, "exceeds the"),
-                   reason="patch to metric/_training_length.py reported (issue 22)",
-                   run=False)
 @pytest.mark.parametrize("learner", [MEGMetric, DefiniteBoostMetric])
 def test_more_folds_than_training_points_are_refused(learner):
     X = np.random.default_rng(0).normal(size=(6, 2))

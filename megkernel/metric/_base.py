@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._engines import UPDATE_METHOD_CONSTRAINT
 from .._numerics.limits import MAX_TRACE, MIN_TRACE
 from .._numerics.validation import check_pair_indices
-from .._pair_estimator import transactional
+from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
 from .._solvers.definiteboost import check_pair_signs
 from .._warnings import warn_user
@@ -47,7 +47,10 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
     As metric-learn's ``*_Supervised`` learners: an anchor drawn uniformly,
     its partner uniformly among the other points of its class (similar) or
     of the other classes (dissimilar); repeated pairs are redrawn, at most
-    ``max_rounds`` times.
+    ``max_rounds`` times. A kind with no more distinct pairs than
+    ``n_constraints`` gives all of them, in random order (a warning says so
+    when they are fewer), so a large ``n_constraints`` costs no more than
+    all the pairs.
 
     Parameters
     ----------
@@ -64,10 +67,25 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
     pair_labels : ndarray of shape (n_pairs,)
         ``+1`` similar, ``-1`` dissimilar.
     """
-    labels = np.asarray(labels)
+    labels = np.asarray(check_class_labels(labels, name="labels"))
     rng = check_random_state(random_state)
+    _, codes = np.unique(labels, return_inverse=True)
+    codes = codes.ravel()
+    counts = np.bincount(codes)
+    n_similar = int(np.sum(counts * (counts - 1) // 2))
+    possible = {True: n_similar, False: len(codes) * (len(codes) - 1) // 2 - n_similar}
     kinds = []
     for same in (True, False):
+        kind = "similar" if same else "dissimilar"
+        if n_constraints >= possible[same]:  # all of them: no redraws of pairs that do not exist
+            pairs = _all_pairs(codes, same)[rng.permutation(possible[same])]
+            flip = rng.randint(2, size=len(pairs)).astype(bool)
+            pairs[flip] = pairs[flip, ::-1]
+            if possible[same] < n_constraints:
+                warn_user(f"Only {possible[same]} distinct {kind} pairs exist (asked for "
+                          f"{n_constraints}); using all of them.", UserWarning)
+            kinds.append(pairs)
+            continue
         found = {}
         for _ in range(max_rounds):
             missing = n_constraints - len(found)
@@ -80,7 +98,6 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
                 if choices.size:
                     b = int(choices[rng.randint(choices.size)])
                     found.setdefault((min(a, b), max(a, b)), (a, b))
-        kind = "similar" if same else "dissimilar"
         if len(found) < n_constraints:
             warn_user(f"Only {len(found)} distinct {kind} pairs could be drawn "
                       f"(asked for {n_constraints}).", UserWarning)
@@ -88,6 +105,20 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
                      [:n_constraints])
     pair_labels = np.r_[np.ones(len(kinds[0]), int), -np.ones(len(kinds[1]), int)]
     return np.vstack(kinds), pair_labels
+
+
+def _all_pairs(codes, same):
+    """Every pair ``(a, b)``, ``a < b``, of points of one class (``same``) or of
+    two classes, as an array of shape (n_pairs, 2) (their number, not n^2, of
+    memory)."""
+    members = [np.flatnonzero(codes == c) for c in range(codes.max(initial=-1) + 1)]
+    blocks = []
+    for c, own in enumerate(members):
+        partners = own if same else np.flatnonzero(codes > c)
+        a, b = np.meshgrid(own, partners, indexing="ij")
+        keep = a < b if same else np.ones(a.shape, dtype=bool)  # classes: distinct points
+        blocks.append(np.sort(np.column_stack([a[keep], b[keep]]), axis=1))
+    return np.vstack(blocks + [np.zeros((0, 2), dtype=np.intp)]).astype(np.intp)
 
 
 class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -122,6 +153,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         self : object
         """
+        check_class_labels(y)  # a missing label or a mix of kinds, named
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=float)
         check_classification_targets(y)
         n_classes = np.unique(y).size
@@ -151,7 +183,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self : object
         """
         X = validate_data(self, X, ensure_min_samples=2, dtype=float)
-        pairs = check_pair_indices(pairs, len(X), name="pairs")
+        pairs = check_pair_indices(pairs, len(X), name="pairs", min_pairs=1)
         # one check of pair labels for fit, fit_pairs and partial_fit
         pair_labels = check_pair_signs(pair_labels, pairs, name="pair_labels")
         return self._fit_pairs(X, pairs, pair_labels.astype(int))

@@ -208,6 +208,9 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
     masks : list of ndarray of bool
     n_repeats : int
     """
+    if n_folds > n_objects:  # before any mask: n_folds=10**9 would fill the memory
+        raise ValueError(f"n_folds={n_folds} exceeds the {n_objects} training points: "
+                         f"every fold holds out at least one; use at most {n_objects}.")
     items = int(np.sum(labels >= 0)) if labels is not None else len(pairs)
     n_repeats = int(np.clip(np.ceil(min_items / max(items, 1)), 1, _MAX_REPEATS))
     masks = []

@@ -19,6 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
+from .._numerics.validation import check_n_trials
 from .._pair_estimator import transactional
 from .._progress import detail as progress_detail
 from .._solvers.metric_meg import (
@@ -281,6 +282,7 @@ class MEGMetric(_FeatureMetric):
                 n_folds=self.n_folds, max_epochs=self.max_iter)
         else:
             epochs = float(self.n_epochs)
+            check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
         exponent = MetricExponent.from_prior(prior)
         run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
                     n_seen=0, n_more=int(round(epochs * len(diffs))),
