@@ -117,10 +117,16 @@ SWEEP = textwrap.dedent("""
 
 
 CACHE_SWEEP = textwrap.dedent("""
-    import json, shutil, sys, tempfile, threading, warnings
+    import json, os, shutil, sys, tempfile, threading, warnings
     import numpy as np
     from megkernel import KernelDistances, MEGKernelRegressor
     from megkernel import objects
+
+    # objects.py and its private modules (the cache, streams, the user's inputs)
+    PACKAGE = os.path.dirname(objects.__file__)
+    FILES = {os.path.join(PACKAGE, name) for name in os.listdir(PACKAGE)
+             if name == "objects.py" or (name.startswith("_objects_")
+                                         and name.endswith(".py"))}
 
     warnings.simplefilter("ignore")
     ids = ["a", "b", "c", "d", "e"]
@@ -144,7 +150,7 @@ CACHE_SWEEP = textwrap.dedent("""
             return local
 
         sys.settrace(lambda frame, event, arg: local
-                     if frame.f_code.co_filename == objects.__file__ else None)
+                     if frame.f_code.co_filename in FILES else None)
         try:
             step.fit(ids[1:])
             interrupted = False
@@ -168,7 +174,8 @@ CACHE_SWEEP = textwrap.dedent("""
             failures.append(f"another kernel after line event {target}")
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
-    print(json.dumps({"points": points, "failures": failures}))
+    print(json.dumps({"points": points, "failures": failures,
+                      "files": sorted(os.path.basename(name) for name in FILES)}))
 """)
 
 
@@ -180,7 +187,9 @@ def test_an_interrupt_at_every_line_of_the_kernel_cache_leaves_no_lock_held(memo
     The cache now holds no lock while it learns (``_become_learner``); here
     an interrupt at each line event of ``megkernel/objects.py``, with the
     interrupted frames kept alive, then the same fit in another thread (which
-    must neither wait nor get another kernel) and in this one."""
+    must neither wait nor get another kernel) and in this one. The sweep
+    covers ``objects.py`` and its private modules ``_objects_*.py`` (the
+    cache lives in ``_objects_cache.py``)."""
     try:
         result = subprocess.run([sys.executable, "-c", CACHE_SWEEP, memory],
                                 capture_output=True, text=True, timeout=900)
@@ -188,6 +197,7 @@ def test_an_interrupt_at_every_line_of_the_kernel_cache_leaves_no_lock_held(memo
         pytest.fail("a fit after an injected interrupt waited forever (a lock left held)")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
+    assert "_objects_cache.py" in report["files"], report
     assert report["points"] >= 100, report  # the sweep reached the cache
     assert not report["failures"], report
 

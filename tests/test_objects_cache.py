@@ -247,10 +247,10 @@ def test_a_worker_process_without_memory_says_it_learns_again(tmp_path, monkeypa
     import multiprocessing
     import warnings
 
-    import megkernel.objects as objects
+    from megkernel import _objects_cache
 
     clear_cache()
-    monkeypatch.setattr(objects, "_warned_in_worker", [])
+    monkeypatch.setattr(_objects_cache, "_warned_in_worker", [])
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
     with pytest.warns(UserWarning, match="worker process without memory.*memory="):
         _step().fit(np.arange(D))
@@ -258,7 +258,7 @@ def test_a_worker_process_without_memory_says_it_learns_again(tmp_path, monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _step().fit(np.arange(D))                 # once per process
-        monkeypatch.setattr(objects, "_warned_in_worker", [])
+        monkeypatch.setattr(_objects_cache, "_warned_in_worker", [])
         clear_cache()
         _step(memory=tmp_path).fit(np.arange(D))  # with memory: nothing to say
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
@@ -271,7 +271,7 @@ def test_a_worker_process_without_memory_says_it_learns_again(tmp_path, monkeypa
 def test_the_key_reads_content_fast_and_keeps_types():
     import pandas as pd
 
-    from megkernel.objects import _key
+    from megkernel._objects_cache import _key
 
     clear_cache()
     pairs, y = _side()

@@ -1,0 +1,243 @@
+"""What the user gives :class:`~megkernel.KernelDistances`: ids, distances, a kernel.
+
+Object ids from ``X``; the user's own distances, a matrix or a pair table,
+validated into a matrix with NaN where a distance is missing (returned as
+:data:`MISSING_DISTANCE`); and the power-of-four scale at which a fixed
+kernel's distances are computed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._numerics.limits import MAX_DENSE_OBJECTS
+from ._numerics.spectral import induced_sq_distances
+from ._numerics.validation import check_pair_indices
+from ._pair_estimator import (
+    MAX_INFERRED_OBJECTS,
+    ObjectIndex,
+    _as_index_array,
+    _categories,
+    check_id_kinds,
+)
+from .neighbors import _power_of_four_scale, _warn_if_not_psd
+
+_UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
+                 "listing every object, or a kernel over all of them.")
+_UNKNOWN_HINT_GIVEN = ("The distances cover objects_ only: give objects=[...] listing "
+                       "every object (pairs nobody measured stay missing).")
+
+#: What :meth:`KernelDistances.transform` returns for a pair whose distance is
+#: missing. Finite (scikit-learn's ``metric="precomputed"`` refuses ``inf``),
+#: beyond any distance a user gives (larger ones are refused), and small
+#: enough that sums of many of them, and its reciprocal (the weight of
+#: ``weights="distance"``), stay normal doubles.
+MISSING_DISTANCE = 1e300
+
+
+def _shown(value):
+    """An id as users wrote it (``0``, not ``np.int64(0)``) for messages."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _as_float(values, name):
+    try:
+        return np.array(values, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold numbers (NaN for a missing distance).") from None
+
+
+def _checked_distances(matrix, observed, objects, name, what):
+    """Refuse negative or infinite distances and non-zero self-distances."""
+    if np.isinf(matrix).any():
+        raise ValueError(f"{name} holds infinite {what}; mark a missing distance "
+                         "with NaN.")
+    negative = observed & (np.nan_to_num(matrix, nan=0.0) < 0)
+    if negative.any():
+        i, j = np.argwhere(negative)[0]
+        raise ValueError(f"{name} holds a negative {what[:-1]} ({matrix[i, j]:.6g}, "
+                         f"between {_shown(objects[i])!r} and {_shown(objects[j])!r}).")
+    diagonal = np.diag(matrix)
+    self_distance = ~np.isnan(diagonal) & (diagonal != 0)
+    if self_distance.any():
+        i = int(np.argmax(self_distance))
+        raise ValueError(f"{name} gives {_shown(objects[i])!r} a distance {diagonal[i]:.6g} to "
+                         "itself; an object's distance to itself is 0.")
+
+
+def _given_matrix(distances, objects):
+    """The user's distance matrix, validated: (matrix with NaN where missing and
+    a zero diagonal, its objects)."""
+    if isinstance(distances, pd.DataFrame):
+        rows, columns = distances.index, distances.columns
+        if objects is not None and not np.array_equal(
+                np.asarray(objects, dtype=object), rows.to_numpy(dtype=object)):
+            raise ValueError("distances is a DataFrame: its index names the objects; "
+                             "leave objects=None (or give the same ids in that order).")
+        ObjectIndex(rows.to_numpy(), name="distances.index")
+        ObjectIndex(columns.to_numpy(), name="distances.columns")
+        if len(rows) != len(columns) or not rows.isin(columns).all():
+            unmatched = next(iter(set(rows.tolist()) ^ set(columns.tolist())), None)
+            raise ValueError(
+                "distances must have the same ids as its index and its columns; "
+                f"{unmatched!r} is in one and not the other.")
+        objects = rows.to_numpy()
+        distances = distances.loc[:, rows]
+    matrix = _as_float(distances, "distances")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"distances must be a square matrix (objects x objects), got "
+                         f"shape {matrix.shape}; give a table of pairs as pairs=(its two "
+                         "id columns) and targets=(its distances).")
+    objects = (np.arange(len(matrix)) if objects is None
+               else np.asarray(objects) if isinstance(objects, np.ndarray)
+               else np.asarray(objects, dtype=object))
+    if objects.shape != (len(matrix),):
+        raise ValueError(f"objects has {len(objects)} ids for distances between "
+                         f"{len(matrix)} objects.")
+    ObjectIndex(objects)  # distinct, at least 2
+    observed = ~np.isnan(matrix)
+    _checked_distances(matrix, observed, objects, "distances", "distances")
+    both = observed & observed.T
+    scale = np.abs(matrix[observed]).max(initial=0.0)
+    asymmetric = both & (np.abs(matrix - matrix.T) > 1e-10 * scale)
+    if asymmetric.any():
+        i, j = np.argwhere(asymmetric)[0]
+        raise ValueError(
+            f"distances is not symmetric: distances[{_shown(objects[i])!r}, "
+            f"{_shown(objects[j])!r}] = {matrix[i, j]:.6g} but distances"
+            f"[{_shown(objects[j])!r}, {_shown(objects[i])!r}] = "
+            f"{matrix[j, i]:.6g} (give one of the two, NaN for the other, or their mean).")
+    matrix = np.where(both, 0.5 * (matrix + matrix.T), np.where(observed, matrix, matrix.T))
+    np.fill_diagonal(matrix, 0.0)
+    return matrix, objects
+
+
+def _pair_values(pairs, name="pairs"):
+    values = np.asarray(pairs)
+    if values.ndim != 2 or values.shape[1] != 2 or len(values) == 0:
+        raise ValueError(f"{name} must be a table of object pairs of shape (n_pairs, 2), "
+                         f"got shape {values.shape}.")
+    return values
+
+
+def _pair_index(pairs, values, objects):
+    """Rows of the pairs and the objects, by the learners' rules: declared ids,
+    integer indices ``0..max``, or the distinct ids (sorted)."""
+    if objects is not None:
+        index = ObjectIndex(objects)
+        return index.rows(values, name="pairs", hint=_UNKNOWN_HINT_GIVEN), index.objects
+    numbers = _as_index_array(values)
+    if numbers is None:
+        try:
+            index = ObjectIndex.from_pairs(values, _categories(pairs))
+        except ValueError:
+            check_id_kinds(pairs, name="pairs")  # a missing id: named by its row and column
+            raise
+        return index.rows(values, name="pairs"), index.objects
+    rows = check_pair_indices(numbers, name="pairs")
+    n_objects = max(int(rows.max()) + 1, 2)
+    if n_objects > MAX_INFERRED_OBJECTS:
+        raise ValueError(f"The pairs name object index {n_objects - 1}: give objects=[...] "
+                         "to mean a matrix over that many objects.")
+    return rows, np.arange(n_objects)
+
+
+def _table_matrix(pairs, targets, objects):
+    """The user's pair table of distances as a matrix (NaN where missing;
+    repeated pairs, in either order, averaged)."""
+    values = _pair_values(pairs)
+    if targets is None:
+        raise ValueError("Observed distances without a learner need targets: the "
+                         "distance of each pair.")
+    y = _as_float(targets, "targets")
+    if y.shape != (len(values),):
+        raise ValueError(f"targets must have shape ({len(values)},) like pairs, got "
+                         f"{y.shape}.")
+    rows, objects = _pair_index(pairs, values, objects)
+    if np.isinf(y).any():
+        raise ValueError("targets holds infinite distances; mark a missing distance with "
+                         "NaN.")
+    known = ~np.isnan(y)
+    negative = known & (np.nan_to_num(y) < 0)
+    if negative.any():
+        t = int(np.argmax(negative))
+        raise ValueError(f"targets holds a negative distance ({y[t]:.6g}, for the pair "
+                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}).")
+    loop = known & (rows[:, 0] == rows[:, 1]) & (np.nan_to_num(y) != 0)
+    if loop.any():
+        t = int(np.argmax(loop))
+        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to itself; "
+                         "an object's distance to itself is 0.")
+    d = len(objects)
+    if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
+        raise ValueError(
+            f"The pair table names {d} objects: its distance matrix would take "
+            f"{d} x {d} doubles ({8 * float(d) ** 2 / 2**30:.3g} GiB); KernelDistances "
+            f"holds the user's distances for at most {MAX_DENSE_OBJECTS} objects "
+            "(MAX_DENSE_OBJECTS).")
+    a, b, y = rows[known, 0], rows[known, 1], y[known]
+    flat = np.concatenate([a * d + b, b * d + a])
+    sums = np.bincount(flat, np.concatenate([y, y]), minlength=d * d)
+    counts = np.bincount(flat, minlength=d * d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        matrix = (sums / counts).reshape(d, d)
+    np.fill_diagonal(matrix, 0.0)
+    return matrix, objects
+
+
+def _converted(block, given_squared, squared):
+    """Distances in the units asked for, missing ones as MISSING_DISTANCE."""
+    missing = np.isnan(block)
+    if given_squared and not squared:
+        np.sqrt(block, out=block)
+    elif squared and not given_squared:
+        np.square(block, out=block)
+    block[missing] = MISSING_DISTANCE
+    return block
+
+
+def _user_kernel_scale(kernel, *, squared, check_psd):
+    """The power of four the distances of ``kernel`` are computed at.
+
+    :mod:`megkernel.neighbors`' rule for kernels from the user: distances
+    computed on the kernel divided by a power of four near its largest entry
+    (exact), so that any finite kernel gives finite distances, and a kernel
+    that cannot be positive semidefinite named in a ``UserWarning``
+    (``check_psd``: the fixed kernel; learned ones are PSD by construction).
+    Squared distances beyond the float range are refused (``squared``).
+    """
+    scale = _power_of_four_scale(np.abs(kernel).max(initial=0.0))
+    if not (check_psd or squared):
+        return scale
+    unit = kernel / scale
+    sq_distances = induced_sq_distances(unit)
+    if check_psd:
+        _warn_if_not_psd(unit, np.diag(unit), sq_distances, name="The kernel")
+    largest = float(sq_distances.max(initial=0.0))
+    if squared and scale > 1.0 and largest > np.finfo(float).max / scale:
+        raise ValueError(
+            f"The kernel's largest squared distance, {largest:.6g} x {scale:.6g}, exceeds "
+            "the float range; use squared=False (the distances are finite) or scale the "
+            "kernel down.")
+    return scale
+
+
+def _ids(X):
+    """Object ids from ``X``: 1-D, a single column, or a Series / DataFrame; a
+    list of tuples is a list of tuple ids (numpy would split them into
+    columns: the same ids in an object array work)."""
+    if isinstance(X, (list, tuple)) and X and all(type(i) is tuple for i in X):
+        values = np.empty(len(X), dtype=object)
+        values[:] = list(X)
+        return values
+    values = np.array(X, dtype=object)
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError("X must hold one object id per row (a 1-D array or a single "
+                         f"column), got shape {values.shape}.")
+    if len(values) == 0:
+        raise ValueError("X holds no object ids.")
+    return values
+
