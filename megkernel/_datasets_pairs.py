@@ -103,7 +103,7 @@ def similar_pairs(K, gamma, *, shuffle=True, random_state=None):
     prefer_skip_nested_validation=True,
 )
 def similarity_threshold(K, fraction):
-    """The smallest ``gamma`` that makes a given fraction of pairs similar.
+    """Return the smallest ``gamma`` that makes a given fraction of pairs similar.
 
     The paper's ``gamma = 0.2 / d`` is tied to its gyrB kernel, where it
     admitted 980 of the 1326 pairs; other kernels have other distance scales

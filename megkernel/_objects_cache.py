@@ -49,8 +49,10 @@ _disk_handles = {}
 
 
 class _Holder(NamedTuple):
-    """The block learning a kernel: its thread and frame, and the event its
-    waiters wait on."""
+    """The block learning a kernel.
+
+    Its thread and frame, and the event its waiters wait on.
+    """
 
     thread: int
     frame: object
@@ -65,8 +67,11 @@ class _Entry(NamedTuple):
 
 
 def _read_only(array):
-    """A read-only view of ``array`` (made read-only): its holder cannot make
-    it writeable again (numpy refuses while the base is read-only)."""
+    """Return a read-only view of ``array``, made read-only itself.
+
+    The view's holder cannot make it writeable again (numpy refuses while the
+    base is read-only).
+    """
     if array.flags.writeable:
         array.setflags(write=False)
     view = array.view()
@@ -75,9 +80,11 @@ def _read_only(array):
 
 
 def _frozen(array):
-    """A read-only copy of ``array`` that nothing can make writeable again: its
-    memory is an immutable ``bytes`` object (ids of object dtype: a read-only
-    copy)."""
+    """Return a read-only copy of ``array`` that nothing can make writeable again.
+
+    Its memory is an immutable ``bytes`` object (ids of object dtype: a
+    read-only copy).
+    """
     array = np.ascontiguousarray(array)
     if array.dtype.hasobject:
         array = array.copy()
@@ -87,7 +94,7 @@ def _frozen(array):
 
 
 def cache_info():
-    """The learned-kernel cache of this process.
+    """Report on the learned-kernel cache of this process.
 
     Returns
     -------
@@ -113,9 +120,12 @@ def _entry_bytes(entry):
 
 
 def _pickle_digest(value):
-    """sha256 of ``value`` pickled without memo (``fast``): equal contents give
-    equal bytes whatever objects they share, in C speed (joblib's hasher walks
-    Python objects one by one: ~0.2 s for 8,000 string ids)."""
+    """Return the sha256 of ``value`` pickled without memo (``fast``).
+
+    Equal contents give equal bytes whatever objects they share, in C speed
+    (joblib's hasher walks Python objects one by one: ~0.2 s for 8,000
+    string ids).
+    """
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=4)
     pickler.fast = True
@@ -124,8 +134,11 @@ def _pickle_digest(value):
 
 
 def _canonical(value):
-    """``value`` with its object arrays, lists and pandas columns replaced by
-    digests of their content (types kept: the id ``1`` is not ``"1"``)."""
+    """Replace the object arrays, lists and pandas columns of ``value`` by digests.
+
+    The digests are of their content, types kept: the id ``1`` is not
+    ``"1"``.
+    """
     try:
         if isinstance(value, pd.DataFrame):
             return ("DataFrame", [(name, _canonical(value.iloc[:, i]))
@@ -145,8 +158,11 @@ def _canonical(value):
 
 
 def _key(learner, data):
-    """Everything that determines a learned kernel: the learner's module,
-    class and parameters (deep), this package's version, and the data."""
+    """Hash everything that determines a learned kernel.
+
+    That is the learner's module, class and parameters (deep), this
+    package's version, and the data.
+    """
     cls = type(learner)
     params = {name: _canonical(value) for name, value in learner.get_params(deep=True).items()}
     data = tuple(_canonical(item) for item in data)
@@ -165,14 +181,16 @@ def _check_memory(memory):
 
 @contextmanager
 def _disk_lock(memory, key):
-    """Hold an exclusive lock on ``key`` in ``memory``'s folder, so that
-    processes wanting the same kernel learn it once (the others wait, then
-    read it).
+    """Hold an exclusive lock on ``key`` in ``memory``'s folder.
+
+    So processes wanting the same kernel learn it once (the others wait,
+    then read it).
 
     Called by this process's one learner of ``key`` only (_become_learner),
     so a lock file of ``key`` still open here was left by an interrupted
     block: it is closed first (which releases its lock; flock locks of two
-    open files conflict even within one process)."""
+    open files conflict even within one process).
+    """
     location = getattr(memory, "location", None)
     if fcntl is None or not isinstance(location, (str, os.PathLike)):
         yield
@@ -204,8 +222,10 @@ _warned_in_worker = []
 
 
 def _warn_in_worker(learner):
-    """Once per worker process (loky, Dask, multiprocessing): without
-    ``memory`` each process learns every kernel it needs again."""
+    """Warn once per worker process (loky, Dask, multiprocessing) that learns.
+
+    Without ``memory`` each process learns every kernel it needs again.
+    """
     if _warned_in_worker or multiprocessing.parent_process() is None:
         return
     _warned_in_worker.append(True)
@@ -227,8 +247,9 @@ def _running(holder):
 
 
 def _become_learner(key, frame):
-    """Wait until ``key`` is cached (return None) or this block may learn it
-    (return its holder).
+    """Wait until ``key`` is cached or this block may learn it.
+
+    Return None when it is cached, else this block's holder.
 
     **The rule: nothing here can be left held by an exception** (issue 22,
     as for the BLAS pin): no lock is held while a kernel is learned. The
@@ -270,9 +291,12 @@ def _cached_hit(key):
 
 
 def _cached_entry(learner, key, fit, memory):
-    """The entry of ``key``: from this process's cache, else from the on-disk
-    ``memory``, else learned by ``fit()`` (and stored in both); one thread
-    learns it, the others wait (:func:`_become_learner`)."""
+    """Return the entry of ``key``, learning it if no cache holds it.
+
+    From this process's cache, else from the on-disk ``memory``, else
+    learned by ``fit()`` (and stored in both); one thread learns it, the
+    others wait (:func:`_become_learner`).
+    """
     process_key = (type(learner), key)  # the class itself: same-named classes differ
     entry = _cached_hit(process_key)
     while entry is None:
@@ -308,8 +332,11 @@ def _cached_entry(learner, key, fit, memory):
 
 
 def _store(key, entry):
-    """Cache ``entry``, then drop the least recently used entries beyond
-    :data:`CACHE_BYTES` (single dictionary operations: no lock)."""
+    """Cache ``entry``, then drop the least recently used entries beyond the budget.
+
+    The budget is :data:`CACHE_BYTES`; single dictionary operations, so no
+    lock.
+    """
     _cache[key] = entry
     total = sum(_entry_bytes(kept) for kept in list(_cache.values()))
     while total > CACHE_BYTES and len(_cache) > 1:

@@ -37,7 +37,7 @@ MISSING_DISTANCE = 1e300
 
 
 def _shown(value):
-    """An id as users wrote it (``0``, not ``np.int64(0)``) for messages."""
+    """Return an id as users wrote it (``0``, not ``np.int64(0)``) for messages."""
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -67,8 +67,11 @@ def _checked_distances(matrix, observed, objects, name, what):
 
 
 def _given_matrix(distances, objects):
-    """The user's distance matrix, validated: (matrix with NaN where missing and
-    a zero diagonal, its objects)."""
+    """Validate the user's distance matrix.
+
+    Return the matrix, with NaN where missing and a zero diagonal, and its
+    objects.
+    """
     if isinstance(distances, pd.DataFrame):
         rows, columns = distances.index, distances.columns
         if objects is not None and not np.array_equal(
@@ -122,8 +125,11 @@ def _pair_values(pairs, name="pairs"):
 
 
 def _pair_index(pairs, values, objects):
-    """Rows of the pairs and the objects, by the learners' rules: declared ids,
-    integer indices ``0..max``, or the distinct ids (sorted)."""
+    """Return the rows of the pairs and the objects, by the learners' rules.
+
+    The objects are the declared ids, the integer indices ``0..max``, or the
+    distinct ids (sorted).
+    """
     if objects is not None:
         index = ObjectIndex(objects)
         return index.rows(values, name="pairs", hint=_UNKNOWN_HINT_GIVEN), index.objects
@@ -144,8 +150,10 @@ def _pair_index(pairs, values, objects):
 
 
 def _table_matrix(pairs, targets, objects):
-    """The user's pair table of distances as a matrix (NaN where missing;
-    repeated pairs, in either order, averaged)."""
+    """Turn the user's pair table of distances into a matrix.
+
+    NaN where missing; repeated pairs, in either order, are averaged.
+    """
     values = _pair_values(pairs)
     if targets is None:
         raise ValueError("Observed distances without a learner need targets: the "
@@ -198,7 +206,7 @@ def _converted(block, given_squared, squared):
 
 
 def _user_kernel_scale(kernel, *, squared, check_psd):
-    """The power of four the distances of ``kernel`` are computed at.
+    """Return the power of four the distances of ``kernel`` are computed at.
 
     :mod:`megkernel.neighbors`' rule for kernels from the user: distances
     computed on the kernel divided by a power of four near its largest entry
@@ -224,9 +232,11 @@ def _user_kernel_scale(kernel, *, squared, check_psd):
 
 
 def _ids(X):
-    """Object ids from ``X``: 1-D, a single column, or a Series / DataFrame; a
-    list of tuples is a list of tuple ids (numpy would split them into
-    columns: the same ids in an object array work)."""
+    """Read the object ids of ``X``: 1-D, a single column, or a Series / DataFrame.
+
+    A list of tuples is a list of tuple ids (numpy would split them into
+    columns: the same ids in an object array work).
+    """
     if isinstance(X, (list, tuple)) and X and all(type(i) is tuple for i in X):
         values = np.empty(len(X), dtype=object)
         values[:] = list(X)

@@ -31,8 +31,10 @@ from .meg_regressor import MEGKernelRegressor
 
 
 class _StreamScan(NamedTuple):
-    """What the first pass over a stream learns: its digest and the sums the
-    scale needs."""
+    """What the first pass over a stream learns.
+
+    Its digest and the sums the scale needs.
+    """
 
     digest: str
     n_chunks: int
@@ -110,10 +112,13 @@ def _scan_stream(stream):
 
 
 def _stream_params(learner, stream, scan):
-    """Parameters that make the learner's ``partial_fit`` over the chunks learn
-    what its one-shot on-line fit of their concatenation learns: the objects
-    (all chunks' ids), and ``trace="auto"`` (and low-rank
-    ``learning_rate="auto"``) computed over all chunks, not the first."""
+    """Fix the parameters the learner's ``partial_fit`` needs over the whole stream.
+
+    With them, ``partial_fit`` over the chunks learns what the learner's
+    one-shot on-line fit of their concatenation learns: the objects (all
+    chunks' ids), and ``trace="auto"`` (and low-rank
+    ``learning_rate="auto"``) computed over all chunks, not the first.
+    """
     params = learner.get_params(deep=False)
     if not isinstance(learner, MEGKernelRegressor):
         if params.get("trace") == "auto" or params.get("learning_rate") == "auto":
@@ -175,8 +180,10 @@ def _stream_params(learner, stream, scan):
 
 
 def _stream_epochs(learner):
-    """Passes over the stream: the learner's ``n_epochs`` (MEG), else 1; a
-    stream is replayed in its order, so ``shuffle=True`` is refused."""
+    """Return the passes over the stream: the learner's ``n_epochs`` (MEG), else 1.
+
+    A stream is replayed in its order, so ``shuffle=True`` is refused.
+    """
     params = learner.get_params(deep=False)
     if params.get("shuffle"):
         raise ValueError(f"{type(learner).__name__}(shuffle=True) cannot shuffle a "
@@ -187,8 +194,11 @@ def _stream_epochs(learner):
 
 
 def _streamed_entry(learner, stream, scan):
-    """``fit`` for a stream: the scale fixed over the whole stream, then the
-    learner's ``partial_fit`` chunk by chunk, for each of its epochs."""
+    """Make the ``fit`` of a stream.
+
+    The scale is fixed over the whole stream, then the learner's
+    ``partial_fit`` runs chunk by chunk, for each of its epochs.
+    """
     def fit():
         model = clone(learner).set_params(**_stream_params(learner, stream, scan))
         for _ in range(_stream_epochs(learner)):

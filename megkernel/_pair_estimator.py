@@ -1,11 +1,16 @@
-"""What the pair estimators share: input validation, the prior from their
-parameters, transactional calls, and the views of the learned kernel.
+"""What the pair estimators share: validation, the prior, transactions, kernel views.
+
+Input validation, the prior from their parameters, transactional calls, and
+the views of the learned kernel.
 
 In low-rank mode (a prior given as a factor ``F``, d x r, ``W_1 = F F^T /
 ||F||_F^2``) every iterate stays in its range, ``W = P M P^T`` with ``P``
-(d x r) orthonormal and ``M`` (r x r) evolved instead of ``W`` (derivation:
-``LOWRANK.md`` of the project's paper notes); nothing of size d x d is
-formed unless asked for explicitly.
+(d x r) orthonormal and ``M`` (r x r) evolved instead of ``W``: eq. 7's
+update ``exp(log W_t - s v v^T)`` leaves the range of ``P`` unchanged when
+``v = e_a - e_b`` is replaced by its coordinates ``P[a] - P[b]``, and
+``Delta(W, W_1) = Delta_r(M, S)`` (``docs/user_guide/scale.rst``, "Low-rank
+mode: many objects"); nothing of size d x d is formed unless asked for
+explicitly.
 
 **Object ids are kept exactly as given.** Pairs and ``objects`` name objects
 by integer indices or by ids of any one hashable kind (strings, or any other
@@ -69,8 +74,11 @@ def unchanged_on_error(estimator):
 
 
 def _id_kind(value):
-    """The kind of an object id: ``"number"``, ``"str"``, ``"bool"``, another
-    type's name, or None for a missing value."""
+    """Return the kind of an object id.
+
+    ``"number"``, ``"str"``, ``"bool"``, another type's name, or None for a
+    missing value.
+    """
     if value is None or value is pd.NA or value is pd.NaT:
         return None
     if isinstance(value, (bool, np.bool_)):
@@ -83,8 +91,10 @@ def _id_kind(value):
 
 
 def check_id_kinds(X, *, name="X"):
-    """Refuse missing ids and ids of several kinds in pairs or object lists
-    (the rule of the module docstring), before any container converts them.
+    """Refuse missing ids and ids of several kinds in pairs or object lists.
+
+    The rule of the module docstring, checked before any container converts
+    the ids.
 
     Parameters
     ----------
@@ -154,7 +164,7 @@ def check_id_kinds(X, *, name="X"):
 
 
 def _check_no_nan(values, name, where):
-    """A NaN among numeric ids is a missing id: refused naming its place."""
+    """Refuse a NaN among numeric ids (a missing id), naming its place."""
     if values.dtype.kind != "f" or values.ndim not in (1, 2):
         return
     missing = np.isnan(values)
@@ -166,12 +176,14 @@ def _check_no_nan(values, name, where):
 
 
 def check_class_labels(y, *, name="y"):
-    """Refuse a missing class label (``None``, ``pd.NA``, NaN) or labels of
-    several kinds (``str`` next to a number) with their rows, before numpy's
-    sort of the labels fails on them (``'<' not supported between
-    'NoneType' and 'str'``). The labels' rule is the ids' rule (module
-    docstring): kept as given, one kind, none missing; numbers and booleans
-    count as one kind (they sort together).
+    """Refuse a missing class label or labels of several kinds, naming their rows.
+
+    A missing label is ``None``, ``pd.NA`` or NaN; several kinds are e.g.
+    ``str`` next to a number. Checked before numpy's sort of the labels
+    fails on them (``'<' not supported between 'NoneType' and 'str'``). The
+    labels' rule is the ids' rule (module docstring): kept as given, one
+    kind, none missing; numbers and booleans count as one kind (they sort
+    together).
 
     Parameters
     ----------
@@ -224,8 +236,11 @@ def check_class_labels(y, *, name="y"):
 
 
 def _rows_of_ids(X):
-    """A list of 2-element rows as an (n, 2) object array, each id kept whole
-    (numpy would read a tuple id as a third dimension); else None."""
+    """Return a list of 2-element rows as an (n, 2) object array, else None.
+
+    Each id is kept whole (numpy would read a tuple id as a third
+    dimension).
+    """
     try:
         rows = [tuple(row) for row in X]
     except TypeError:
@@ -268,8 +283,10 @@ class ObjectIndex:
 
     @classmethod
     def from_pairs(cls, values, categories=None):
-        """The ids met in ``values`` (sorted when they can be), or the
-        categories of a categorical pair table."""
+        """Index the ids met in ``values``, sorted when they can be.
+
+        A categorical pair table gives its categories instead.
+        """
         if categories is not None:
             return cls(categories)
         ids = pd.unique(values.ravel())
@@ -289,8 +306,11 @@ class ObjectIndex:
     def rows(self, values, *, name="X", hint=("Declare every object up front with "
                                               "objects=[...] (partial_fit cannot add "
                                               "objects).")):
-        """Rows of the ids in ``values`` (any shape), or a ValueError naming the
-        first id that is not an object of the model."""
+        """Return the rows of the ids in ``values`` (any shape).
+
+        Raises a ValueError naming the first id that is not an object of the
+        model.
+        """
         keys = np.asarray(values, dtype=object).ravel().tolist()
         try:
             rows = [self.lookup[key] for key in keys]
@@ -321,8 +341,11 @@ def _categories(X):
 
 
 def _as_index_array(X):
-    """``X`` as numbers if it holds object indices (numbers, or Python ints in an
-    object array), else None (ids of another kind)."""
+    """Return ``X`` as numbers if it holds object indices, else None.
+
+    Indices are numbers, or Python ints in an object array; None means ids
+    of another kind.
+    """
     if X.dtype == bool:
         return None
     if np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating):
@@ -422,7 +445,7 @@ def declared_n_objects(estimator):
 
 
 def initial_state(estimator, pairs, index=None):
-    """The prior's :class:`ExponentState` (low-rank when ``init_factor`` is set)."""
+    """Return the prior's :class:`ExponentState` (low-rank when ``init_factor`` is set)."""
     if estimator.init_factor is not None:
         state = ExponentState.from_factor(estimator.init_factor, name="init_factor")
     elif not isinstance(estimator.init, str):
@@ -489,8 +512,10 @@ class KernelViewsMixin:
 
     @property
     def distances_(self):
-        """Distances ``sqrt(K_aa + K_bb - 2 K_ab)`` between all objects under
-        ``kernel_`` (for scikit-learn's ``metric="precomputed"``)."""
+        """Distances ``sqrt(K_aa + K_bb - 2 K_ab)`` between all objects under ``kernel_``.
+
+        The input of scikit-learn's ``metric="precomputed"``.
+        """
         kernel = self.kernel_
         diagonal = np.diag(kernel)
         squared = np.maximum(induced_sq_distances(kernel, diagonal, diagonal), 0.0)
@@ -504,7 +529,7 @@ class KernelViewsMixin:
         return np.sqrt(self.trace_) * self.state_.factor()
 
     def kernel_entries(self, rows, cols=None):
-        """The block ``K[rows][:, cols]`` of the learned kernel.
+        """Return the block ``K[rows][:, cols]`` of the learned kernel.
 
         Parameters
         ----------

@@ -46,7 +46,7 @@ def _is_internal(filename, prefixes, cache):
 
 
 def user_stacklevel(depth=1):
-    """The ``stacklevel`` that attributes a warning to the user's line.
+    """Return the ``stacklevel`` that attributes a warning to the user's line.
 
     ``depth``: how many frames above this call the ``warnings.warn`` is made
     (``1``: in the function calling this one). Counts frames like
@@ -65,19 +65,26 @@ def user_stacklevel(depth=1):
 
 
 def warn_user(message, category=UserWarning):
-    """``warnings.warn`` attributed to the first frame outside megkernel and
-    scikit-learn (the user's line)."""
+    """Warn, attributed to the user's line.
+
+    That is ``warnings.warn`` attributed to the first frame outside
+    megkernel and scikit-learn.
+    """
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
 
 
 class NoImprovementWarning(UserWarning):
-    """A learned kernel or metric scores no better than its prior (or than the
-    raw information it was given) on held-out data it did not train on."""
+    """A learned kernel or metric scores no better than its prior on held-out data.
+
+    Or no better than the raw information it was given, on data it did not
+    train on.
+    """
 
 
 def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=True):
-    """Warn (:class:`NoImprovementWarning`) when a learned model's held-out
-    ``score`` is not better than its prior's, naming both figures.
+    """Warn when a learned model's held-out ``score`` is not better than its prior's.
+
+    The warning is a :class:`NoImprovementWarning` naming both figures.
 
     Parameters
     ----------

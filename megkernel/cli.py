@@ -75,7 +75,7 @@ def _positive_float(text):
 
 
 def build_parser():
-    """The argument parser of ``python -m megkernel``."""
+    """Build the argument parser of ``python -m megkernel``."""
     parser = argparse.ArgumentParser(
         prog="python -m megkernel",
         description="Kernel learning by Matrix Exponentiated Gradient updates "
@@ -152,8 +152,10 @@ def _load_target(args):
 
 
 def _prepare_output(directory):
-    """Create the output directory and check it is writable, before the
-    experiments; return the directories created (innermost last)."""
+    """Create the output directory and check it is writable, before the experiments.
+
+    Return the directories created (innermost last).
+    """
     missing = [path for path in [directory, *directory.parents] if not path.exists()]
     created = []
     try:
@@ -276,7 +278,7 @@ def reproduce(args, *, log=print, argv=()):
 
 
 def _run(args, argv, log, verbose, target, gamma, gamma_line, started):
-    """The experiments, figures and tables of :func:`reproduce`."""
+    """Run the experiments, figures and tables of :func:`reproduce`."""
     log(f"Target: {target.description}")
     log(gamma_line)
     d = len(target.labels)

@@ -1,4 +1,4 @@
-"""Labelled target kernels from real data, and the paper's inputs made from them.
+r"""Labelled target kernels from real data, and the paper's inputs made from them.
 
 Section 5 of Tsuda, Raetsch & Warmuth (2004) learns a 52 x 52 target kernel
 over gyrB proteins of three bacterial genera. That kernel is not available;
@@ -31,7 +31,7 @@ with a ``ValueError`` naming the file and line, anything but UTF-8 text
 characters or a file larger than :data:`MAX_FASTA_BYTES` (counted while
 reading, so an endless stream such as ``/dev/zero`` stops), and records
 without headers, sequence or distinct names; what it accepts means one thing
-however it is written (byte order mark, ``\\r\\n`` line ends, white space
+however it is written (byte order mark, ``\r\n`` line ends, white space
 and line breaks inside sequences, residue case).
 """
 
@@ -80,8 +80,11 @@ __all__ = [
 
 
 def _balanced_counts(class_sizes, n_objects):
-    """Per-class counts as equal as possible, the remainder to the last classes
-    (52 over three classes: 17, 17, 18)."""
+    """Split ``n_objects`` into per-class counts as equal as possible.
+
+    The remainder goes to the last classes (52 over three classes: 17, 17,
+    18).
+    """
     n_classes = len(class_sizes)
     counts = np.full(n_classes, n_objects // n_classes)
     counts[n_classes - n_objects % n_classes:] += 1
@@ -89,8 +92,11 @@ def _balanced_counts(class_sizes, n_objects):
 
 
 def _stratified_indices(labels, counts, random_state):
-    """Indices of a random sample with ``counts[c]`` objects of the c-th class
-    (classes in sorted order), sorted by class, then by original position."""
+    """Draw a random sample with ``counts[c]`` objects of the c-th class.
+
+    Classes in sorted order; the indices are returned sorted by class, then
+    by original position.
+    """
     rng = check_random_state(random_state)
     classes = np.unique(labels)
     chosen = []
@@ -106,8 +112,7 @@ def _stratified_indices(labels, counts, random_state):
 
 
 def _symmetric_trace_one(kernel):
-    """``kernel`` made exactly symmetric (removing round-off) and divided by
-    its trace."""
+    """Make ``kernel`` exactly symmetric (removing round-off), then divide it by its trace."""
     kernel = 0.5 * (kernel + kernel.T)
     return kernel / np.trace(kernel)
 
@@ -188,11 +193,11 @@ _BLOCK_BYTES = 2**16
 
 
 def read_fasta(path):
-    """Read a FASTA file.
+    r"""Read a FASTA file.
 
     Input rules (each broken rule is a ``ValueError`` naming the file, and
     the line where there is one): UTF-8 text (a byte order mark is skipped;
-    ``\\n``, ``\\r\\n`` or ``\\r`` line ends), no NUL bytes (a binary
+    ``\n``, ``\r\n`` or ``\r`` line ends), no NUL bytes (a binary
     file), at most :data:`MAX_FASTA_BYTES` bytes and lines of at most
     :data:`MAX_FASTA_LINE` characters (checked while reading, so a stream
     without end stops), at least one record, no sequence before the first
@@ -248,9 +253,11 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def _fasta_lines(path):
-    """``(line number, line)`` of a text file under :func:`read_fasta`'s rules
-    (read in blocks: each line is decoded and checked on its own, so that an
-    error names its line)."""
+    """Yield ``(line number, line)`` of a text file under :func:`read_fasta`'s rules.
+
+    Read in blocks: each line is decoded and checked on its own, so that an
+    error names its line.
+    """
     with open(path, "rb") as raw:
         size = os.fstat(raw.fileno()).st_size
         if size > MAX_FASTA_BYTES:
@@ -464,7 +471,7 @@ PUBMLST_CITATION = (
 
 @contextmanager
 def gyrb_path():
-    """The bundled gyrB set A FASTA file as a real path (a context manager).
+    """Give the bundled gyrB set A FASTA file as a real path (a context manager).
 
     Works from an installed package (``importlib.resources``; a zipped
     install is extracted to a temporary file for the ``with`` block).

@@ -155,17 +155,20 @@ def _checkpoints(total, n_checkpoints):
 
 
 def _log_checkpoints(total, n_checkpoints, first=100):
-    """0, then ``n_checkpoints`` points log-spaced from ``min(first, total)``
-    to ``total`` (rounded, duplicates dropped)."""
+    """Return 0, then ``n_checkpoints`` points log-spaced up to ``total``.
+
+    They start at ``min(first, total)``; rounded, duplicates dropped.
+    """
     first = min(first, total)
     points = np.geomspace(first, total, n_checkpoints).round().astype(int)
     return np.unique(np.concatenate([[0], points, [total]]))
 
 
 def _definiteboost_iterate(model, pairs, t):
-    """The kernel after the first ``t`` projections of a fitted
-    :class:`~megkernel.DefiniteBoostKernel` with prior ``I/d`` on similar
-    ``pairs``.
+    """Return the kernel after the first ``t`` projections of a fitted DefiniteBoostKernel.
+
+    The :class:`~megkernel.DefiniteBoostKernel` has the prior ``I/d`` and
+    was fitted on similar ``pairs``.
 
     ``W_t = exp(log W_1 - sum_{s<t} alpha_s C_s) / Z`` (eq. 12) with
     ``C_s = u_s u_s^T - (gamma / tau) I``, ``u_s = e_a - e_b``; ``log W_1``
@@ -355,7 +358,7 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
 
 
 def summary_table(online, batch):
-    """The figures that matter, one row each.
+    """Tabulate the figures that matter, one row each.
 
     Parameters
     ----------

@@ -81,8 +81,10 @@ def kernel_to_distances(K, *, squared=False):
 
 
 def _power_of_four_scale(magnitude):
-    """A power of four near ``magnitude`` (1 for 0): dividing by it is exact,
-    and brings the largest entry of a kernel near 1."""
+    """Return a power of four near ``magnitude`` (1 for 0).
+
+    Dividing by it is exact, and brings the largest entry of a kernel near 1.
+    """
     magnitude = float(magnitude) or 1.0
     exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
     return float(np.ldexp(1.0, 2 * exponent))
@@ -113,9 +115,12 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
 
 
 def _warn_if_not_psd(kernel, diagonal, squared, *, name="The training kernel"):
-    """Warn when a kernel cannot be positive semidefinite: some induced squared
-    distance ``K_ii + K_jj - 2 K_ij`` (``squared``), or some ``K_ii``, is
-    clearly negative (``O(n^2)``, no eigendecomposition)."""
+    """Warn when a kernel cannot be positive semidefinite.
+
+    That is when some induced squared distance ``K_ii + K_jj - 2 K_ij``
+    (``squared``), or some ``K_ii``, is clearly negative (``O(n^2)``, no
+    eigendecomposition).
+    """
     scale = max(float(np.abs(kernel).max(initial=0.0)), np.finfo(float).tiny)
     worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
     if worst < -1e-8 * scale:
@@ -202,6 +207,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         self.weights = weights
 
     def __sklearn_tags__(self):
+        """Declare a precomputed kernel as input (``pairwise``)."""
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = True
         return tags
@@ -285,8 +291,11 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         return self.neighbors_.predict_proba(distances)
 
     def _query_distances(self, X, test_diagonal):
-        """What the neighbour search ranks: distances, or a row-wise
-        order-preserving substitute when ``K_ii`` is unknown."""
+        """Return what the neighbor search ranks.
+
+        Distances, or a row-wise order-preserving substitute when ``K_ii`` is
+        unknown.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         if test_diagonal is not None:

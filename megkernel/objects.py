@@ -434,17 +434,20 @@ class KernelDistances(TransformerMixin, BaseEstimator):
     _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects")
 
     def __sklearn_clone__(self):
-        """A clone that shares the side information and distances (which
-        KernelDistances never modifies) instead of deep-copying them: a
-        search clones the estimator for every split and candidate, and deep
-        copies of object arrays of ids cost more than the k-NN (25 ms for
-        8,000 string ids). The learner and other parameters are cloned."""
+        """Clone, sharing the side information and distances instead of deep-copying them.
+
+        KernelDistances never modifies them, and a search clones the
+        estimator for every split and candidate: deep copies of object arrays
+        of ids cost more than the k-NN (25 ms for 8,000 string ids). The
+        learner and other parameters are cloned.
+        """
         params = self.get_params(deep=False)
         return type(self)(**{name: value if name in self._SHARED_DATA
                              else clone(value, safe=False)
                              for name, value in params.items()})
 
     def __sklearn_tags__(self):
+        """Declare object ids as input: one per row, 1-D accepted."""
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.one_d_array = True

@@ -1,5 +1,6 @@
-r"""Learning curves of a fitted model, and Figures 2 and 3 of Tsuda, Raetsch
-& Warmuth (2004) redrawn from results.
+r"""Learning curves of a fitted model, and Figures 2 and 3 of the paper redrawn from results.
+
+The paper is Tsuda, Raetsch & Warmuth (2004).
 
 :func:`plot_learning_curve` draws what a fitted
 :class:`~megkernel.MEGKernelRegressor` or
@@ -64,8 +65,10 @@ def _letter(ax, letter):
 
 
 def _error_panel(ax, steps, result, xlabel):
-    """Mean 1-NN error over the splits with a band of +-1 std (clipped to
-    [0, 1]), and the target kernel's."""
+    """Draw the mean 1-NN error over the splits with a band of +-1 std, and the target's.
+
+    The band is clipped to [0, 1].
+    """
     splits = np.asarray(result.knn_split_errors)
     mean, std = splits.mean(axis=1), splits.std(axis=1)
     n_splits = splits.shape[1]
@@ -164,7 +167,7 @@ def plot_batch_experiment(result, *, title=None):
 
 
 def _unwrap(model):
-    """The estimator inside a fitted search (``best_estimator_``) or a pipeline."""
+    """Return the estimator inside a fitted search (``best_estimator_``) or a pipeline."""
     model = getattr(model, "best_estimator_", model)
     steps = getattr(model, "steps", None)
     if isinstance(steps, list) and steps:
@@ -173,8 +176,11 @@ def _unwrap(model):
 
 
 def _legend(ax, *others):
-    """One legend for ``ax`` and its twin axes: inside when alone, else below the
-    axes (a twin's curves would hide under it)."""
+    """Draw one legend for ``ax`` and its twin axes.
+
+    Inside when alone, else below the axes (a twin's curves would hide under
+    it).
+    """
     handles, labels = ax.get_legend_handles_labels()
     for other in others:
         more_handles, more_labels = other.get_legend_handles_labels()
@@ -187,15 +193,19 @@ def _legend(ax, *others):
 
 
 def _started_from_prior(model):
-    """Whether the model's on-line trials started from its prior ``init``
-    (``partial_fit`` from the start, or ``fit`` with ``solver="online"``),
-    not from the kernel of a batch fit."""
+    """Tell whether the model's on-line trials started from its prior ``init``.
+
+    They did with ``partial_fit`` from the start, or ``fit`` with
+    ``solver="online"``, not from the kernel of a batch fit.
+    """
     return "loss_curve_" not in vars(model) or vars(model).get("_verdict", "batch") is None
 
 
 def _lemma_3_2_bound(model, target):
-    """Lemma 3.2's bound on ``model.cumulative_loss_`` (units of ``y`` squared)
-    when the targets are the squared distances of ``target``."""
+    """Return Lemma 3.2's bound on ``model.cumulative_loss_`` (units of ``y`` squared).
+
+    When the targets are the squared distances of ``target``.
+    """
     d = model.n_objects_
     if model.init_factor is not None:
         raise ValueError(

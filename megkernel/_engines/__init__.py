@@ -217,8 +217,11 @@ RANK_ONE_FROM = 3
 
 
 def _lanczos_runs(state):
-    """Whether the Lanczos engine can run trials on ``state`` (dense mode, a
-    quadrature it will not decline for its round-off or its length)."""
+    """Tell whether the Lanczos engine can run trials on ``state``.
+
+    It can in dense mode, with a quadrature it will not decline for its
+    round-off or its length.
+    """
     if state.basis is not None or state.size < RANK_ONE_FROM:
         return False
     lam = state.eigenvalues
@@ -228,7 +231,7 @@ def _lanczos_runs(state):
 
 
 def auto_plan(state, a=None, b=None, n_trials=None, done=0):
-    """The engine ``"auto"`` runs MEG trials by on a dense ``state``, and for how long.
+    """Choose the engine ``"auto"`` runs MEG trials with on a dense ``state``, and for how long.
 
     Compares the cost model's (:mod:`._cost`) seconds per trial: the
     rank-one engine keeping the ``k`` eigenpairs the next trials do not

@@ -87,8 +87,10 @@ def kept_eigenpairs(state, a=None, b=None):
 
 
 def lanczos_steps(state, most=200):
-    """Estimated Lanczos steps per trial, from the spread of the eigenvalues
-    (at most ``most``)."""
+    """Estimate the Lanczos steps per trial from the spread of the eigenvalues.
+
+    At most ``most``.
+    """
     lam = state.eigenvalues
     spread = float(lam[-1] - lam[0])
     if not spread > 0.0:
@@ -107,8 +109,11 @@ def rank_one_trial(k, m):
 
 
 def lanczos_trial(d, steps, nnz, dense_fraction):
-    """Seconds of one Lanczos trial of ``steps`` steps on an exponent with
-    ``nnz`` nonzero entries (dense products beyond ``dense_fraction d^2``)."""
+    """Estimate the seconds of one Lanczos trial of ``steps`` steps.
+
+    On an exponent with ``nnz`` nonzero entries (dense products beyond
+    ``dense_fraction d^2``).
+    """
     if nnz > dense_fraction * d * d:
         product = DENSE_ENTRY * d * d + DENSE_ROW * d
     else:

@@ -74,8 +74,11 @@ class blas_threads:  # noqa: N801 - used like a function: ``with blas_threads(d)
 
 
 def _drop_abandoned(frame, leaving=None):
-    """Drop ``leaving`` and every holder whose frame is not on the call stack
-    that ends at ``frame`` (blocks an interrupt abandoned)."""
+    """Drop ``leaving`` and every holder whose frame has left the call stack.
+
+    The call stack is the one that ends at ``frame``; a holder off it is a
+    block an interrupt abandoned.
+    """
     if not _holders:
         return
     running = set()
@@ -102,8 +105,10 @@ def _set_all(threads):
 
 
 def _release():
-    """Restore the saved counts (idempotent, so an interrupted release is
-    simply done again), then forget them."""
+    """Restore the saved counts, then forget them.
+
+    Idempotent, so an interrupted release is simply done again.
+    """
     global _saved
     if _saved is not None:
         for library, threads in _saved:

@@ -145,8 +145,9 @@ def check_n_objects(n_objects, *, name="n_objects"):
 
 def check_n_trials(n_epochs, n_pairs, *, name="n_epochs", bytes_per_trial=0,
                    record="its on-line loss"):
-    """Refuse ``n_epochs`` passes over ``n_pairs`` pairs beyond what one call
-    may run, before the first trial (the rule of resource parameters: checked
+    """Refuse ``n_epochs`` passes over ``n_pairs`` pairs beyond what one call may run.
+
+    Checked before the first trial (the rule of resource parameters: checked
     against the work and memory they imply, with the numbers).
 
     Parameters

@@ -1,5 +1,6 @@
-"""The paper's guarantees as functions: Lemma 3.2 (MEG) and Theorem 4.1
-(DefiniteBoost), and the step size of eq. 13.
+"""The paper's guarantees as functions, and the step size of eq. 13.
+
+Lemma 3.2 (MEG) and Theorem 4.1 (DefiniteBoost).
 
 All MEG quantities are in trace-one units (``tr W = 1``): for a kernel of
 trace ``tau`` multiply losses and bounds by ``tau**2``.
@@ -71,8 +72,10 @@ def meg_loss_bound(r, divergence, comparator_loss=0.0, c=math.inf):
 
 
 def meg_optimal_c(r, max_comparator_loss, max_divergence):
-    r"""Best ``c`` given :math:`L_U \le \ell_{max}`, :math:`\Delta \le d_{max}`:
-    :math:`c = r \sqrt{2 d_{max} / \ell_{max}}` (``inf`` when ``l_max = 0``)."""
+    r"""Return the best ``c`` given :math:`L_U \le \ell_{max}`, :math:`\Delta \le d_{max}`.
+
+    :math:`c = r \sqrt{2 d_{max} / \ell_{max}}` (``inf`` when ``l_max = 0``).
+    """
     _positive(r, "r")
     if max_comparator_loss < 0 or max_divergence < 0:
         raise ValueError("max_comparator_loss and max_divergence must be >= 0.")
@@ -82,8 +85,11 @@ def meg_optimal_c(r, max_comparator_loss, max_divergence):
 
 
 def meg_regret_bound(r, max_comparator_loss, max_divergence, divergence=None):
-    r""":math:`L_{MEG} - L_U \le r \sqrt{2 \ell_{max} d_{max}} + r^2 \Delta / 2`
-    at the optimal ``c`` (``divergence`` defaults to ``max_divergence``)."""
+    r"""Bound the regret at the optimal ``c``.
+
+    :math:`L_{MEG} - L_U \le r \sqrt{2 \ell_{max} d_{max}} + r^2 \Delta / 2`
+    (``divergence`` defaults to ``max_divergence``).
+    """
     _positive(r, "r")
     if divergence is None:
         divergence = max_divergence

@@ -1,5 +1,6 @@
-"""MEG for metric learning on features: one-sided square loss, in the
-whitened coordinates of the training points.
+"""MEG for metric learning on features, in the whitened coordinates of the training points.
+
+The loss is the one-sided square loss.
 
 Pure solver functions: arrays in, arrays out. :class:`megkernel.MEGMetric`
 wraps them; how long it trains is chosen by
@@ -68,8 +69,9 @@ def whiten(centred, *, rtol=1e-10):
 
 
 class MetricExponent:
-    """The exponent ``A = log M`` of an ``r x r`` density matrix, kept with
-    its eigendecomposition (eq. 7's stable form: ``M = V diag(exp lam) V^T / Z``).
+    """The exponent ``A = log M`` of an ``r x r`` density matrix, with its eigendecomposition.
+
+    Eq. 7's stable form: ``M = V diag(exp lam) V^T / Z``.
     """
 
     FIELDS = ("exponent", "eigvals", "eigvecs")
@@ -79,7 +81,7 @@ class MetricExponent:
 
     @classmethod
     def from_prior(cls, prior_eigvals):
-        """``A = diag(log prior)`` for the diagonal prior ``S^2 / tau``."""
+        """Start from ``A = diag(log prior)``, the diagonal prior ``S^2 / tau``."""
         log_prior = np.log(np.asarray(prior_eigvals, dtype=float))
         return cls(np.diag(log_prior), log_prior.copy(), np.eye(len(log_prior)))
 
@@ -117,7 +119,7 @@ class MetricExponent:
         return np.sum(projected * projected * self.weights, axis=1)
 
     def add(self, diffs, coefficients):
-        """``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalise."""
+        """Update ``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalize."""
         exponent = self.exponent - (diffs.T * coefficients) @ diffs
         exponent = 0.5 * (exponent + exponent.T)
         magnitude = np.abs(exponent).max()
@@ -222,8 +224,10 @@ def online_bound(comparator_losses, ranges, divergence):
 
 
 def divergence_to(comparator, start_log):
-    """Von Neumann divergence ``Delta(U, M_start)`` of a trace-one ``U`` (eq. 1),
-    from ``log M_start`` (``0 log 0 = 0``)."""
+    """Return the von Neumann divergence ``Delta(U, M_start)`` of a trace-one ``U`` (eq. 1).
+
+    Computed from ``log M_start`` (``0 log 0 = 0``).
+    """
     mu = np.linalg.eigvalsh(comparator)
     mu = mu[mu > 0]
     return float(max(np.sum(mu * np.log(mu)) - np.sum(comparator * start_log), 0.0))
@@ -256,6 +260,8 @@ def mean_range_learning_rate(diffs):
 
 
 def embedding(coordinates, exponent):
-    """Rows ``z^T M^{1/2}`` (up to a rotation): their Euclidean distances are
-    the metric's, in trace-one units."""
+    """Return the rows ``z^T M^{1/2}`` (up to a rotation).
+
+    Their Euclidean distances are the metric's, in trace-one units.
+    """
     return coordinates @ (exponent.eigvecs * np.sqrt(exponent.weights))

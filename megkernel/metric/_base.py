@@ -1,5 +1,7 @@
-"""The metric learners' common ground: pairs from labels, the base transformer,
-pair-input classification (with threshold calibration) and input validators.
+"""The metric learners' common ground.
+
+Pairs from labels, the base transformer, pair-input classification (with
+threshold calibration) and input validators.
 
 The estimators are in :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost`; how long they learn, in
@@ -108,9 +110,11 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
 
 
 def _all_pairs(codes, same):
-    """Every pair ``(a, b)``, ``a < b``, of points of one class (``same``) or of
-    two classes, as an array of shape (n_pairs, 2) (their number, not n^2, of
-    memory)."""
+    """Return every pair ``(a, b)``, ``a < b``, of points of one class or of two.
+
+    One class when ``same``; an array of shape (n_pairs, 2) (their number,
+    not n^2, of memory).
+    """
     members = [np.flatnonzero(codes == c) for c in range(codes.max(initial=-1) + 1)]
     blocks = []
     for c, own in enumerate(members):
@@ -198,7 +202,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self
 
     def _report(self, centred):
-        """The learner's loss on the pairs, before and after; warn if worse."""
+        """Report the learner's loss on the pairs, before and after; warn if worse."""
         a, b = self.pairs_.T
         prior = np.sum((centred[a] - centred[b]) ** 2, axis=1)
         embedded = centred @ self.components_.T
@@ -220,8 +224,11 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     @property
     def constraint_loss_(self):
-        """Deprecated alias of ``pair_mse_`` (MEGMetric) or
-        ``violated_fraction_`` (DefiniteBoostMetric)."""
+        """Deprecated alias of ``pair_mse_`` or ``violated_fraction_``.
+
+        ``pair_mse_`` for MEGMetric, ``violated_fraction_`` for
+        DefiniteBoostMetric.
+        """
         return self._deprecated_loss(f"{self._loss_name}_", "constraint_loss_")
 
     @property
@@ -254,7 +261,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return (X - self.mean_) @ self.components_.T
 
     def get_mahalanobis_matrix(self):
-        """``A = components_.T @ components_``: ``d(x, x')^2 = (x - x')^T A (x - x')``."""
+        """Return ``A = components_.T @ components_``: ``d(x, x')^2 = (x - x')^T A (x - x')``."""
         check_is_fitted(self, "components_")
         return self.components_.T @ self.components_
 
@@ -265,7 +272,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return np.sum((Z[pairs[:, 0]] - Z[pairs[:, 1]]) ** 2, axis=1)
 
     def pair_distances(self, X, pairs):
-        """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
+        """Return squared distances: deprecated alias of :meth:`pair_sq_distances`."""
         warn_user("pair_distances is deprecated since megkernel 0.2 (it returns "
                   "squared distances) and will be removed in 0.3; use "
                   "pair_sq_distances.", FutureWarning)
@@ -289,7 +296,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
 
 def _check_trace(centred):
-    """The centred features' sum of squares, if squared distances stay finite."""
+    """Return the centered features' sum of squares, if squared distances stay finite."""
     largest = float(np.abs(centred).max())
     if largest == 0:
         raise ValueError("X has no variance: every training point is the same.")
@@ -338,11 +345,14 @@ def _pair_labels(y, n_pairs):
 
 
 class _PairInput:
-    """Pairs of points as ``X`` (shape (n_pairs, 2, n_features), metric-learn's
-    convention) with pair labels as ``y``, so that scikit-learn's
-    cross-validation splits the pairs: ``fit``, ``decision_function``,
-    ``predict``, ``score`` (ROC AUC) and ``calibrate_threshold`` on pairs;
-    ``transform`` embeds single points as for the supervised learner."""
+    """Pairs of points as ``X`` with pair labels as ``y``.
+
+    ``X`` has shape (n_pairs, 2, n_features), metric-learn's convention, so
+    that scikit-learn's cross-validation splits the pairs: ``fit``,
+    ``decision_function``, ``predict``, ``score`` (ROC AUC) and
+    ``calibrate_threshold`` on pairs; ``transform`` embeds single points as
+    for the supervised learner.
+    """
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional

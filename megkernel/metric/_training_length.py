@@ -200,8 +200,10 @@ def _fold_mean(item):
 
 
 def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_ITEMS):
-    """Held-out masks of the points: ``n_folds`` folds, repeated with new
-    random splits until about ``min_items`` held-out items are scored.
+    """Draw held-out masks of the points: ``n_folds`` folds, repeated as needed.
+
+    The folds are repeated with new random splits until about ``min_items``
+    held-out items are scored.
 
     Returns
     -------
@@ -221,8 +223,7 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
 
 
 def _gain_is_real(items, prior_items, z, n_repeats=1):
-    """Whether the mean gain of ``items`` over ``prior_items`` exceeds ``z``
-    standard errors.
+    """Tell whether the mean gain of ``items`` over ``prior_items`` exceeds ``z`` standard errors.
 
     k-NN margins: paired over the held-out points. AUC: DeLong's variance of
     each fold's paired AUC difference, ``var(D10)/n_pos + var(D01)/n_neg``.
@@ -264,7 +265,7 @@ def _mean_scores(items):
 
 
 def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1, elasticity=ELASTICITY):
-    """The chosen checkpoint of a validation table: the rule of every learner.
+    """Choose the checkpoint of a validation table: the rule of every learner.
 
     ``items[c][k]``: fold ``k``'s per-item scores at ``checkpoints[c]``;
     ``checkpoints[0]`` is the prior, the first choice. Walking to longer
@@ -292,8 +293,10 @@ def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1, elasticity=ELAS
 
 
 def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
-    """The lengths :func:`validate_length` tries: ``0, first, 2 first, 4 first,
-    ...`` below ``max_length``, then ``max_length`` itself.
+    """Return the lengths :func:`validate_length` tries.
+
+    ``0, first, 2 first, 4 first, ...`` below ``max_length``, then
+    ``max_length`` itself.
 
     Returns
     -------

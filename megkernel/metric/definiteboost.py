@@ -39,9 +39,10 @@ _LOG_2 = math.log(2)
 
 
 class _SweepPath:
-    """One fold of DefiniteBoostMetric's validation: the greedy projections on
-    the fold's training pairs, scored after each number of sweeps (see
-    :mod:`megkernel.metric._training_length`).
+    """One fold of DefiniteBoostMetric's validation.
+
+    The greedy projections on the fold's training pairs, scored after each
+    number of sweeps (see :mod:`megkernel.metric._training_length`).
 
     A run cannot be resumed (its multipliers live inside the solver), so it
     is made ahead, to a horizon, and scored on its way at every checkpoint

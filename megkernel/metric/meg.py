@@ -57,9 +57,11 @@ __all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
 
 
 class _EpochPath:
-    """One fold of :func:`validate_epochs`: mini-batch MEG over the fold's
-    training pairs, advanced epoch by epoch (see
-    :mod:`megkernel.metric._training_length`)."""
+    """One fold of :func:`validate_epochs`.
+
+    Mini-batch MEG over the fold's training pairs, advanced epoch by epoch
+    (see :mod:`megkernel.metric._training_length`).
+    """
 
     def __init__(self, scorer, coordinates, pairs, targets, sides, prior, *,
                  learning_rate, batch_size, rng):
@@ -129,9 +131,10 @@ class MEGMetric(_FeatureMetric):
     With the default one-sided loss a similar pair counts only when farther
     than ``gamma`` and a dissimilar one only when nearer than
     ``gamma_dissimilar``; a pair that meets its target makes no update. It
-    keeps the square loss's relative loss bound (derivation:
-    the README, "The one-sided loss and its bound"), and is the loss of the k-NN goal: only the
-    order of distances matters.
+    keeps the square loss's relative loss bound (Lemma 3.1 of the paper;
+    derivation in ``docs/user_guide/metrics.rst``, "The one-sided loss and
+    its bound"), and is the loss of the k-NN goal: only the order of
+    distances matters.
 
     :meth:`fit` runs mini-batch epochs (one eigendecomposition per batch)
     for a length chosen by cross-validation over the training points;
@@ -450,7 +453,7 @@ class MEGMetric(_FeatureMetric):
         return diffs, ranges
 
     def online_bound(self, X, y, *, comparator=None):
-        """The on-line loss beside its relative loss bound.
+        """Set the on-line loss beside its relative loss bound.
 
         For the stream of pairs given to :meth:`partial_fit` since the last
         :meth:`fit` (all of them, in the same order), and any comparator
@@ -460,7 +463,9 @@ class MEGMetric(_FeatureMetric):
 
         with ``M_start`` the metric before the stream (the Euclidean prior,
         or the fitted one) and ``Delta`` the von Neumann divergence (eq. 1);
-        losses in trace-one units. Derivation: the README, "The one-sided loss and its bound".
+        losses in trace-one units. Derivation: Lemma 3.1 of the paper with
+        one-sided losses, in ``docs/user_guide/metrics.rst``, "The one-sided
+        loss and its bound".
 
         Parameters
         ----------
