@@ -1,4 +1,4 @@
-"""The paper's inputs made from a target kernel: distance examples and labelled pairs.
+"""The paper's inputs made from a target kernel: distance examples and labeled pairs.
 
 Part of :mod:`megkernel.datasets`, which re-exports its functions:
 :func:`distance_triples` makes the on-line examples of the MEG experiment,
@@ -84,7 +84,7 @@ def similar_pairs(K, gamma, *, shuffle=True, random_state=None):
         ``0.2 / d`` for a trace-one kernel).
     shuffle : bool, default=True
         Return the pairs in random order (so that unshuffled folds of a
-        cross-validation are not blocks of neighbouring objects); ``False``:
+        cross-validation are not blocks of neighboring objects); ``False``:
         lexicographic order.
     random_state : int, RandomState instance or None, default=None
         Seed of the shuffle.

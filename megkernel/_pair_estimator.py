@@ -224,7 +224,7 @@ def check_class_labels(y, *, name="y"):
         row = labels[i] if labels is not None else i
         if kind is None:
             raise ValueError(f"{name} has a missing class label ({value!r}) at row {row!r}; "
-                             "every sample needs a label (drop the unlabelled rows).")
+                             "every sample needs a label (drop the unlabeled rows).")
         first[kind] = (value, row)
         if len(first) > 1:
             (one, (a, at_a)), (other, (b, at_b)) = first.items()

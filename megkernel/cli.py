@@ -1,7 +1,7 @@
 """Command line: ``python -m megkernel reproduce``.
 
 Reproduces both experiments of Section 5 of Tsuda, Raetsch & Warmuth (2004)
-on a labelled target kernel — by default the bundled gyrB proteins of three
+on a labeled target kernel — by default the bundled gyrB proteins of three
 genera (PubMLST), like the paper's; ``--data wine`` or ``--fasta PATH`` for
 others — and writes the Figure 2 / Figure 3 analogues (PNG and PDF) and a
 summary table with the seed, the arguments, the versions and wall times.
@@ -97,7 +97,7 @@ def build_parser():
                            "PubMLST data: cite Jolley, Bray & Maiden, Wellcome Open Res "
                            "2018;3:124), or scikit-learn's wine data (RBF kernel)")
     data.add_argument("--fasta", type=Path, metavar="PATH",
-                      help="FASTA file of labelled sequences instead (label = header "
+                      help="FASTA file of labeled sequences instead (label = header "
                            "up to the first '|')")
     data.add_argument("--n-objects", type=_positive_int, default=52,
                       help="objects sampled, balanced over classes (default: 52)")

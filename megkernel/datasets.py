@@ -1,8 +1,8 @@
-r"""Labelled target kernels from real data, and the paper's inputs made from them.
+r"""Labeled target kernels from real data, and the paper's inputs made from them.
 
 Section 5 of Tsuda, Raetsch & Warmuth (2004) learns a 52 x 52 target kernel
 over gyrB proteins of three bacterial genera. That kernel is not available;
-this module builds labelled target kernels of the same kind from real data:
+this module builds labeled target kernels of the same kind from real data:
 
 - :func:`load_gyrb`: gyrB protein fragments of three bacterial genera
   (PubMLST), bundled with the package — the default target of
@@ -10,7 +10,7 @@ this module builds labelled target kernels of the same kind from real data:
   data; :func:`gyrb_path` is the bundled FASTA file.
 - :func:`load_wine_kernel`: scikit-learn's bundled wine data (three cultivars),
   needing no download.
-- :func:`load_fasta_kernel`: a normalised k-mer spectrum kernel over protein
+- :func:`load_fasta_kernel`: a normalized k-mer spectrum kernel over protein
   sequences read from a FASTA file (:func:`read_fasta`,
   :func:`spectrum_kernel`), for instance gyrB fragments from PubMLST. If you
   use PubMLST data, cite: Jolley KA, Bray JE, Maiden MCJ. Open-access
@@ -126,7 +126,7 @@ def _symmetric_trace_one(kernel):
     prefer_skip_nested_validation=True,
 )
 def load_wine_kernel(n_objects=52, random_state=0):
-    """Labelled target kernel from scikit-learn's bundled wine data.
+    """Labeled target kernel from scikit-learn's bundled wine data.
 
     The wine data (178 wines of three cultivars, 13 chemical measurements;
     UCI) ship with scikit-learn, so this needs no download. Three classes, as
@@ -134,13 +134,13 @@ def load_wine_kernel(n_objects=52, random_state=0):
 
     Construction: a stratified random sample of ``n_objects`` wines, as
     balanced as possible (17/17/18 for 52; the remainder goes to the last
-    classes); features standardised over the sample; the Gaussian RBF kernel
+    classes); features standardized over the sample; the Gaussian RBF kernel
     ``exp(-||x - x'||^2 / p)`` with ``p = 13`` features, i.e. scikit-learn's
-    ``gamma="scale"`` default on standardised data (not tuned); divided by
+    ``gamma="scale"`` default on standardized data (not tuned); divided by
     its trace. The RBF kernel is positive definite, so the target is a
     full-rank density matrix like the learned kernels, and it has a constant
     diagonal (``1/n_objects``): every object has the same feature-space
-    norm, as with a normalised sequence kernel.
+    norm, as with a normalized sequence kernel.
 
     Parameters
     ----------
@@ -162,7 +162,7 @@ def load_wine_kernel(n_objects=52, random_state=0):
     features = StandardScaler().fit_transform(wine.data[indices])
     kernel = rbf_kernel(features, gamma=1.0 / features.shape[1])
     description = (
-        f"RBF kernel (gamma=1/{features.shape[1]}) on standardised features of "
+        f"RBF kernel (gamma=1/{features.shape[1]}) on standardized features of "
         f"{n_objects} wines sampled {'/'.join(map(str, counts))} from the three "
         "cultivars of scikit-learn's wine data, trace one."
     )
@@ -319,7 +319,7 @@ def _fasta_line(path, number, line):
     prefer_skip_nested_validation=True,
 )
 def spectrum_kernel(sequences, k=3):
-    """Normalised k-mer spectrum kernel.
+    """Compute the normalized k-mer spectrum kernel.
 
     ``K_ij = <phi(s_i), phi(s_j)> / (||phi(s_i)|| ||phi(s_j)||)``, where
     ``phi(s)`` counts each contiguous substring of length ``k`` of ``s``
@@ -334,12 +334,12 @@ def spectrum_kernel(sequences, k=3):
     sequences : list of str
     k : int, default=3
         Length of the k-mers; every sequence must have at least one (a
-        shorter or blank one is refused: it has no spectrum to normalise).
+        shorter or blank one is refused: it has no spectrum to normalize).
 
     Returns
     -------
     kernel : ndarray of shape (n_sequences, n_sequences)
-        Cosine-normalised, positive semi-definite, unit diagonal.
+        Cosine-normalized, positive semi-definite, unit diagonal.
     """
     if len(sequences) == 0:
         raise ValueError("sequences is empty: give at least one sequence.")
@@ -373,7 +373,7 @@ def spectrum_kernel(sequences, k=3):
     prefer_skip_nested_validation=True,
 )
 def load_fasta_kernel(path, *, n_objects=None, per_class=None, k=3, random_state=0):
-    """Labelled target kernel from protein (or DNA) sequences in a FASTA file.
+    """Labeled target kernel from protein (or DNA) sequences in a FASTA file.
 
     The label of a record is its header's first ``|``-separated field, as in
     the gyrB files (``>Genus|scheme/locus|first_allele_id|n_alleles=...``).
@@ -414,7 +414,7 @@ def load_fasta_kernel(path, *, n_objects=None, per_class=None, k=3, random_state
     kernel = spectrum_kernel([sequences[i] for i in indices], k=k)
     counts = "/".join(str(n) for n in np.bincount(labels))
     description = (
-        f"Normalised {k}-mer spectrum kernel of {len(indices)} sequences "
+        f"Normalized {k}-mer spectrum kernel of {len(indices)} sequences "
         f"({counts} of {', '.join(target_names)}) from {Path(path).name}, "
         "trace one."
     )
@@ -495,13 +495,13 @@ def gyrb_path():
     prefer_skip_nested_validation=True,
 )
 def load_gyrb(n_objects=52, random_state=0, k=3):
-    """Labelled target kernel over bundled gyrB proteins of three genera.
+    """Labeled target kernel over bundled gyrB proteins of three genera.
 
     The paper's experiments use a 52 x 52 kernel over gyrB proteins of three
     bacterial genera. This draws ``n_objects`` of the 113 bundled gyrB
     fragments (set A: *Acinetobacter* 43, *Pseudomonas* 21, *Vibrio* 49;
     E. coli GyrB positions 250-395), as balanced over the genera as possible
-    (17/17/18 for 52), and returns their normalised ``k``-mer spectrum
+    (17/17/18 for 52), and returns their normalized ``k``-mer spectrum
     kernel divided by its trace (:func:`load_fasta_kernel`).
 
     The data are PubMLST's (https://pubmlst.org/), via github.com/tseemann/mlst;

@@ -1,7 +1,7 @@
-"""Judging a kernel by nearest-neighbour accuracy on object labels.
+"""Judging a kernel by nearest-neighbor accuracy on object labels.
 
 Section 5 of Tsuda, Raetsch & Warmuth (2004) evaluates a kernel by the 1-NN
-test error over 10 random 50/50 splits of the labelled objects.
+test error over 10 random 50/50 splits of the labeled objects.
 :func:`nearest_neighbor_error` is that protocol as one call, built from
 scikit-learn's ``ShuffleSplit`` and ``cross_val_score`` on
 :class:`~megkernel.KernelKNeighborsClassifier`, and
@@ -74,7 +74,7 @@ def nearest_neighbor_error(K, labels, *, n_splits=10, test_size=0.5,
     Parameters
     ----------
     K : array-like of shape (n_objects, n_objects)
-        Symmetric kernel over the labelled objects.
+        Symmetric kernel over the labeled objects.
     labels : array-like of shape (n_objects,)
         Class label of each object.
     n_splits : int, default=10
@@ -82,7 +82,7 @@ def nearest_neighbor_error(K, labels, *, n_splits=10, test_size=0.5,
     test_size : float or int, default=0.5
         Test fraction (or count) of each split; the paper uses 50/50.
     n_neighbors : int, default=1
-        Neighbours of the k-NN classifier; the paper uses 1.
+        Neighbors of the k-NN classifier; the paper uses 1.
     random_state : int, RandomState instance or None, default=None
         Seed of the splits; an int makes the result reproducible.
 
@@ -124,7 +124,7 @@ class KNNKernelScorer:
     ``scorer(estimator, X, y)`` returns ``1 - nearest_neighbor_error(
     estimator.kernel_, labels, ...).mean``. ``X`` and ``y`` (the held-out
     pairs and their targets in a search over pair learners) are not used: the
-    kernel is judged only by how well it separates the labelled objects.
+    kernel is judged only by how well it separates the labeled objects.
     """
 
     def __init__(self, labels, *, n_splits, test_size, n_neighbors, random_state):
@@ -171,7 +171,7 @@ def make_knn_kernel_scorer(labels, *, n_splits=10, test_size=0.5, n_neighbors=1,
     kernel learner with a fitted ``kernel_`` attribute, a ``d x d`` kernel
     over all objects (such as :class:`~megkernel.MEGKernelRegressor` or
     :class:`~megkernel.DefiniteBoostKernel`). The score is the mean k-NN
-    accuracy over random splits of the labelled objects
+    accuracy over random splits of the labeled objects
     (``1 - nearest_neighbor_error(...).mean``); greater is better.
 
     The scorer's ``X`` and ``y`` (the held-out pairs of the search) are

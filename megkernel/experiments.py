@@ -1,6 +1,6 @@
 """The two experiments of Section 5 of Tsuda, Raetsch & Warmuth (2004).
 
-Both start from a labelled, trace-one target kernel (see
+Both start from a labeled, trace-one target kernel (see
 :mod:`megkernel.datasets`) and judge the learned kernel by the paper's 1-NN
 protocol (:func:`megkernel.nearest_neighbor_error`) with the same splits
 throughout, so that every error is comparable with the target's:
@@ -173,7 +173,7 @@ def _definiteboost_iterate(model, pairs, t):
     ``W_t = exp(log W_1 - sum_{s<t} alpha_s C_s) / Z`` (eq. 12) with
     ``C_s = u_s u_s^T - (gamma / tau) I``, ``u_s = e_a - e_b``; ``log W_1``
     and the ``gamma I`` parts are multiples of the identity, which the
-    normalisation removes. (Re-running the solver with ``max_iter=t`` is no
+    normalization removes. (Re-running the solver with ``max_iter=t`` is no
     substitute: a run stopped before convergence keeps its best iterate,
     not its ``t``-th.)
     """

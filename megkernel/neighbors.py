@@ -1,15 +1,15 @@
-"""k-nearest-neighbour classification on a precomputed kernel.
+"""k-nearest-neighbor classification on a precomputed kernel.
 
 A kernel ``K`` induces the feature-space distance
 ``d(i, j) = sqrt(K_ii + K_jj - 2 K_ij)``. :class:`KernelKNeighborsClassifier`
 classifies with scikit-learn's ``KNeighborsClassifier(metric="precomputed")``
 on these distances, and takes the kernel itself as input, so that it can
-judge a learned kernel by neighbour accuracy as Section 5 of Tsuda, Raetsch &
+judge a learned kernel by neighbor accuracy as Section 5 of Tsuda, Raetsch &
 Warmuth (2004) does.
 
 **The rule for kernels from the user** (here and in :func:`kernel_to_distances`):
 distances are computed on the kernel divided by a power of four near its
-largest entry (exact in floating point, and neighbours do not depend on the
+largest entry (exact in floating point, and neighbors do not depend on the
 scale), so that any finite kernel gives finite distances, never NaN; and a
 kernel that cannot be positive semidefinite (a clearly negative induced
 squared distance or diagonal entry) is named in a ``UserWarning``, since its
@@ -126,18 +126,18 @@ def _warn_if_not_psd(kernel, diagonal, squared, *, name="The training kernel"):
     if worst < -1e-8 * scale:
         warn_user(
             f"{name} is not positive semidefinite (an induced squared "
-            f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbours "
+            f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbors "
             "of such a 'kernel' are not those of any embedding of the objects.",
             UserWarning)
 
 
 class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
-    """k-nearest-neighbour classifier on a precomputed kernel.
+    """k-nearest-neighbor classifier on a precomputed kernel.
 
     ``fit`` takes the kernel between training objects, ``predict`` the
-    kernel between test and training objects. Neighbours are those closest in
+    kernel between test and training objects. Neighbors are those closest in
     the distance the kernel induces, ``d(i, j) = sqrt(K_ii + K_jj - 2 K_ij)``
-    (see :func:`kernel_distances`); the neighbour search and the vote are
+    (see :func:`kernel_distances`); the neighbor search and the vote are
     scikit-learn's ``KNeighborsClassifier(metric="precomputed",
     algorithm="brute")``.
 
@@ -148,7 +148,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
     **The test diagonal.** Under that slicing the test objects' own values
     ``K_ii`` are not available. With ``weights="uniform"`` they are not
     needed: for a test object ``i``, ``K_ii`` is the same for every candidate
-    neighbour ``j``, so ranking by ``K_jj - 2 K_ij`` (shifted per row to be
+    neighbor ``j``, so ranking by ``K_jj - 2 K_ij`` (shifted per row to be
     non-negative) ranks exactly as the distances do, and the prediction equals
     scikit-learn's on the induced distance matrix. Ties are broken by
     scikit-learn in both cases (equal distances stay equal); only distances
@@ -163,7 +163,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     n_neighbors : int, default=1
-        Number of neighbours (the paper's protocol uses 1).
+        Number of neighbors (the paper's protocol uses 1).
     weights : {"uniform", "distance"} or callable, default="uniform"
         Weight function of scikit-learn's ``KNeighborsClassifier``. Anything
         but ``"uniform"`` needs ``test_diagonal`` at prediction time.
@@ -178,9 +178,9 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         ``K_jj`` of the training objects.
     kernel_scale_ : float
         Largest absolute entry of the training kernel; distances are
-        computed on the kernel divided by it (the neighbours do not change).
+        computed on the kernel divided by it (the neighbors do not change).
     neighbors_ : sklearn.neighbors.KNeighborsClassifier
-        The fitted neighbour search on the training distances.
+        The fitted neighbor search on the training distances.
 
     See Also
     --------
@@ -232,7 +232,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
             check_class_labels(y)  # a missing label or a mix of kinds, named
             X, y = validate_data(self, X, y, dtype=np.float64)
             X = check_symmetric(X, name="Training kernel X")
-            # neighbours do not change with the kernel's scale: work at largest
+            # neighbors do not change with the kernel's scale: work at largest
             # entry near 1, so kernels anywhere in the float range give finite
             # distances; a power of 4 scales them (and the distances) exactly
             scale = _power_of_four_scale(np.abs(X).max())
@@ -273,7 +273,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         return self.neighbors_.predict(distances)
 
     def predict_proba(self, X, *, test_diagonal=None):
-        """Class probabilities of test objects (neighbour vote shares).
+        """Class probabilities of test objects (neighbor vote shares).
 
         Parameters
         ----------

@@ -2,7 +2,7 @@
 Watching a batch fit: loss curve, held-out score and early stopping
 ===================================================================
 
-:meth:`MEGKernelRegressor.fit <megkernel.MEGKernelRegressor.fit>` minimises
+:meth:`MEGKernelRegressor.fit <megkernel.MEGKernelRegressor.fit>` minimizes
 the total square loss of the observed squared distances over the kernels of
 its trace, by MEG updates on the whole loss (mirror descent with a
 step that needs no tuning). It starts from a spectral prior (classical

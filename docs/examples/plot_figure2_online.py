@@ -10,7 +10,7 @@ the total loss of all the trials by ``r² Δ(U, W₁) / 2``.
 
 The target here is the bundled stand-in for the paper's gyrB kernel: 17/17/18
 gyrB protein fragments of *Acinetobacter*, *Pseudomonas* and *Vibrio*
-(PubMLST data), with a normalised 3-mer spectrum kernel of trace one.
+(PubMLST data), with a normalized 3-mer spectrum kernel of trace one.
 The paper runs 3 × 10⁵ trials; 30,000 keep the build short
 (``python -m megkernel reproduce`` runs the full length).
 """

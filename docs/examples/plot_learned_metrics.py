@@ -3,7 +3,7 @@ Learned metrics against the Euclidean metric and NCA
 ====================================================
 
 :class:`~megkernel.MEGMetric` and :class:`~megkernel.DefiniteBoostMetric`
-learn a Mahalanobis metric from labelled points (they draw similar and
+learn a Mahalanobis metric from labeled points (they draw similar and
 dissimilar pairs from the labels) and, being scikit-learn transformers,
 extend it to new points: ``StandardScaler → metric → KNeighborsClassifier``
 is an ordinary pipeline. Their training length is chosen inside ``fit`` on

@@ -10,7 +10,7 @@ to the fitted objects, so a scikit-learn ``Pipeline`` into
 one ``GridSearchCV`` compares
 
 * the observed distances themselves (``learner=None``: the no-learning
-  baseline; a pair nobody measured is never a neighbour), and
+  baseline; a pair nobody measured is never a neighbor), and
 * the kernel that :class:`~megkernel.MEGKernelRegressor` learns from the
   observed pairs at its defaults, which fills in the missing ones.
 

@@ -47,7 +47,7 @@ print(f"{model.n_updates_} examples, total loss {model.cumulative_loss_:.3f} "
 
 # %%
 # **A metric over features, for new points.** :class:`~megkernel.MEGMetric`
-# learns a Mahalanobis metric from a stream of labelled pairs of points,
+# learns a Mahalanobis metric from a stream of labeled pairs of points,
 # shape ``(n, 2, n_features)`` (``+1`` same class, ``-1`` different). After
 # each chunk, the learned metric's 1-NN accuracy on held-out points; its
 # one-sided loss obeys a bound of the same kind
@@ -90,7 +90,7 @@ fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained
 plot_learning_curve(model, loss_ax, target=target)
 acc_ax.plot(pairs_seen, metric_accuracy, marker="o", label="MEGMetric.partial_fit")
 acc_ax.axhline(euclidean, color="black", linestyle="--", label="Euclidean")
-acc_ax.set_xlabel("labelled pairs seen")
+acc_ax.set_xlabel("labeled pairs seen")
 acc_ax.set_ylabel("held-out 1-NN accuracy (wine)")
 acc_ax.legend()
 acc_ax.grid(alpha=0.3)

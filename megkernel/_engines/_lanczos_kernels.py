@@ -24,7 +24,7 @@ unchanged, so the two modes give bit-identical products: switching mode (or
 rebuilding the lists in a new call) never changes a result.
 
 One trial runs plain Lanczos on ``A`` from ``u = e_a - e_b`` (no
-reorthogonalisation: only quadratic forms are needed). With the tridiagonal
+reorthogonalization: only quadratic forms are needed). With the tridiagonal
 ``T_k``, ``u^T exp(A + tau/2 u u^T) u = 2 e1^T exp(T_k + tau e1 e1^T) e1``
 once ``k`` is large enough (Gauss quadrature), because ``A`` and
 ``A + s u u^T`` have the same Krylov spaces from ``u``. The quadratures are
@@ -65,7 +65,7 @@ def make_workspace(d, kmax):
     """Zeroed scratch for ``d`` objects and runs of ``kmax`` steps.
 
     Returns ``(vectors, coefficients)``: rows ``q_prev, q, w`` (the previous
-    and current Lanczos vectors and the next, unnormalised one), shape
+    and current Lanczos vectors and the next, unnormalized one), shape
     ``(3, d)``; rows ``alpha, beta`` (diagonal and off-diagonal of ``T_k``,
     ``beta[k - 1]`` the norm of ``w``) and ``dd, ee, zz`` (scratch of
     :func:`tridiag_exp`), shape ``(5, kmax + 2)``.

@@ -4,7 +4,7 @@ The compiled half of :mod:`megkernel._engines.rank_one`. The
 eigendecomposition of ``diag(lam) + s z z^T`` follows LAPACK's divide and
 conquer merge step: deflation of tiny ``z`` components and of near-equal
 eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4``'s
-iteration with the sums over the poles vectorised (LAPACK's own ``dlaed4``,
+iteration with the sums over the poles vectorized (LAPACK's own ``dlaed4``,
 called from compiled code through ``scipy.linalg.cython_lapack``, takes over
 any root that does not converge), and Gu & Eisenstat's recomputed ``z`` for
 numerically orthogonal eigenvectors (``dlaed3``/``dlaed9``). Eigenvectors
@@ -56,13 +56,13 @@ _NO_TRANSPOSE = 78
 #: LAPACK's relative machine precision ``dlamch('Epsilon')``.
 _EPS = np.finfo(np.float64).eps / 2
 
-#: Steps per root of the vectorised secular solver before ``dlaed4`` takes over.
+#: Steps per root of the vectorized secular solver before ``dlaed4`` takes over.
 _MAX_STEPS = 12
 
 # Divisions never raise (numpy's error model: no exception paths to compile).
 _strict = njit(cache=True, error_model="numpy")
 # Reassociation only where it is harmless (sums of precomputed terms): it
-# lets LLVM vectorise the reductions.
+# lets LLVM vectorize the reductions.
 _reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 
 #: Float scratch vectors of length ``n`` (before the blocks).
@@ -117,7 +117,7 @@ def _eigenvectors(dk, zk, delta, zhat, small):
 
     Gu & Eisenstat's recomputed ``zhat`` (from the secular deltas
     ``delta[j, i] = dk_i - roots_j``) makes them numerically orthogonal.
-    Loops run over ``i`` innermost (vectorised); only the norms are sums.
+    Loops run over ``i`` innermost (vectorized); only the norms are sums.
     """
     k = dk.size
     if k <= 2:
@@ -130,7 +130,7 @@ def _eigenvectors(dk, zk, delta, zhat, small):
     for j in range(k):
         row = delta[j]
         pole = dk[j]
-        for i in range(k):  # one full-length pass (vectorised); i == j skipped
+        for i in range(k):  # one full-length pass (vectorized); i == j skipped
             ratio = row[i] / (dk[i] - pole)
             zhat[i] *= 1.0 if i == j else ratio
     for i in range(k):
@@ -156,7 +156,7 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
     middle-way rational steps, bisection safeguard, a rounding-error
     stopping test), with the pole distances of each root kept in its row of
     ``delta`` (``delta[j, i] = dk_i - roots_j``, from ``shifted = dk -
-    dk[origin]``, computed once per origin) and the secular sums vectorised
+    dk[origin]``, computed once per origin) and the secular sums vectorized
     over the poles. Roots not converged after :data:`_MAX_STEPS` steps keep
     ``converged[j] == 0`` for ``dlaed4``.
 
@@ -165,7 +165,7 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
     lower pole when that lies in the lower half of the interval (a small
     step: the usual case late in a run), which saves about one evaluation
     of the secular sums per root; the sums over ``i != j`` for all roots
-    take one pass (vectorised over the roots). Otherwise it starts
+    take one pass (vectorized over the roots). Otherwise it starts
     mid-interval. ``shifted`` and ``cauchy`` (``k`` each) are scratch.
     """
     k = dk.size

@@ -1,7 +1,7 @@
 """Spectral numerics: every matrix function in megkernel goes through here.
 
 One eigh-based operator (:func:`spectral_apply`) sits behind the matrix
-logarithm, exponential and the trace-normalised exponential of eq. 7 of
+logarithm, exponential and the trace-normalized exponential of eq. 7 of
 Tsuda, Raetsch & Warmuth (2004); validation of symmetric / positive definite
 inputs lives here once.
 """

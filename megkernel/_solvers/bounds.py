@@ -103,7 +103,7 @@ def definiteboost_step(r, lam_max, lam_min):
     :math:`\alpha = \frac{1}{\lambda_{max} - \lambda_{min}}
     \log \frac{1 - r/\lambda_{min}}{1 - r/\lambda_{max}}`, for a violation
     ``0 <= r < lam_max`` of a constraint with eigenvalues in
-    ``[lam_min, lam_max]``, ``lam_min < 0 < lam_max``. Vectorised.
+    ``[lam_min, lam_max]``, ``lam_min < 0 < lam_max``. Vectorized.
     """
     r = np.asarray(r, dtype=float)
     r = np.minimum(r, lam_max * (1.0 - 1e-15))
@@ -115,7 +115,7 @@ def definiteboost_rho(r, lam_max, lam_min):
 
     :math:`\rho = (1 - r/\lambda_{max})^{\lambda_{max}/(\lambda_{max}-\lambda_{min})}
     (1 - r/\lambda_{min})^{-\lambda_{min}/(\lambda_{max}-\lambda_{min})}`.
-    Vectorised; returns ``log rho`` when called via :func:`_log_rho`.
+    Vectorized; returns ``log rho`` when called via :func:`_log_rho`.
     """
     return np.exp(_log_rho(r, lam_max, lam_min))
 

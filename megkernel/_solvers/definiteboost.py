@@ -5,7 +5,7 @@ Finds ``W* = argmin Delta(W, W_1)`` subject to ``tr W = 1`` and
 
 * :mod:`.definiteboost_projections`, the algorithm (constraints, the greedy
   run, the dual objective and Theorem 4.1's bound);
-* :mod:`.definiteboost_rules`, the rules of labelled pairs (thresholds in
+* :mod:`.definiteboost_rules`, the rules of labeled pairs (thresholds in
   the kernel's units, the estimator's defaults, the labels' check) and
   :func:`definiteboost_pairs`;
 * this one: :func:`definiteboost` for general constraint matrices, and the

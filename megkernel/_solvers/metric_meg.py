@@ -9,7 +9,7 @@ the user guide, ``docs/user_guide/metrics.rst``, "The one-sided loss and its bou
 
 Coordinates
 -----------
-The centred training features ``X = U S V^T`` (rank ``r``) give whitened
+The centered training features ``X = U S V^T`` (rank ``r``) give whitened
 coordinates ``z(x) = S^-1 V^T (x - mean)``; the rows of ``U`` are those of the
 training points. A metric is ``d^2(x, x') = tau (z - z')^T M (z - z')`` with
 ``M`` an ``r x r`` density matrix and ``tau = ||X||_F^2``. The prior
@@ -49,7 +49,7 @@ __all__ = [
 
 
 def whiten(centred, *, rtol=1e-10):
-    """Whitened coordinates of centred training points.
+    """Whitened coordinates of centered training points.
 
     Returns
     -------
@@ -214,7 +214,7 @@ def online_trials(exponent, diffs, targets, sides, ranges):
 
 
 def online_bound(comparator_losses, ranges, divergence):
-    """Right-hand side of the normalised relative loss bound (c = 2).
+    """Right-hand side of the normalized relative loss bound (c = 2).
 
     ``sum_t loss_t / rho_t^2 <= 2 sum_t loss_U,t / rho_t^2 + Delta(U, M_1)``
     for any comparator density ``U``, where ``loss_U,t`` is ``U``'s one-sided

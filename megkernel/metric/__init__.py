@@ -1,14 +1,14 @@
 """Learned metrics on features: MEG and DefiniteBoost as transformers.
 
 The objects are the training points, the prior is the linear kernel of the
-centred features ``X = U Sigma V^T`` (``W_1 = X X^T / ||X||_F^2``, the
+centered features ``X = U Sigma V^T`` (``W_1 = X X^T / ||X||_F^2``, the
 Euclidean metric), and the kernel is learned in low-rank mode inside its
 range: ``W = P M P^T = X A X^T`` with ``A = V Sigma^-1 M Sigma^-1 V^T``. So
 it extends to new points, ``k(x, x') = tau phi(x)^T M phi(x')`` with
 ``phi(x) = Sigma^-1 V^T (x - mean)`` and ``tau = ||X||_F^2``, and
 :meth:`transform` gives ``sqrt(tau) phi(x) M^{1/2}`` (up to a rotation),
 whose Euclidean distances are the learned ones. Before learning they are
-the Euclidean distances of the centred features (``M = S``).
+the Euclidean distances of the centered features (``M = S``).
 
 The trace constraint fixes the mean squared distance between distinct
 training points at ``D = 2 ||X||_F^2 / (n - 1)`` for every learned metric:

@@ -285,7 +285,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     @property
     def n_components_(self):
-        """Dimension of the embedding (the rank of the centred training features)."""
+        """Dimension of the embedding (the rank of the centered training features)."""
         check_is_fitted(self, "components_")
         return self.components_.shape[0]
 
@@ -304,7 +304,7 @@ def _check_trace(centred):
         trace = float(np.sum(centred * centred))
     if not _MIN_TRACE < trace < _MAX_TRACE:
         raise ValueError(
-            f"X's scale is out of range: the centred features reach {largest:.3g} "
+            f"X's scale is out of range: the centered features reach {largest:.3g} "
             f"and their sum of squares is {trace:.3g}, outside "
             f"({_MIN_TRACE:g}, {_MAX_TRACE:g}) where squared distances and their "
             "squared errors stay in double precision. Rescale X, e.g. with "
@@ -357,7 +357,7 @@ class _PairInput:
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
     def fit(self, X, y):
-        """Learn from labelled pairs of points, then calibrate ``threshold_``.
+        """Learn from labeled pairs of points, then calibrate ``threshold_``.
 
         Parameters
         ----------
@@ -406,7 +406,7 @@ class _PairInput:
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
     def score(self, X, y):
-        """ROC AUC of :meth:`decision_function` on labelled pairs (metric-learn's)."""
+        """ROC AUC of :meth:`decision_function` on labeled pairs (metric-learn's)."""
         check_is_fitted(self, "threshold_")
         signs = _pair_labels(y, len(np.asarray(X)))
         return float(roc_auc_score(signs, self.decision_function(X)))
@@ -420,8 +420,8 @@ class _PairInput:
         y : array-like of shape (n_pairs,)
             Pair labels.
         strategy : {"accuracy"}, default="accuracy"
-            Maximise the accuracy of :meth:`predict` on ``(X, y)``; ties go
-            to the midpoint between neighbouring distances.
+            Maximize the accuracy of :meth:`predict` on ``(X, y)``; ties go
+            to the midpoint between neighboring distances.
 
         Returns
         -------

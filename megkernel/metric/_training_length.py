@@ -354,7 +354,7 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
     -------
     length : float or None
         The chosen checkpoint; ``None`` when no fold can be scored (no
-        held-out point with a labelled reference, or no held-out pair of
+        held-out point with a labeled reference, or no held-out pair of
         each kind).
     log : dict
         ``"score"`` ("knn" or "auc"), ``"checkpoints"`` and ``"scores"``

@@ -92,7 +92,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     r"""Metric from DefiniteBoost's Bregman projection with soft constraints.
 
     :class:`DefiniteBoostKernel` in low-rank mode over the training points
-    (prior: the Euclidean metric of the centred features) with similar
+    (prior: the Euclidean metric of the centered features) with similar
     pairs ``d^2 <= gamma`` and dissimilar pairs ``d^2 >= gamma_dissimilar``.
     Hard constraints from labels are usually jointly infeasible (classes
     overlap, and the trace fixes the mean squared distance ``D``), and
@@ -248,7 +248,7 @@ class DefiniteBoostMetric(_FeatureMetric):
 
 
 class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
-    """:class:`DefiniteBoostMetric` learned from labelled pairs of points.
+    """:class:`DefiniteBoostMetric` learned from labeled pairs of points.
 
     As :class:`MEGPairMetric`: ``X`` of shape (n_pairs, 2, n_features),
     ``y`` the pair labels; ``threshold_`` calibrated on the training pairs,

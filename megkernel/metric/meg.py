@@ -121,7 +121,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
 class MEGMetric(_FeatureMetric):
     r"""Metric learned with MEG from similar / dissimilar pairs, in batch or on-line.
 
-    The metric lives in the whitened coordinates of the centred training
+    The metric lives in the whitened coordinates of the centered training
     points (``z = S^-1 V^T (x - mean)``, see :mod:`megkernel.metric`): a
     density matrix ``M`` with the Euclidean metric ``S^2 / tau`` as prior,
     and ``d^2(x, x') = tau (z - z')^T M (z - z')``. Each pair is an MEG trial
@@ -349,7 +349,7 @@ class MEGMetric(_FeatureMetric):
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
     def partial_fit(self, X, y):
-        """Learn on-line from labelled pairs of points, one MEG update per pair.
+        """Learn on-line from labeled pairs of points, one MEG update per pair.
 
         After :meth:`fit`, the metric goes on learning in the training
         points' whitened coordinates (parts of new points outside their span
@@ -359,7 +359,7 @@ class MEGMetric(_FeatureMetric):
         ``1 / rho_t^2`` (``c = 2``), ``rho_t`` the largest instance range
         seen so far; see :meth:`online_bound`.
 
-        A chunk of labelled points (2-D ``X``, class labels ``y``) is turned
+        A chunk of labeled points (2-D ``X``, class labels ``y``) is turned
         into pairs as by :meth:`fit` (``n_constraints`` of each kind, drawn
         within the chunk) and learned in the same way.
 
@@ -398,7 +398,7 @@ class MEGMetric(_FeatureMetric):
         return self
 
     def _chunk_pairs(self, X, y, *, reset):
-        """Pairs of points drawn from a chunk of labelled points."""
+        """Pairs of points drawn from a chunk of labeled points."""
         X, y = validate_data(self, X, y, reset=reset, ensure_min_samples=2, dtype=float)
         check_classification_targets(y)
         n_classes = np.unique(y).size
@@ -509,7 +509,7 @@ class MEGMetric(_FeatureMetric):
 
 
 class MEGPairMetric(_PairInput, MEGMetric):
-    """:class:`MEGMetric` learned from labelled pairs of points.
+    """:class:`MEGMetric` learned from labeled pairs of points.
 
     ``X`` holds pairs of points, shape (n_pairs, 2, n_features), and ``y``
     their labels, as metric-learn's pair learners (``ITML``): scikit-learn's
