@@ -139,8 +139,15 @@ class DefiniteBoostMetric(_FeatureMetric):
     Attributes
     ----------
     components_ : ndarray of shape (rank, n_features)
+        ``transform(X) = (X - mean_) @ components_.T``.
+    n_components_ : int
+        ``rank``, the dimension of the embedding (the rank of the centered
+        training features).
     mean_ : ndarray of shape (n_features,)
+        Mean of the training points.
     gamma_, gamma_dissimilar_ : float
+        Thresholds used on the squared distances (similar pairs below
+        ``gamma_``, dissimilar ones above ``gamma_dissimilar_``).
     kernel_estimator_ : DefiniteBoostKernel or None
         The fitted projection (iterations, dual objective, dropped pairs);
         ``None`` when the validation kept the Euclidean metric.
@@ -151,9 +158,13 @@ class DefiniteBoostMetric(_FeatureMetric):
         mean ``"scores"``, ``"gain_is_real"``, ``"n_repeats"`` and
         ``"stopped"`` (``"patience"`` or ``"max_length"``).
     pairs_, pair_labels_ : ndarray
+        The fitted pairs (row indices of the training ``X``) and labels.
     violated_fraction_, prior_violated_fraction_ : float
         Share of the pairs violating their threshold under the learned and
         under the Euclidean metric (a warning says when the first is larger).
+    constraint_loss_, prior_constraint_loss_ : float
+        Deprecated aliases of ``violated_fraction_`` and
+        ``prior_violated_fraction_`` (a ``FutureWarning``; removed in 0.3).
     n_features_in_ : int
 
     Examples
@@ -253,4 +264,27 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     As :class:`MEGPairMetric`: ``X`` of shape (n_pairs, 2, n_features),
     ``y`` the pair labels; ``threshold_`` calibrated on the training pairs,
     :meth:`score` the ROC AUC.
+
+    Parameters are those of :class:`DefiniteBoostMetric` (``n_constraints``
+    unused).
+
+    Attributes
+    ----------
+    threshold_ : float
+        The squared distance up to which a pair is predicted similar,
+        calibrated on the training pairs (:meth:`calibrate_threshold`).
+    classes_ : ndarray of shape (2,)
+        The pair labels, ``[-1, 1]``.
+    pairs_, pair_labels_ : ndarray
+        The fitted pairs (row indices of the pairs' distinct points, in
+        sorted order) and their labels.
+    components_, n_components_, mean_, gamma_, gamma_dissimilar_ : ndarray, int or float
+        As in :class:`DefiniteBoostMetric`, over the pairs' distinct points.
+    kernel_estimator_, n_iter_, validation_ : DefiniteBoostKernel, int or dict
+        As in :class:`DefiniteBoostMetric`.
+    violated_fraction_, prior_violated_fraction_ : float
+        As in :class:`DefiniteBoostMetric`.
+    constraint_loss_, prior_constraint_loss_ : float
+        Deprecated aliases, as in :class:`DefiniteBoostMetric`.
+    n_features_in_ : int
     """

@@ -192,7 +192,26 @@ class MEGMetric(_FeatureMetric):
     ----------
     components_ : ndarray of shape (rank, n_features)
         ``transform(X) = (X - mean_) @ components_.T``.
+    n_components_ : int
+        ``rank``, the dimension of the embedding (the rank of the centered
+        training features).
     mean_ : ndarray of shape (n_features,)
+        Mean of the training points (of the first pairs' distinct points
+        when :meth:`partial_fit` starts).
+    coordinates_ : ndarray of shape (n_samples, rank)
+        Whitened coordinates ``z`` of the training points: ``U`` of the
+        centered features' SVD ``U S V^T`` (module :mod:`megkernel.metric`).
+    scales_ : ndarray of shape (rank,)
+        Their singular values ``S``.
+    directions_ : ndarray of shape (rank, n_features)
+        ``V^T``: ``z(x) = (x - mean_) @ directions_.T / scales_``.
+    trace_ : float
+        ``tau = ||X - mean_||_F^2 = sum(scales_**2)``, the unit of the metric
+        in trace-one units (``d^2(x, x') = tau (z - z')^T M (z - z')``).
+    exponent_ : MetricExponent
+        The learned metric's exponent ``log M`` (rank x rank, ``M`` of trace
+        one) with its eigendecomposition: the state :meth:`partial_fit`
+        continues from.
     gamma_, gamma_dissimilar_ : float
         Targets used.
     learning_rate_ : float
@@ -218,6 +237,21 @@ class MEGMetric(_FeatureMetric):
         Pairs learned on-line by :meth:`partial_fit`.
     online_loss_ : float
         Sum of the on-line trials' losses (squared distance units squared).
+    online_normalised_loss_ : float
+        ``sum_t loss_t / rho_t^2`` over the on-line trials (trace-one units):
+        the left side of :meth:`online_bound`.
+    online_range_ : float
+        ``rho``, the largest instance range ``||z - z'||^2`` seen so far (the
+        learning rate of a trial is ``1 / rho_t^2``).
+    online_start_, online_start_log_ : ndarray of shape (rank, rank)
+        ``M_start``, the metric (trace one) before the on-line stream, and its
+        logarithm: the start of :meth:`online_bound`'s divergence.
+    online_start_range_ : float
+        ``rho`` before the stream (the largest range of :meth:`fit`'s pairs;
+        0 when :meth:`partial_fit` starts without a fit).
+    constraint_loss_, prior_constraint_loss_ : float
+        Deprecated aliases of ``pair_mse_`` and ``prior_pair_mse_`` (a
+        ``FutureWarning``; removed in 0.3).
     n_features_in_ : int
 
     Examples
@@ -519,6 +553,30 @@ class MEGPairMetric(_PairInput, MEGMetric):
     (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
 
     Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
+
+    Attributes
+    ----------
+    threshold_ : float
+        The squared distance up to which a pair is predicted similar,
+        calibrated on the training pairs (:meth:`calibrate_threshold`).
+    classes_ : ndarray of shape (2,)
+        The pair labels, ``[-1, 1]``.
+    pairs_, pair_labels_ : ndarray
+        The fitted pairs (row indices of the pairs' distinct points, in
+        sorted order) and their labels.
+    components_, n_components_, mean_, coordinates_, scales_, directions_ : ndarray or int
+        As in :class:`MEGMetric`, over the pairs' distinct points.
+    trace_, exponent_, gamma_, gamma_dissimilar_, learning_rate_ : float or MetricExponent
+        As in :class:`MEGMetric`.
+    n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
+        As in :class:`MEGMetric`.
+    n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
+        As in :class:`MEGMetric`.
+    online_start_, online_start_log_, online_start_range_ : ndarray or float
+        As in :class:`MEGMetric`.
+    constraint_loss_, prior_constraint_loss_ : float
+        Deprecated aliases, as in :class:`MEGMetric`.
+    n_features_in_ : int
 
     Examples
     --------
