@@ -360,8 +360,9 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
     multipliers = np.zeros(len(constraints))
     cap = np.broadcast_to(np.inf if settings.max_multiplier is None
                           else settings.max_multiplier, multipliers.shape)
-    log_floor = (-np.inf if settings.min_prior_eigenvalue is None
-                 else np.log(settings.min_prior_eigenvalue) - 1e-9)
+    log_floor = -np.inf  # no certificate: a zero (underflowed) eigenvalue gives none either
+    if settings.min_prior_eigenvalue is not None and settings.min_prior_eigenvalue > 0:
+        log_floor = np.log(settings.min_prior_eigenvalue) - 1e-9
     offset = log_bound = 0.0
     record = {"constraint": [], "violation": [], "alpha": [],
               "dual_objective": [state.log_partition()], "dual_bound": [0.0]}
