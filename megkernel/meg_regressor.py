@@ -36,7 +36,15 @@ from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
 from ._progress import note_compiling
 from ._solvers.meg import auto_learning_rate
-from ._solvers.meg_batch import PairLoss, minimize_pair_loss, spectral_prior
+from ._solvers.meg_batch import (
+    SUBSPACE_FROM,
+    SUBSPACE_GROWTH,
+    PairLoss,
+    SubspacePairLoss,
+    minimize_pair_loss,
+    spectral_prior,
+    subspace_dimension,
+)
 from ._warnings import warn_if_not_better, warn_user
 
 __all__ = ["MEGKernelRegressor"]
@@ -92,8 +100,10 @@ def auto_trace(state, pairs, y):
 
 
 def _check_batch_units(y, unit, what):
-    """Refuse targets whose squared errors in the batch fit's units (``unit``:
-    the targets' mean, then the trace) leave double precision."""
+    """Refuse targets whose squared errors leave double precision in the batch fit's units.
+
+    ``unit`` is the targets' mean, then the trace.
+    """
     if not (np.isfinite(unit) and MIN_SCALE <= unit <= MAX_SCALE):
         raise ValueError(
             f"{what[0].upper() + what[1:]} is {unit:.4g}, outside [{MIN_SCALE:g}, "
@@ -204,7 +214,15 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         isotropic part that carries the fill's offset (at least a tenth of the
         mean eigenvalue), with ``trace="auto"`` its fitted trace
         (:func:`megkernel._solvers.meg_batch.spectral_prior`); for the
-        on-line algorithm, ``I / d`` as in the paper.
+        on-line algorithm, ``I / d`` as in the paper. From 1500 objects on
+        (``SUBSPACE_FROM``) the batch fit from this prior learns the kernels
+        ``P M P^T + mu (I - P P^T)``: ``P`` the top 64 eigenvectors of the
+        prior's Gram matrix (or its rank, if larger), grown by 16 directions
+        of the discarded gradient whenever the held-out loss stops falling
+        and the last growth paid off, up to 256; the same mirror descent on
+        a convex subset, ``O(n_pairs k^2)`` per step instead of a ``d x d``
+        eigendecomposition, and one at the end
+        (:class:`megkernel._solvers.meg_batch.SubspacePairLoss`).
     init_factor : array-like of shape (d, r), default=None
         Low-rank prior ``W_1 = F F^T / ||F||_F^2`` (e.g. ``F`` = centred
         features, a Nystroem or kernel-PCA map); selects low-rank mode.
@@ -492,10 +510,13 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         y_train = y[train] / unit
         y_val = y[held] / unit if held is not None else np.zeros(0)
         prior_rank = prior_imputations = None
-        if (isinstance(self.init, str) and self.init == "auto" and self.init_factor is None):
+        subspace = self._subspace(state.n_objects)
+        if self._spectral_init():
             prior = spectral_prior(state.n_objects, a, b, y_train,
-                                   *((a_val, b_val, y_val) if held is not None else ()))
-            state, trace, prior_rank = prior.state, prior.trace, prior.rank
+                                   *((a_val, b_val, y_val) if held is not None else ()),
+                                   subspace=subspace)
+            trace, prior_rank = prior.trace, prior.rank
+            state = prior.exponent if subspace is not None else prior.state
             prior_imputations = prior.imputations
         else:
             trace = auto_trace(state, pairs[train], y_train)
@@ -506,8 +527,14 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             _check_batch_units(y, float(self.trace), "the trace")
         else:
             check_trace(trace * unit)
-        train_loss = PairLoss(state, a, b, y_train / trace)
-        validation = PairLoss(state, a_val, b_val, y_val / trace) if held is not None else None
+        if subspace is not None:
+            train_loss = SubspacePairLoss(prior.basis, a, b, y_train / trace)
+            validation = (SubspacePairLoss(prior.basis, a_val, b_val, y_val / trace)
+                          if held is not None else None)
+        else:
+            train_loss = PairLoss(state, a, b, y_train / trace)
+            validation = (PairLoss(state, a_val, b_val, y_val / trace) if held is not None
+                          else None)
         learning_rate = ("auto" if self.learning_rate == "auto"
                          else float(self.learning_rate))
         with self._batch_progress() as callback:
@@ -515,14 +542,17 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 state, train_loss, validation=validation, learning_rate=learning_rate,
                 max_iter=self.max_iter, tol=self.tol,
                 n_iter_no_change=self.n_iter_no_change,
-                early_stopping=validation is not None, callback=callback)
+                early_stopping=validation is not None, callback=callback,
+                grow=SUBSPACE_GROWTH)
         if held is not None and result.best_iter > 0:
             # the held-out pairs chose the rank and the number of iterations;
             # the kernel returned learns from every pair (as LassoCV refits)
-            state, trace = self._refit_prior(pairs, y / unit, index, prior_rank,
-                                             prior_imputations, trace, state.n_objects)
+            state, trace, loss = self._refit_prior(pairs, y / unit, index, prior_rank,
+                                                   prior_imputations, trace,
+                                                   result.state.n_objects, subspace)
             refit = minimize_pair_loss(
-                state, PairLoss(state, pairs[:, 0], pairs[:, 1], y / unit / trace),
+                state, loss,
+                grow=SUBSPACE_GROWTH, grow_at=result.growth,
                 learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
                 n_iter_no_change=result.best_iter + 1)
             result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
@@ -545,17 +575,35 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         return fitted
 
     def _refit_prior(self, pairs, y, index, prior_rank, prior_imputations, trace,
-                     n_objects):
-        """Return the prior and trace of the refit on every pair (``y`` in the fit's unit)."""
+                     n_objects, subspace):
+        """Return the prior, trace and loss of the refit on every pair.
+
+        ``y`` is in the fit's unit.
+        """
+        a, b = pairs.T
         if prior_rank is None:
             state = initial_state(self, pairs, index)
             if self.trace == "auto":
                 trace = auto_trace(state, pairs, y)
-            return state, trace
-        a, b = pairs.T
+            return state, trace, PairLoss(state, a, b, y / trace)
         prior = spectral_prior(n_objects, a, b, y, a, b, y, ranks=(prior_rank,),
-                               n_imputations=prior_imputations, fixed=True)
-        return prior.state, prior.trace if self.trace == "auto" else trace
+                               n_imputations=prior_imputations, fixed=True,
+                               subspace=subspace)
+        trace = prior.trace if self.trace == "auto" else trace
+        if subspace is not None:
+            return prior.exponent, trace, SubspacePairLoss(prior.basis, a, b, y / trace)
+        return prior.state, trace, PairLoss(prior.state, a, b, y / trace)
+
+    def _spectral_init(self):
+        """Whether the prior is the spectral one (``init="auto"``)."""
+        return (isinstance(self.init, str) and self.init == "auto"
+                and self.init_factor is None)
+
+    def _subspace(self, n_objects):
+        """Dimension of the subspace the batch fit learns in (``None``: every direction)."""
+        if not self._spectral_init() or n_objects < SUBSPACE_FROM:
+            return None
+        return subspace_dimension(n_objects)
 
     @contextmanager
     def _batch_progress(self):

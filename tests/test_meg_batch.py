@@ -12,7 +12,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from megkernel import MEGKernelRegressor, NoImprovementWarning
 from megkernel._numerics.state import ExponentState
-from megkernel._solvers.meg_batch import PairLoss, minimize_pair_loss, spectral_prior
+from megkernel._solvers.meg_batch import (
+    PairLoss,
+    SubspacePairLoss,
+    minimize_pair_loss,
+    spectral_prior,
+)
 
 
 def _points(d=30, dim=3, seed=0, clusters=3):
@@ -295,3 +300,107 @@ def test_k_nn_of_the_learned_kernel_beats_the_observed_distances():
     raw = accuracy(None)
     learned = accuracy(MEGKernelRegressor(objects=ids, random_state=0))
     assert learned >= raw + 0.005, (raw, learned)
+
+
+# -- the subspace plus isotropic complement (large d) ------------------------------
+def _subspace_case(d=12, k=4, seed=11):
+    rng = np.random.default_rng(seed)
+    basis, _ = np.linalg.qr(rng.normal(size=(d, k)))
+    B = rng.normal(size=(k, k))
+    exponent = np.zeros((k + 1, k + 1))
+    exponent[:k, :k] = B + B.T
+    exponent[k, k] = -0.7
+    full = basis @ (exponent[:k, :k] - exponent[k, k] * np.eye(k)) @ basis.T \
+        + exponent[k, k] * np.eye(d)
+    pairs = np.vstack([_pairs(d, 50, seed=seed), [[3, 3]]])  # a self-pair too
+    return basis, exponent, full, pairs, rng.random(len(pairs))
+
+
+def test_subspace_loss_matches_the_dense_loss_of_the_matrix_it_stands_for():
+    basis, exponent, full, pairs, z = _subspace_case()
+    d, k = basis.shape
+    sub = SubspacePairLoss(basis, pairs[:, 0], pairs[:, 1], z)
+    state = ExponentState(full)
+    dense = PairLoss(state, pairs[:, 0], pairs[:, 1], z)
+    lam, vecs = sub.decompose(exponent)
+    predicted = sub.predictions(lam, vecs)
+    expected = dense.predictions(state.eigenvalues, state.eigenvectors)
+    assert_allclose(predicted, expected, rtol=1e-11, atol=1e-15)
+    assert predicted[-1] == 0.0
+    assert sub.log_partition(lam) == pytest.approx(np.log(np.trace(
+        np.linalg.eigh(full)[1] @ np.diag(np.exp(np.linalg.eigh(full)[0]))
+        @ np.linalg.eigh(full)[1].T)), rel=1e-12)
+    # the gradient is the dense one's orthogonal projection onto the algebra
+    G = dense.gradient(expected)
+    outside = np.eye(d) - basis @ basis.T
+    projected = sub.gradient(predicted)
+    assert_allclose(projected[:k, :k], basis.T @ G @ basis, atol=1e-13)
+    assert projected[k, k] == pytest.approx(np.trace(outside @ G) / (d - k), rel=1e-11)
+    assert_allclose(projected[:k, k], 0.0)
+    # inner products of exponents are those of the d x d matrices
+    other = np.zeros_like(exponent)
+    other[:k, :k], other[k, k] = np.eye(k), 2.0
+    other_full = basis @ (np.eye(k) - 2.0 * np.eye(k)) @ basis.T + 2.0 * np.eye(d)
+    assert sub.inner(exponent, other) == pytest.approx(np.sum(full * other_full), rel=1e-12)
+    # the state of an iterate is the dense exponent itself
+    assert_allclose(sub.state(exponent, lam, vecs).exponent, full, atol=1e-12)
+
+
+def test_subspace_descent_lowers_the_loss_and_stays_in_the_algebra():
+    points, _ = _points(d=40, seed=12)
+    pairs = _pairs(40, 500, seed=13)
+    y = _sq(points, pairs)
+    a, b = pairs.T
+    prior = spectral_prior(40, a, b, y, subspace=6)
+    assert prior.state is None and prior.basis.shape == (40, 6)
+    assert_allclose(prior.basis.T @ prior.basis, np.eye(6), atol=1e-10)
+    dense_prior = spectral_prior(40, a, b, y)
+    sub = SubspacePairLoss(prior.basis, a, b, y / prior.trace)
+    # the same prior kernel in both layouts
+    lam, vecs = sub.decompose(prior.exponent)
+    dense = PairLoss(dense_prior.state, a, b, y / dense_prior.trace)
+    assert_allclose(sub.predictions(lam, vecs) * prior.trace,
+                    dense.predictions(dense_prior.state.eigenvalues,
+                                      dense_prior.state.eigenvectors) * dense_prior.trace,
+                    rtol=1e-8)
+    isotropic = np.diag(np.full(7, -np.log(40)))  # W = I / d: the structure is to learn
+    result = minimize_pair_loss(isotropic, sub, max_iter=300, tol=1e-9,
+                                n_iter_no_change=10)
+    assert np.all(np.diff(result.loss_curve) <= 0) and result.n_iter > 0
+    assert result.loss_curve[-1] < 0.1 * result.loss_curve[0]
+    W = result.state.matrix()
+    P = prior.basis @ prior.basis.T
+    assert_allclose(W @ P, P @ W, atol=1e-12)  # block-diagonal in [P, P_perp]
+    outside = (np.eye(40) - P) @ W @ (np.eye(40) - P)
+    mu = np.trace(outside) / (40 - 6)
+    assert_allclose(outside, mu * (np.eye(40) - P), atol=1e-12)  # isotropic there
+    identity = ExponentState.identity(40)
+    dense_result = minimize_pair_loss(identity, dense, max_iter=300, tol=1e-9,
+                                      n_iter_no_change=10)
+    assert dense_result.loss_curve[-1] <= result.loss_curve[-1] * (1 + 1e-6)  # a subset
+
+
+def test_the_estimator_learns_in_the_subspace_from_many_objects(monkeypatch):
+    import megkernel.meg_regressor as module
+    points, labels = _points(d=60, dim=3, seed=14)
+    pairs = _pairs(60, 900, seed=15)
+    y = 1e6 * _sq(points, pairs)
+    monkeypatch.setattr(module, "SUBSPACE_FROM", 50)
+    monkeypatch.setattr(module, "subspace_dimension", lambda d: 8)
+    grown = MEGKernelRegressor(random_state=0).fit(pairs, y)
+    monkeypatch.setattr(module, "SUBSPACE_GROWTH", 0)
+    model = MEGKernelRegressor(random_state=0).fit(pairs, y)
+    monkeypatch.undo()
+    # growing the subspace where the full gradient points fits the held-out pairs better
+    assert grown.validation_score_ > model.validation_score_ > model.prior_score_
+    dense = MEGKernelRegressor(random_state=0).fit(pairs, y)
+    assert not np.allclose(dense.kernel_, model.kernel_)  # the two modes differ
+    eigenvalues = np.linalg.eigvalsh(model.kernel_)
+    complement = np.median(eigenvalues)  # 52 of the 60 eigenvalues: the complement's
+    assert np.sum(np.isclose(eigenvalues, complement, rtol=1e-8)) >= 60 - 8
+    K = model.kernel_
+    assert_allclose(np.trace(K), model.trace_, rtol=1e-10)
+    assert np.linalg.eigvalsh(K).min() > 0
+    assert model.validation_score_ > model.prior_score_
+    r2 = 1 - np.mean((model.predict(pairs) - y) ** 2) / np.var(y)
+    assert r2 > 0.9

@@ -116,8 +116,15 @@ class ExponentState:
 
     @classmethod
     def identity(cls, n_objects):
-        """State for the prior ``W_1 = I / d``."""
-        return cls(-np.log(n_objects) * np.eye(n_objects))
+        """State for the prior ``W_1 = I / d`` (its eigenpairs known: no eigh)."""
+        state = cls.__new__(cls)
+        state.exponent = -np.log(n_objects) * np.eye(n_objects)
+        state.basis = None
+        state.eigenvalues = np.full(n_objects, -np.log(n_objects))
+        state.eigenvectors = np.eye(n_objects)
+        state.updates_since_refresh = 0
+        state.partition_anchor = None
+        return state
 
     # -- views -------------------------------------------------------------
     @property
