@@ -1,143 +1,44 @@
-"""Kernel learning from distances with MEG updates: batch fit, on-line partial_fit."""
+"""Kernel learning from distances with MEG updates: batch fit, on-line partial_fit.
+
+The estimator's parameters, input checks, transactions and fitted views are
+here; its parts hold the fits: ``_meg_regressor_batch.py`` (the batch fit)
+and ``_meg_regressor_trials.py`` (the on-line trials and a call's start).
+"""
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from numbers import Integral, Real
-from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._engines import METHOD_CONSTRAINT, run_pair_trials, select
-from ._numerics.limits import MAX_SCALE, MIN_SCALE
-from ._numerics.validation import (
-    MAX_STEP,
-    check_meg_step,
-    check_n_trials,
-    check_pair_indices,
-    check_squared_distances,
-    check_trace,
+from ._engines import METHOD_CONSTRAINT
+from ._meg_regressor_batch import MIN_VALIDATION_PAIRS as MIN_VALIDATION_PAIRS
+from ._meg_regressor_batch import _fit_batch
+from ._meg_regressor_trials import (
+    _check_targets,
+    _fast_call,
+    _fit_online,
+    _partial_fit_fast,
+    _run,
+    _Start,
+    _start,
 )
+from ._meg_regressor_trials import auto_trace as auto_trace
+from ._numerics.validation import check_pair_indices, check_squared_distances
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
-    initial_state,
     object_ids,
     unchanged_on_error,
     validate_pairs,
 )
-from ._progress import bar as progress_bar
-from ._progress import detail as progress_detail
-from ._progress import note_compiling
-from ._solvers.meg import auto_learning_rate
-from ._solvers.meg_batch import (
-    SUBSPACE_FROM,
-    SUBSPACE_GROWTH,
-    PairLoss,
-    SubspacePairLoss,
-    minimize_pair_loss,
-    spectral_prior,
-    subspace_dimension,
-)
 from ._warnings import warn_if_not_better, warn_user
 
 __all__ = ["MEGKernelRegressor"]
-
-#: Fewest held-out pairs for early stopping and the verdict; with fewer,
-#: ``fit`` trains on every pair and says so.
-MIN_VALIDATION_PAIRS = 10
-
-#: Trials between two updates of the progress bar when ``verbose``.
-_PROGRESS_EVERY = 10_000
-
-#: ``verbose=1`` draws a bar for calls of at least this many trials (shorter
-#: ones end before a bar says anything; on-line use, one pair per
-#: ``partial_fit``, would otherwise print a bar per call); ``verbose=2``
-#: draws one for every call.
-_BAR_FROM = 1000
-
-
-class _Start(NamedTuple):
-    """What a call runs: validated pairs, the state it works on, the units."""
-
-    pairs: np.ndarray
-    y: np.ndarray
-    index: object
-    state: object
-    trace: float
-    learning_rate: float
-
-
-def auto_trace(state, pairs, y):
-    """``trace="auto"``: the trace at which the prior meets the targets on average.
-
-    ``tau = mean(y) / mean(v^T W_1 v)`` over the pairs of distinct objects:
-    the prior ``tau W_1`` then has the targets' mean squared distance (for
-    ``W_1 = I / d``, ``tau = d mean(y) / 2``). Scaling ``y`` by ``c`` scales
-    ``tau`` by ``c``, so the learned kernel scales by ``c`` too: the units of
-    the targets do not matter. ``1.0`` when no pair separates two objects or
-    every target is 0.
-    """
-    moving = pairs[:, 0] != pairs[:, 1]
-    if not np.any(moving):
-        return 1.0
-    prior = state.pair_sq_distances(pairs[moving, 0], pairs[moving, 1]).mean()
-    mean_target = float(np.mean(y[moving]))
-    if not (prior > 0 and mean_target > 0):
-        return 1.0
-    with np.errstate(over="ignore"):  # overflow is caught just below
-        trace = mean_target / prior
-    if not np.isfinite(trace):
-        raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
-                         "large for double precision at this number of objects.")
-    return float(trace)
-
-
-def _check_batch_units(y, unit, what):
-    """Refuse targets whose squared errors leave double precision in the batch fit's units.
-
-    ``unit`` is the targets' mean, then the trace.
-    """
-    if not (np.isfinite(unit) and MIN_SCALE <= unit <= MAX_SCALE):
-        raise ValueError(
-            f"{what[0].upper() + what[1:]} is {unit:.4g}, outside [{MIN_SCALE:g}, "
-            f"{MAX_SCALE:g}] where squared distances and their squared errors stay in "
-            "double precision: give the targets in other units.")
-    largest = float(np.max(y, initial=0.0))
-    if largest > MAX_SCALE * unit:
-        raise ValueError(
-            f"y reaches {largest:.4g}, more than {MAX_SCALE:g} times {what} "
-            f"({unit:.4g}): its squared error leaves double precision. Check the units "
-            "of the targets (and of the trace).")
-
-
-def _r2(loss, z):
-    """``R^2`` of predictions with mean square error ``loss`` on targets ``z``."""
-    variance = float(np.var(z)) if len(z) else 0.0
-    return 1.0 - loss / variance if variance > 0 else np.nan
-
-
-def _warn_unreachable(pairs, y, trace, *, beyond_trace=True):
-    """One warning per call for targets no kernel of this trace can meet."""
-    loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
-    if loops.any():
-        warn_user(
-            f"{np.count_nonzero(loops)} of {len(y)} pairs join an object with itself "
-            f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
-            "distance of an object to itself is always 0.", UserWarning)
-    beyond = y > 2.0 * trace
-    if beyond_trace and beyond.any():
-        warn_user(
-            f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
-            f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "
-            f"kernel of trace {trace:.4g} has: give the trace in the targets' units.",
-            UserWarning)
 
 
 class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
@@ -213,7 +114,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         4, 6, 8, ... 128, that predicts the held-out pairs best, plus the
         isotropic part that carries the fill's offset (at least a tenth of the
         mean eigenvalue), with ``trace="auto"`` its fitted trace
-        (:func:`megkernel._solvers.meg_batch.spectral_prior`); for the
+        (:func:`megkernel._solvers.spectral_prior.spectral_prior`); for the
         on-line algorithm, ``I / d`` as in the paper. From 1500 objects on
         (``SUBSPACE_FROM``) the batch fit from this prior learns the kernels
         ``P M P^T + mu (I - P P^T)``: ``P`` the top 64 eigenvectors of the
@@ -222,7 +123,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         and the last growth paid off, up to 256; the same mirror descent on
         a convex subset, ``O(n_pairs k^2)`` per step instead of a ``d x d``
         eigendecomposition, and one at the end
-        (:class:`megkernel._solvers.meg_batch.SubspacePairLoss`).
+        (:class:`megkernel._solvers.pair_loss.SubspacePairLoss`).
     init_factor : array-like of shape (d, r), default=None
         Low-rank prior ``W_1 = F F^T / ||F||_F^2`` (e.g. ``F`` = centred
         features, a Nystroem or kernel-PCA map); selects low-rank mode.
@@ -447,178 +348,10 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             return self  # inside the block: an interrupt up to here restores the model
 
     def _fit_online(self, X, y):
-        start = self._start(X, y)
-        # losses_ keeps each trial's loss; each epoch's order is drawn when it starts
-        check_n_trials(self.n_epochs, len(start.y), bytes_per_trial=8,
-                       record="its on-line loss in losses_")
-        rng = check_random_state(self.random_state)
-        orders = (rng.permutation(len(start.y)) if self.shuffle
-                  else np.arange(len(start.y)) for _ in range(self.n_epochs))
-        prior = start.state.copy()
-        losses = [self._run(start.state, start.pairs[order], start.y[order],
-                            start.learning_rate, start.trace, epoch=epoch,
-                            done=epoch * len(start.y))
-                  for epoch, order in enumerate(orders)]
-        fitted = self._fitted(start, np.concatenate(losses))
-        a, b = start.pairs.T
-        z = start.y / start.trace  # trace-one units: no overflow in any units of y
-        prior_loss = np.mean((prior.pair_sq_distances(a, b) - z) ** 2)
-        final_loss = np.mean((start.state.pair_sq_distances(a, b) - z) ** 2)
-        fitted.update(
-            n_iter_=self.n_epochs, converged_=True, prior_rank_=None,
-            prior_imputations_=None,
-            loss_curve_=start.trace * np.sqrt([prior_loss, final_loss]),
-            validation_scores_=np.zeros(0), validation_score_=np.nan,
-            prior_score_=np.nan,
-            _verdict=None,
-            _diverged=(final_loss > prior_loss and final_loss > 0, _r2(prior_loss, z),
-                       _r2(final_loss, z), start.learning_rate))
-        return fitted
-
-    def _split(self, n_pairs):
-        """Training and held-out pair indices (held-out ``None``: no split)."""
-        everything = np.arange(n_pairs)
-        if not self.early_stopping:
-            return everything, None
-        n_held = int(round(self.validation_fraction * n_pairs))
-        if n_held < MIN_VALIDATION_PAIRS or n_pairs - n_held < MIN_VALIDATION_PAIRS:
-            warn_user(
-                f"MEGKernelRegressor: {n_pairs} pairs are too few to hold out "
-                f"{MIN_VALIDATION_PAIRS} at validation_fraction={self.validation_fraction} "
-                f"(it takes about {int(np.ceil(MIN_VALIDATION_PAIRS / self.validation_fraction))}"
-                "); training on every pair without early stopping and with no verdict "
-                "(validation_score_ and prior_score_ are NaN). Give more pairs, or "
-                "early_stopping=False to silence this.", UserWarning)
-            return everything, None
-        order = check_random_state(self.random_state).permutation(n_pairs)
-        return np.sort(order[n_held:]), np.sort(order[:n_held])
+        return _fit_online(self, X, y)
 
     def _fit_batch(self, X, y):
-        pairs, y, index = self._validate_trials(X, y, reset=True)
-        state = initial_state(self, pairs, index)
-        _warn_unreachable(pairs, y, 1.0, beyond_trace=False)
-        train, held = self._split(len(y))
-        a, b = pairs[train].T
-        a_val, b_val = pairs[held].T if held is not None else (a[:0], b[:0])
-        # work in units of the targets' mean (the result does not depend on them)
-        moving = a != b
-        with np.errstate(over="ignore"):  # a mean beyond the float range: refused below
-            unit = float(np.mean(y[train][moving])) if moving.any() else 0.0
-        unit = unit if unit > 0 else 1.0
-        _check_batch_units(y, unit, "the mean target of the training pairs of distinct "
-                           "objects")
-        y_train = y[train] / unit
-        y_val = y[held] / unit if held is not None else np.zeros(0)
-        prior_rank = prior_imputations = None
-        subspace = self._subspace(state.n_objects)
-        if self._spectral_init():
-            prior = spectral_prior(state.n_objects, a, b, y_train,
-                                   *((a_val, b_val, y_val) if held is not None else ()),
-                                   subspace=subspace)
-            trace, prior_rank = prior.trace, prior.rank
-            state = prior.exponent if subspace is not None else prior.state
-            prior_imputations = prior.imputations
-        else:
-            trace = auto_trace(state, pairs[train], y_train)
-        # the on-line fit's range of traces, [1e-100, 1e100], and targets in its reach
-        if self.trace != "auto":
-            trace = check_trace(self.trace) / unit
-            _warn_unreachable(pairs, y, float(self.trace))
-            _check_batch_units(y, float(self.trace), "the trace")
-        else:
-            check_trace(trace * unit)
-        if subspace is not None:
-            train_loss = SubspacePairLoss(prior.basis, a, b, y_train / trace)
-            validation = (SubspacePairLoss(prior.basis, a_val, b_val, y_val / trace)
-                          if held is not None else None)
-        else:
-            train_loss = PairLoss(state, a, b, y_train / trace)
-            validation = (PairLoss(state, a_val, b_val, y_val / trace) if held is not None
-                          else None)
-        learning_rate = ("auto" if self.learning_rate == "auto"
-                         else float(self.learning_rate))
-        with self._batch_progress() as callback:
-            result = minimize_pair_loss(
-                state, train_loss, validation=validation, learning_rate=learning_rate,
-                max_iter=self.max_iter, tol=self.tol,
-                n_iter_no_change=self.n_iter_no_change,
-                early_stopping=validation is not None, callback=callback,
-                grow=SUBSPACE_GROWTH)
-        if held is not None and result.best_iter > 0:
-            # the held-out pairs chose the rank and the number of iterations;
-            # the kernel returned learns from every pair (as LassoCV refits)
-            state, trace, loss = self._refit_prior(pairs, y / unit, index, prior_rank,
-                                                   prior_imputations, trace,
-                                                   result.state.n_objects, subspace)
-            refit = minimize_pair_loss(
-                state, loss,
-                grow=SUBSPACE_GROWTH, grow_at=result.growth,
-                learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
-                n_iter_no_change=result.best_iter + 1)
-            result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
-                                     n_iter=result.n_iter + refit.n_iter)
-        trace_ = trace * unit
-        start = _Start(pairs, y, index, result.state, trace_,
-                       auto_learning_rate(result.state, pairs[:, 0], pairs[:, 1]))
-        fitted = self._fitted(start, np.zeros(0))
-        z_val = validation.z if validation is not None else np.zeros(0)
-        scores = np.array([_r2(loss, z_val) for loss in result.validation_curve]) \
-            if validation is not None else np.zeros(0)
-        fitted.update(
-            n_iter_=result.n_iter, converged_=bool(result.converged),
-            loss_curve_=trace_ * np.sqrt(result.loss_curve),
-            validation_scores_=scores,
-            validation_score_=scores[result.best_iter] if len(scores) else np.nan,
-            prior_score_=scores[0] if len(scores) else np.nan,
-            prior_rank_=prior_rank, prior_imputations_=prior_imputations,
-            _verdict=validation is not None, _diverged=None)
-        return fitted
-
-    def _refit_prior(self, pairs, y, index, prior_rank, prior_imputations, trace,
-                     n_objects, subspace):
-        """Return the prior, trace and loss of the refit on every pair.
-
-        ``y`` is in the fit's unit.
-        """
-        a, b = pairs.T
-        if prior_rank is None:
-            state = initial_state(self, pairs, index)
-            if self.trace == "auto":
-                trace = auto_trace(state, pairs, y)
-            return state, trace, PairLoss(state, a, b, y / trace)
-        prior = spectral_prior(n_objects, a, b, y, a, b, y, ranks=(prior_rank,),
-                               n_imputations=prior_imputations, fixed=True,
-                               subspace=subspace)
-        trace = prior.trace if self.trace == "auto" else trace
-        if subspace is not None:
-            return prior.exponent, trace, SubspacePairLoss(prior.basis, a, b, y / trace)
-        return prior.state, trace, PairLoss(prior.state, a, b, y / trace)
-
-    def _spectral_init(self):
-        """Whether the prior is the spectral one (``init="auto"``)."""
-        return (isinstance(self.init, str) and self.init == "auto"
-                and self.init_factor is None)
-
-    def _subspace(self, n_objects):
-        """Dimension of the subspace the batch fit learns in (``None``: every direction)."""
-        if not self._spectral_init() or n_objects < SUBSPACE_FROM:
-            return None
-        return subspace_dimension(n_objects)
-
-    @contextmanager
-    def _batch_progress(self):
-        """Yield the batch iterations' ``callback``: a progress bar when ``verbose``."""
-        show = bool(self.verbose)
-        with progress_bar(total=self.max_iter, desc="MEGKernelRegressor (batch)",
-                          unit="iter", enabled=show) as bar:
-            def callback(iteration, train_loss, validation_loss, step):
-                bar.update(1)
-                if self.verbose >= 2:
-                    progress_detail(
-                        f"[MEGKernelRegressor] iteration {iteration}: training loss "
-                        f"{train_loss:.6g}, held-out loss {validation_loss:.6g}, "
-                        f"step {step:.3g} (trace-one units)")
-            yield callback if show else None
+        return _fit_batch(self, X, y)
 
     def _report(self):
         """Warn about a finished ``fit`` (after the model is stored)."""
@@ -664,7 +397,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        if self._fast_call(X, y):
+        if _fast_call(self, X, y):
             return self._partial_fit_fast(X, y)
         return self._partial_fit(X, y)
 
@@ -681,7 +414,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                                  else float(self.learning_rate))
                 start = _Start(pairs, y, self._object_index, self.state_.copy(),
                                self.trace_, learning_rate)
-                self._check_targets(start)
+                _check_targets(start)
             losses = self._run(start.state, start.pairs, start.y, start.learning_rate,
                                start.trace, epoch=None,
                                done=0 if first else self.n_updates_)
@@ -692,47 +425,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     def _param_values(self):
         return tuple(self.__dict__[name] for name in _PARAM_NAMES)
 
-    def _fast_call(self, X, y):
-        """Whether a ``partial_fit`` call may skip scikit-learn's validation.
-
-        A later call on plain integer index arrays, with every parameter the
-        very object validated by the previous call (``set_params`` makes new
-        ones), no feature names and no ids to map: the checks that matter
-        (shape, indices, targets, step bound) still run, before any change.
-        """
-        params = self.__dict__.get("_validated_params")
-        return (params is not None and type(X) is np.ndarray and type(y) is np.ndarray
-                and X.ndim == 2 and X.shape[1] == 2 and len(X) > 0
-                and X.dtype.kind in "iu" and y.ndim == 1 and y.dtype.kind == "f"
-                and not self.verbose
-                and self.__dict__.get("_object_index") is None
-                and "feature_names_in_" not in self.__dict__
-                and all(now is then for now, then in zip(self._param_values(), params)))
-
     def _partial_fit_fast(self, X, y):
-        """Run one pass over plain, clean examples.
-
-        Anything unusual (a bad index or target, a self-pair, a target out
-        of reach, a step near overflow) goes to the validated path, which
-        raises or warns exactly as always.
-        """
-        learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
-                         else float(self.learning_rate))
-        trace = self.trace_
-        if len(y) != len(X) or X.min() < 0 or X.max() >= self.n_objects_:
-            return self._partial_fit(X, y)
-        low, high = y.min(), y.max()  # NaN fails every comparison below
-        if not (low >= 0 and high <= 2.0 * trace
-                and 8.0 * learning_rate * (1.0 + high / trace) <= MAX_STEP
-                and not (X[:, 0] == X[:, 1]).any()):
-            return self._partial_fit(X, y)
-        pairs = X.astype(np.intp, copy=False)
-        with unchanged_on_error(self):
-            start = _Start(pairs, y, None, self.state_.copy(), trace, learning_rate)
-            losses = self._run(start.state, pairs, y, learning_rate, trace,
-                               epoch=None, done=self.n_updates_)
-            self._commit(start, losses, first=False)
-            return self  # inside the block: an interrupt up to here restores the model
+        return _partial_fit_fast(self, X, y)
 
     #: Parameters the first ``partial_fit`` fixes.
     _FIXED_PARAMS = ("trace", "n_objects", "objects", "init", "init_factor")
@@ -751,18 +445,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                     f"{name}={now!r}).")
 
     def _start(self, X, y):
-        """Validate a first call and make its prior, trace and learning rate."""
-        pairs, y, index = self._validate_trials(X, y, reset=True)
-        state = initial_state(self, pairs, index)
-        trace = (auto_trace(state, pairs, y) if self.trace == "auto"
-                 else float(self.trace))
-        start = _Start(pairs, y, index, state, trace, self._learning_rate(state, pairs))
-        self._check_targets(start)
-        return start
-
-    def _check_targets(self, start):
-        _warn_unreachable(start.pairs, start.y, start.trace)
-        check_meg_step(start.learning_rate, start.trace, start.y)
+        return _start(self, X, y)
 
     def _validate_trials(self, X, y, *, reset):
         if y is None:
@@ -792,43 +475,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 "exceed double precision: give them in smaller units.")
         return squared
 
-    def _learning_rate(self, state, pairs):
-        if self.learning_rate == "auto":
-            return auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
-        return float(self.learning_rate)
-
     def _run(self, state, pairs, y, learning_rate, trace, *, epoch, done):
-        """Run the trials on ``state`` (a copy the call owns); return the losses.
-
-        ``verbose=1``: a progress bar (stderr) for calls of at least
-        ``_BAR_FROM`` trials; ``verbose=2``: a bar for every call, and a
-        detail line every ``_PROGRESS_EVERY`` trials.
-        """
-        n = len(y)
-        losses = np.empty(n)
-        show = bool(self.verbose) and (self.verbose >= 2 or n >= _BAR_FROM)
-        chunk = _PROGRESS_EVERY if show else max(n, 1)
-        if show:
-            note_compiling([select(self.method, state, n).name])
-        where = (f" epoch {epoch + 1}/{self.n_epochs}"
-                 if epoch is not None and self.n_epochs > 1 else "")
-        clock = time.perf_counter()
-        with progress_bar(total=n, desc=f"MEGKernelRegressor{where}", unit="trial",
-                          enabled=show) as trials:
-            for start in range(0, n, chunk):
-                stop = min(start + chunk, n)
-                predictions = run_pair_trials(
-                    state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                    learning_rate=learning_rate, trace=trace, method=self.method,
-                )
-                losses[start:stop] = (predictions - y[start:stop]) ** 2
-                trials.update(stop - start)
-                if show and self.verbose >= 2:
-                    progress_detail(
-                        f"[MEGKernelRegressor]{where} trial {done + stop}: loss of the "
-                        f"last {stop - start} trials {losses[start:stop].sum():.6g}, "
-                        f"{time.perf_counter() - clock:.1f} s")
-        return losses
+        return _run(self, state, pairs, y, learning_rate, trace, epoch=epoch, done=done)
 
     def _fitted(self, start, losses):
         """Return the attributes of a model fitted from scratch (not yet stored)."""

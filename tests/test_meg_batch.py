@@ -381,7 +381,7 @@ def test_subspace_descent_lowers_the_loss_and_stays_in_the_algebra():
 
 
 def test_the_estimator_learns_in_the_subspace_from_many_objects(monkeypatch):
-    import megkernel.meg_regressor as module
+    import megkernel._solvers.meg_batch as module  # the batch fit reads them there
     points, labels = _points(d=60, dim=3, seed=14)
     pairs = _pairs(60, 900, seed=15)
     y = 1e6 * _sq(points, pairs)

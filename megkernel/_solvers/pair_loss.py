@@ -1,0 +1,295 @@
+"""The mean square loss over pairs that the batch fit minimises, and its subspace form.
+
+:class:`PairLoss` gives the predictions ``v_t^T W v_t``, the loss and its
+gradient over every ``d x d`` density matrix (or, in low-rank mode, over
+those of a fixed basis); :class:`SubspacePairLoss` restricts them to the
+kernels ``P M P^T + mu (I - P P^T)`` of a subspace plus its isotropic
+complement, at ``O(n k^2)`` per step. Both work in trace-one units
+(``z = y / tau``); :func:`~megkernel._solvers.meg_batch.minimize_pair_loss`
+runs the mirror descent on either.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+from .._numerics.spectral import eigh_symmetric, log_trace_exp, normalized_exp_weights
+from .._numerics.state import ExponentState
+
+__all__ = ["PairLoss", "SubspacePairLoss"]
+
+#: Pairs gathered at a time (bounds the ``(n, r)`` arrays of low-rank mode).
+_CHUNK = 50_000
+
+
+class PairLoss:
+    """Predictions, loss and gradient of the mean square loss over pairs.
+
+    Parameters
+    ----------
+    state : ExponentState
+        Gives the mode (dense, or low-rank with ``state.basis``).
+    a, b : ndarray of int
+        The pairs' objects.
+    z : ndarray of float
+        Targets in trace-one units.
+    """
+
+    def __init__(self, state, a, b, z):
+        self.a = np.asarray(a, dtype=np.intp)
+        self.b = np.asarray(b, dtype=np.intp)
+        self.z = np.asarray(z, dtype=float)
+        self.basis = state.basis
+        self.size = state.size
+
+    def __len__(self):
+        return len(self.z)
+
+    def predictions(self, eigenvalues, eigenvectors):
+        """``v_t^T W v_t`` for every pair, ``W`` from the exponent's eigenpairs."""
+        weights = normalized_exp_weights(eigenvalues)
+        if len(self.z) == 0:
+            return np.zeros(0)
+        out = np.empty(len(self.z))
+        if self.basis is None:
+            W = (eigenvectors * weights) @ eigenvectors.T
+            diagonal = np.diag(W)
+            for start in range(0, len(self.z), _CHUNK):
+                a, b = self.a[start:start + _CHUNK], self.b[start:start + _CHUNK]
+                out[start:start + _CHUNK] = diagonal[a] + diagonal[b] - 2.0 * W[a, b]
+            return out
+        for start in range(0, len(self.z), _CHUNK):
+            stop = start + _CHUNK
+            coords = (self.basis[self.a[start:stop]] - self.basis[self.b[start:stop]]) \
+                @ eigenvectors
+            out[start:stop] = (coords * coords) @ weights
+        return out
+
+    def decompose(self, exponent):
+        """Eigenpairs ``(lam, vecs)`` of an exponent (ascending ``lam``)."""
+        return eigh_symmetric(exponent, name="the exponent log W", check=False)
+
+    def log_partition(self, eigenvalues):
+        """``log tr exp(A)`` from the exponent's eigenvalues."""
+        return log_trace_exp(eigenvalues)
+
+    def inner(self, X, Y):
+        """Frobenius inner product ``<X, Y>`` of two exponents (or changes of one)."""
+        return float(np.sum(X * Y))
+
+    def gradient_scale(self, G):
+        """Bound the spectral norm of ``G`` (by its largest absolute row sum)."""
+        return float(np.abs(G).sum(axis=1).max())
+
+    def state(self, exponent, eigenvalues, eigenvectors):
+        """Return the :class:`ExponentState` of an iterate."""
+        return _state_from(exponent, eigenvalues, eigenvectors, self.basis)
+
+    def loss(self, predictions):
+        """Mean square loss (trace-one units)."""
+        if len(self.z) == 0:
+            return 0.0
+        residuals = predictions - self.z
+        return float(residuals @ residuals) / len(self.z)
+
+    def gradient(self, predictions):
+        """``G = (2/n) sum_t (v_t^T W v_t - z_t) v_t v_t^T`` (``size x size``)."""
+        coefficients = 2.0 * (predictions - self.z) / len(self.z)
+        if self.basis is None:
+            d = self.size
+            # a weighted graph Laplacian: duplicates add up in the sparse sum
+            off = sparse.coo_matrix((-coefficients, (self.a, self.b)), shape=(d, d))
+            G = (off + off.T).toarray()
+            G[np.diag_indices(d)] += (np.bincount(self.a, coefficients, d)
+                                      + np.bincount(self.b, coefficients, d))
+            return G
+        G = np.zeros((self.size, self.size))
+        for start in range(0, len(self.z), _CHUNK):
+            stop = start + _CHUNK
+            v = self.basis[self.a[start:stop]] - self.basis[self.b[start:stop]]
+            G += v.T @ (coefficients[start:stop, None] * v)
+        return 0.5 * (G + G.T)
+
+
+class SubspacePairLoss(PairLoss):
+    r"""The pair loss over kernels of a subspace plus an isotropic complement.
+
+    The kernels are ``W = P M P^T + mu (I - P P^T)`` (``P`` a ``d x k``
+    orthonormal basis, ``M`` positive definite, ``mu > 0``, trace one): the
+    density matrices of the matrix algebra of block-diagonal matrices in the
+    basis ``[P, P_perp]`` with a scalar second block. The von Neumann
+    divergence's Bregman projection onto that algebra keeps its projection
+    of the exponent (its exponents ``A = P B P^T + alpha (I - P P^T)`` form a
+    linear space closed under ``exp`` and ``log``), so MEG's update restricted
+    to it, ``B <- B - eta P^T G P``, ``alpha <- alpha - eta tr((I - P P^T)
+    G) / (d - k)``, is the same mirror descent on a convex subset: every
+    accepted step still lowers the loss, and the iterates converge to the
+    subset's minimum. An iteration costs ``O(n k^2 + k^3)`` for ``n`` pairs
+    instead of a ``d x d`` eigendecomposition.
+
+    An exponent is held as a ``(k + 1) x (k + 1)`` array: ``B`` in its top
+    left block, ``alpha`` in its last diagonal entry (the rest zero); its
+    eigenvalues are ``B``'s followed by ``alpha``, whose multiplicity is
+    ``d - k``.
+
+    Parameters
+    ----------
+    basis : ndarray of shape (d, k)
+        Orthonormal basis ``P``, ``k < d``.
+    a, b : ndarray of int
+        The pairs' objects.
+    z : ndarray of float
+        Targets in trace-one units.
+    """
+
+    def __init__(self, basis, a, b, z):
+        self.a = np.asarray(a, dtype=np.intp)
+        self.b = np.asarray(b, dtype=np.intp)
+        self.z = np.asarray(z, dtype=float)
+        self.basis = basis
+        d, k = basis.shape
+        if not 0 <= k < d:
+            raise ValueError(f"the subspace's dimension ({k}) must be below d ({d}).")
+        self.size = k + 1
+        self.multiplicity = np.ones(k + 1)
+        self.multiplicity[k] = d - k
+        #: ``P^T v_t`` for every pair (``n x k``), gathered once.
+        self.coords = np.empty((len(self.z), k))
+        for start in range(0, len(self.z), _CHUNK):
+            stop = start + _CHUNK
+            self.coords[start:stop] = basis[self.a[start:stop]] - basis[self.b[start:stop]]
+        #: ``||(I - P P^T) v_t||^2 = ||v_t||^2 - ||P^T v_t||^2`` (0 for a self-pair).
+        self.outside = np.where(self.a != self.b, 2.0, 0.0) - np.einsum(
+            "ij,ij->i", self.coords, self.coords)
+        np.maximum(self.outside, 0.0, out=self.outside)
+
+    def grown(self, directions):
+        """Return the same loss in the basis ``[P, directions]`` (orthonormal columns)."""
+        return SubspacePairLoss(np.hstack([self.basis, directions]), self.a, self.b, self.z)
+
+    def new_directions(self, predictions, exponent, count):
+        """Return up to ``count`` directions outside the subspace where the loss changes most.
+
+        They are the leading eigenvectors of the part of the full
+        gradient ``G`` the restriction to the algebra discards,
+        ``G - P P^T G P P^T - g_alpha (I - P P^T)`` (its block between ``P`` and
+        the complement, and the complement's departure from a multiple of the
+        identity), projected onto the complement and orthonormalised.
+
+        At the subspace's minimum that part is what first-order optimality
+        over every density matrix still asks for; ``G`` is the pairs' sparse
+        weighted Laplacian, so each product costs ``O(n + d k)``.
+        """
+        d, k = self.basis.shape
+        count = min(count, d - 1 - k)
+        if count <= 0 or len(self.z) == 0:
+            return np.zeros((d, 0))
+        coefficients = 2.0 * (predictions - self.z) / len(self.z)
+        off = sparse.coo_matrix((-coefficients, (self.a, self.b)), shape=(d, d)).tocsr()
+        G = off + off.T + sparse.diags(np.bincount(self.a, coefficients, d)
+                                       + np.bincount(self.b, coefficients, d))
+        P = self.basis
+        inside = self.gradient(predictions)
+        g_inside, g_alpha = inside[:k, :k], inside[k, k]
+
+        def discarded(x):
+            x = x.reshape(d, -1)
+            px = P.T @ x
+            return (G @ x - P @ (g_inside @ px) - g_alpha * (x - P @ px)).ravel()
+
+        operator = LinearOperator((d, d), matvec=discarded, dtype=float)
+        rng = np.random.default_rng(k)  # a fixed start: the same directions every run
+        try:
+            _, vectors = eigsh(operator, k=min(count, d - 2), which="LM",
+                               v0=rng.normal(size=d), tol=1e-6, maxiter=50 * d)
+        except ArpackNoConvergence as error:
+            vectors = error.eigenvectors
+        if vectors is None or vectors.shape[1] == 0:
+            return np.zeros((d, 0))
+        vectors = vectors - P @ (P.T @ vectors)
+        q, r = np.linalg.qr(vectors)
+        keep = np.abs(np.diag(r)) > 1e-8 * max(np.abs(np.diag(r)).max(initial=0.0), 1e-300)
+        q = q[:, keep]
+        q -= P @ (P.T @ q)  # re-orthogonalise against P
+        q, _ = np.linalg.qr(q)
+        return q
+
+    def decompose(self, exponent):
+        """Eigenpairs of the exponent (``B``'s, then ``alpha``'s, unit vector last)."""
+        k = self.size - 1
+        lam_b, vecs_b = eigh_symmetric(exponent[:k, :k], name="the exponent log W",
+                                       check=False)
+        vecs = np.zeros((k + 1, k + 1))
+        vecs[:k, :k] = vecs_b
+        vecs[k, k] = 1.0
+        return np.append(lam_b, exponent[k, k]), vecs
+
+    def _weights(self, eigenvalues):
+        """Eigenvalues of ``W`` (``alpha``'s per dimension of the complement)."""
+        shifted = eigenvalues - eigenvalues.max()
+        weights = np.exp(shifted)
+        return weights / float(weights @ self.multiplicity)
+
+    def log_partition(self, eigenvalues):
+        """``log tr exp(A)``, ``alpha`` counted ``d - k`` times."""
+        top = eigenvalues.max()
+        return top + np.log(np.exp(eigenvalues - top) @ self.multiplicity)
+
+    def inner(self, X, Y):
+        """``<X, Y>`` of the ``d x d`` matrices the two exponents stand for."""
+        k = self.size - 1
+        return float(np.sum(X[:k, :k] * Y[:k, :k]) + self.multiplicity[k] * X[k, k] * Y[k, k])
+
+    def gradient_scale(self, G):
+        """Bound the spectral norm of ``G``'s block-diagonal part."""
+        k = self.size - 1
+        return float(max(np.abs(G[:k, :k]).sum(axis=1).max(initial=0.0), abs(G[k, k])))
+
+    def predictions(self, eigenvalues, eigenvectors):
+        """``v_t^T W v_t`` for every pair."""
+        k = self.size - 1
+        weights = self._weights(eigenvalues)
+        if len(self.z) == 0:
+            return np.zeros(0)
+        M = (eigenvectors[:k, :k] * weights[:k]) @ eigenvectors[:k, :k].T
+        out = np.empty(len(self.z))
+        for start in range(0, len(self.z), _CHUNK):
+            stop = start + _CHUNK
+            c = self.coords[start:stop]
+            out[start:stop] = np.einsum("ij,ij->i", c @ M, c)
+        out += weights[k] * self.outside
+        return out
+
+    def gradient(self, predictions):
+        """``P^T G P`` and ``tr((I - P P^T) G) / (d - k)`` in the exponent's layout."""
+        k = self.size - 1
+        coefficients = 2.0 * (predictions - self.z) / len(self.z)
+        G = np.zeros((k + 1, k + 1))
+        for start in range(0, len(self.z), _CHUNK):
+            stop = start + _CHUNK
+            c = self.coords[start:stop]
+            G[:k, :k] += c.T @ (coefficients[start:stop, None] * c)
+        G[:k, :k] = 0.5 * (G[:k, :k] + G[:k, :k].T)
+        G[k, k] = float(coefficients @ self.outside) / self.multiplicity[k]
+        return G
+
+    def state(self, exponent, eigenvalues, eigenvectors):
+        """Return the dense state of ``P (B - alpha I) P^T + alpha I`` (one eigh)."""
+        k = self.size - 1
+        alpha = exponent[k, k]
+        inside = exponent[:k, :k] - alpha * np.eye(k)
+        full = self.basis @ inside @ self.basis.T
+        full[np.diag_indices_from(full)] += alpha
+        return ExponentState(0.5 * (full + full.T))
+
+
+def _state_from(exponent, eigenvalues, eigenvectors, basis):
+    state = ExponentState.__new__(ExponentState)
+    state.exponent = exponent
+    state.basis = basis
+    state.eigenvalues, state.eigenvectors = eigenvalues, eigenvectors
+    state.updates_since_refresh = 0
+    state.partition_anchor = None
+    return state
