@@ -148,3 +148,31 @@ def test_more_folds_than_training_points_are_refused(learner):
     X = np.random.default_rng(0).normal(size=(6, 2))
     with pytest.raises(ValueError, match="n_folds=1000000000 exceeds the 6 training points"):
         learner(n_folds=10**9, random_state=0).fit(X, [0, 0, 0, 1, 1, 1])
+
+
+def test_pair_distances_of_many_pairs_are_gathered_in_chunks(monkeypatch):
+    """Issue 21: predict and trace="auto" gathered an (n_pairs x d) array at once
+    (640 MB for 20,000 pairs at d = 2000); now at most _GATHER_ENTRIES values."""
+    import tracemalloc
+
+    from megkernel._numerics import state as state_module
+    from megkernel._numerics.state import ExponentState
+
+    d, n = 500, 20_000
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(d, d))
+    state = ExponentState(0.01 * (A + A.T))
+    a, b = rng.integers(0, d, (2, n))
+    W = state.matrix()
+    expected = W[a, a] + W[b, b] - 2 * W[a, b]
+    tracemalloc.start()
+    got = state.pair_sq_distances(a, b)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-15)
+    # a few chunk-sized temporaries, not four (n x d) ones (320 MB)
+    assert peak < 5 * 8 * state_module._GATHER_ENTRIES + 8 * n, peak
+    monkeypatch.setattr(state_module, "_GATHER_ENTRIES", 7)  # chunks of one pair
+    np.testing.assert_allclose(state.pair_sq_distances(a[:50], b[:50]), expected[:50],
+                               rtol=1e-10, atol=1e-15)
+    assert state.pair_sq_distances(3, [1, 2, 3]).shape == (3,)  # a scalar broadcasts
