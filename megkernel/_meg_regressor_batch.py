@@ -56,13 +56,21 @@ def _split(model, n_pairs):
         return everything, None
     n_held = int(round(model.validation_fraction * n_pairs))
     if n_held < MIN_VALIDATION_PAIRS or n_pairs - n_held < MIN_VALIDATION_PAIRS:
+        fraction = model.validation_fraction
+        if n_held < MIN_VALIDATION_PAIRS:  # too few held out
+            short = (f"too few to hold out {MIN_VALIDATION_PAIRS} at validation_fraction="
+                     f"{fraction} (it takes about "
+                     f"{int(np.ceil(MIN_VALIDATION_PAIRS / fraction))})")
+        else:  # too few left to train on
+            short = (f"too few to keep {MIN_VALIDATION_PAIRS} for training at "
+                     f"validation_fraction={fraction}, which holds out {n_held} (it "
+                     f"takes about {int(np.ceil(MIN_VALIDATION_PAIRS / (1.0 - fraction)))}"
+                     "; or a smaller validation_fraction)")
         warn_user(
-            f"MEGKernelRegressor: {n_pairs} pairs are too few to hold out "
-            f"{MIN_VALIDATION_PAIRS} at validation_fraction={model.validation_fraction} "
-            f"(it takes about {int(np.ceil(MIN_VALIDATION_PAIRS / model.validation_fraction))}"
-            "); training on every pair without early stopping and with no verdict "
-            "(validation_score_ and prior_score_ are NaN). Give more pairs, or "
-            "early_stopping=False to silence this.", UserWarning)
+            f"MEGKernelRegressor: {n_pairs} pairs are {short}; training on every pair "
+            "without early stopping and with no verdict (validation_score_ and "
+            "prior_score_ are NaN). Give more pairs, or early_stopping=False to silence "
+            "this.", UserWarning)
         return everything, None
     order = check_random_state(model.random_state).permutation(n_pairs)
     return np.sort(order[n_held:]), np.sort(order[:n_held])

@@ -16,6 +16,8 @@ import os
 import sys
 import warnings
 
+import numpy as np
+
 __all__ = ["NoImprovementWarning", "warn_if_not_better", "warn_user"]
 
 
@@ -101,6 +103,14 @@ def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=Tr
     bool
         Whether the learned model is better.
     """
+    if np.isnan(score) or np.isnan(prior_score):
+        # undefined scores (e.g. R^2 of held-out targets that are all equal):
+        # no comparison, said once with the reason
+        warn_user(
+            f"{learner}: no verdict on the held-out pairs ({what}: learned {score:.4g}, "
+            f"prior {prior_score:.4g}; undefined, e.g. when every held-out target is "
+            "the same).", UserWarning)
+        return False
     better = score > prior_score if higher_is_better else score < prior_score
     if not better:
         warn_user(

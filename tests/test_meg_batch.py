@@ -404,3 +404,26 @@ def test_the_estimator_learns_in_the_subspace_from_many_objects(monkeypatch):
     assert model.validation_score_ > model.prior_score_
     r2 = 1 - np.mean((model.predict(pairs) - y) ** 2) / np.var(y)
     assert r2 > 0.9
+
+
+def test_constant_held_out_targets_give_no_verdict_said_as_such():
+    """R^2 of equal targets is undefined: the warning said "learned nan, prior
+    nan" as if the kernel were no better than its prior."""
+    pairs = np.array([(i, j) for i in range(16) for j in range(i + 1, 16)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = MEGKernelRegressor(random_state=0).fit(pairs, np.ones(len(pairs)))
+    assert np.isnan(model.validation_score_) and np.isnan(model.prior_score_)
+    messages = [str(w.message) for w in caught]
+    assert any("no verdict" in m and "undefined" in m for m in messages), messages
+    assert not any(issubclass(w.category, NoImprovementWarning) for w in caught)
+
+
+def test_too_few_training_pairs_left_is_named_as_such():
+    pairs = np.array([(i, j) for i in range(16) for j in range(i + 1, 16)])
+    y = np.random.default_rng(0).random(len(pairs))
+    with pytest.warns(UserWarning, match=r"too few to keep 10 for training at "
+                                         r"validation_fraction=0.99, which holds out 119"):
+        MEGKernelRegressor(random_state=0, validation_fraction=0.99).fit(pairs, y)
+    with pytest.warns(UserWarning, match=r"too few to hold out 10 at validation_fraction=0.1"):
+        MEGKernelRegressor(random_state=0).fit(pairs[:50], y[:50])
