@@ -314,8 +314,11 @@ def verdict(fitted):
                            for p, score in fitted.search_scores_)
         return f"chose {_params(fitted.best_params_, d)} (held-out pairs: {scores})"
     if isinstance(model, DefiniteBoostKernel):
+        gamma = (f"gamma {model.gamma_ * d / 2:.3g}x2/d" if model.y_kind_ == "labels" else
+                 f"from distances: gamma {model.gamma_:.4g}, gamma_dissimilar "
+                 f"{model.gamma_dissimilar_:.4g} (their units)")
         return (f"AUC prior {model.prior_score_:.3f} -> {model.validation_score_:.3f}, "
-                f"gamma {model.gamma_ * d / 2:.3g}x2/d, "
+                f"{gamma}, "
                 f"{model.n_iter_} projections, converged {model.converged_}")
     return (f"R2 prior {model.prior_score_:.3f} -> {model.validation_score_:.3f}, "
             f"prior rank {model.prior_rank_}, {model.n_iter_} iterations")

@@ -390,7 +390,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         Constraints: :func:`distance_constraints`. Prior (``init="auto"``):
         :class:`MEGKernelRegressor`'s fit of the distances. The verdict's
         kernels (prior and learned) are fitted without the held-out
-        constraint pairs' distances; the returned ones on every pair.
+        constraint pairs' distances; the returned ones on every pair (two
+        prior fits: measured, one prior fitted without the held-out pairs
+        and continued on every constraint lost 0.017 of 1-NN accuracy on two
+        planted-family sets, the held-out pairs being among the closest).
         """
         chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs,
                                                                       sq_distances)
