@@ -69,12 +69,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     ``gamma_dissimilar`` the smallest of theirs. The learned kernel is the
     one closest to that fit in which every observed-close pair is at least
     as close as the closest tenth of the observations and every
-    observed-far pair at least as far as the farthest tenth. (Measured, 1-NN
-    over 50/50 splits of the objects: on planted-family sequences, gyrB,
-    iris and wine it beats the observed distances alone by 0.007-0.039,
-    where the identity prior with the same pairs as labels fell below them;
-    it stays within 0.005 of its prior's accuracy, so the verdict usually
-    reports no gain over the prior.)
+    observed-far pair at least as far as the farthest tenth. (Measured: its
+    1-NN accuracy beats the observed distances' on planted families, gyrB,
+    iris and wine, within 0.005 of its prior's; see the README.)
 
     **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
     ``W_1 = F F^T / ||F||_F^2`` and the problem is solved inside its range:
@@ -193,10 +190,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         ``None``, boolean, or all its values are in ``{-1, 1}`` or all in
         ``{0, 1}`` (``0`` meaning *dissimilar*), or of an integer dtype;
         squared distances when it is of a floating dtype, non-negative and
-        holds another value. Integer distances, or distances that are all 0
-        or 1, are therefore read as labels under ``"auto"`` (integers other
-        than labels are refused, naming ``y_kind``): give
-        ``y_kind="sq_distances"`` for them. ``y_kind_`` says what was read.
+        holds another value. Integer distances, or distances all 0 or 1,
+        need ``y_kind="sq_distances"`` (other integers than labels are
+        refused, naming it). ``y_kind_`` says what was read.
     verbose : int, default=0
         ``1``: a progress bar on stderr over the iterations (rate, ETA
         against ``max_iter``), and a one-line note while numba compiles the
@@ -387,13 +383,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     def _fit_distances(self, pairs, sq_distances, index):
         """The fit on observed squared distances (``y_kind`` not labels).
 
-        Constraints: :func:`distance_constraints`. Prior (``init="auto"``):
-        :class:`MEGKernelRegressor`'s fit of the distances. The verdict's
-        kernels (prior and learned) are fitted without the held-out
-        constraint pairs' distances; the returned ones on every pair (two
-        prior fits: measured, one prior fitted without the held-out pairs
-        and continued on every constraint lost 0.017 of 1-NN accuracy on two
-        planted-family sets, the held-out pairs being among the closest).
+        Constraints: :func:`distance_constraints`; prior: see ``init``. The
+        verdict's prior and kernel never see the held-out constraint pairs;
+        the returned ones are refitted on every pair (measured: continuing
+        the verdict's fit instead lost 0.017 of 1-NN on two family sets).
         """
         chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs,
                                                                       sq_distances)
@@ -424,12 +417,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                        n_iter_total=log["n_iter_total"] + verdict["n_iter_total"])
         for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
             log[key] = chosen[log[key]]
+        note = ("; the prior is the fit of the distances that chose these pairs, so "
+                "a tie means the constraints added nothing to it")
         self._finish(state, index, constrained, signs, log, trace,
                      len(chosen) if train is None else len(train), held_out,
-                     note=("; the prior is the fit of the distances that chose these "
-                           "pairs, so a tie means the constraints added nothing to it"
-                           if self.init_factor is None and isinstance(self.init, str)
-                           and self.init == "auto" else ""))
+                     note=note if self._prior_from_distances() else "")
+
+    def _prior_from_distances(self):
+        return self.init_factor is None and isinstance(self.init, str) and self.init == "auto"
 
     def _distance_prior(self, pairs, sq_distances, index):
         """The prior's state and trace (the distances' units) in distance mode.
@@ -440,9 +435,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         the trace where its squared distance is the observed mean. A matrix
         or factor given: as given (``trace="auto"``: its own trace).
         """
-        auto_init = (self.init_factor is None and isinstance(self.init, str)
-                     and self.init == "auto")
-        if auto_init:
+        if self._prior_from_distances():
             prior = MEGKernelRegressor(
                 n_objects=initial_state(self, pairs, index).n_objects,
                 random_state=self.random_state, method=self.method,
@@ -471,8 +464,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,
                 note=""):
-        """Store the fit and say what the user must know about it (``note``:
-        added to the verdict's description)."""
+        """Store the fit and warn what must be said (``note``: for the verdict)."""
         self._store(state, index, signs, log, trace, n_train)
         if log["n_iter_total"] == 0:
             self._nothing_learned(state, pairs, signs, trace, log)

@@ -239,3 +239,11 @@ def test_a_prior_with_an_underflowing_eigenvalue_runs_without_runtime_warnings()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         solver.run_definiteboost(constraints, ExponentState(exponent), settings)
+
+
+def test_identity_prior_from_distances_is_scaled_to_their_mean():
+    ids, _, pairs, sq = _families(seed=4, d=20)
+    model = _quiet_fit(DefiniteBoostKernel(objects=ids, init="identity",
+                                           validation_fraction=None), pairs, sq)
+    assert_allclose(model.trace_, 0.5 * 20 * sq.mean())
+    assert model.y_kind_ == "sq_distances" and model.n_iter_ > 0
