@@ -106,3 +106,57 @@ def test_own_data_scale_quick(bench_own_data, capsys):
     bench_own_data.main(["--scale", "--quick"])
     out = capsys.readouterr().out
     assert "40 objects" in out and "Target fit <= 60 s" in out
+
+
+@pytest.fixture(scope="module")
+def bench_metric_verdict():
+    return _load("bench_metric_verdict")
+
+
+def test_metric_verdict_quick_table(bench_metric_verdict, capsys):
+    """``bench_metric_verdict.py --quick``: a verdict for every fit, read from
+    the fitted ``validation_``; a "keep" verdict refits at forced lengths."""
+    results = bench_metric_verdict.main(["--quick"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines()
+            if line.startswith(("| iris |", "| isotropic blobs (cube) |"))]
+    assert len(rows) == 4
+    assert set(results) == {(data, name) for data in ("iris", "isotropic blobs (cube)")
+                            for name in ("MEGMetric", "DefiniteBoostMetric")}
+    for per_split in results.values():
+        assert len(per_split) == 2
+        for row in per_split:
+            assert row["verdict"] in {"learn", "keep"}
+            assert 0.0 < row["euclid"] <= 1.0 and 0.0 < row["learned"] <= 1.0
+            if row["verdict"] == "keep":  # the default fit is the Euclidean metric
+                assert row["learned"] == row["euclid"]
+                assert 0.0 < row["forced_longest"] <= 1.0 and row["longest"] > 0
+            else:
+                assert row["chosen"] > 0
+        c = bench_metric_verdict.counts(per_split)
+        assert c["agree"] + c["neutral"] + c["disagree"] == len(per_split)
+    assert "All: agree" in out
+
+
+def test_metric_verdict_counts_and_margin(bench_metric_verdict):
+    rows = [{"verdict": "learn", "euclid": 0.9, "learned": 0.95},
+            {"verdict": "learn", "euclid": 0.9, "learned": 0.9},
+            {"verdict": "learn", "euclid": 0.9, "learned": 0.8},
+            {"verdict": "keep", "euclid": 0.9, "learned": 0.9, "forced_longest": 0.95,
+             "forced_one": 0.85},
+            {"verdict": "keep", "euclid": 0.9, "learned": 0.9, "forced_longest": 0.9,
+             "forced_one": 0.95},
+            {"verdict": "none", "euclid": 0.9, "learned": 0.9}]
+    c = bench_metric_verdict.counts(rows)
+    assert c["learn"] == {"+": 1, "=": 1, "-": 1}
+    assert c["keep"] == {"+": 1, "=": 1, "-": 0}
+    assert c["keep1"] == {"+": 1, "=": 0, "-": 1}
+    assert (c["agree"], c["neutral"], c["disagree"], c["none"]) == (2, 1, 2, 1)
+    # the margin: (d_other - d_same) / (d_other + d_same), positive where 1-NN is right
+    train, labels = np.array([[0.0], [4.0]]), np.array([0, 1])
+    margin = bench_metric_verdict.held_out_margin(train, labels, np.array([[1.0], [1.0]]),
+                                                  np.array([0, 1]))
+    assert margin == pytest.approx(((3 - 1) / 4 + (1 - 3) / 4) / 2)
+    margin = bench_metric_verdict.held_out_margin(train, labels, np.array([[1.0], [3.5]]),
+                                                  np.array([0, 1]))
+    assert margin == pytest.approx(((3 - 1) / 4 + (3.5 - 0.5) / 4) / 2)
