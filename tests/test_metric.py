@@ -477,6 +477,49 @@ def test_meg_metric_max_iter_is_the_safety_net_of_its_validated_epochs():
         MEGMetric(max_iter=0).fit(points, classes)
 
 
+@pytest.mark.parametrize("Metric", METRICS)
+def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
+    """Issue 20 item 2: a 2-fold validation fold learnt from the pairs with both
+    ends in its training half (about a quarter of them), and the chosen passes
+    then gave the final fit four times the fold's updates. From labels, each
+    fold draws the final fit's number of pairs among its own training points;
+    a length is counted in the final fit's updates."""
+    from megkernel.metric import _training_length
+
+    points, classes = _noisy_blobs(120, seed=3, n_noise=4)
+    seen = []
+    validate = _training_length.validate_length
+
+    def recording(n_objects, pairs, signs, make_path, **kwargs):
+        def make(scorer):
+            seen.append((scorer, len(pairs), kwargs["classes"].codes))
+            return make_path(scorer)
+        return validate(n_objects, pairs, signs, make, **kwargs)
+
+    import megkernel.metric.definiteboost as definiteboost
+    import megkernel.metric.meg as meg
+
+    module = meg if Metric is MEGMetric else definiteboost
+    original = module.validate_length
+    module.validate_length = recording
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = Metric(n_constraints=150, random_state=0).fit(points, classes)
+    finally:
+        module.validate_length = original
+    assert seen and model.validation_ is not None
+    for scorer, n_pairs, codes in seen:
+        assert n_pairs == len(model.pairs_) == 300
+        assert len(scorer.train_pairs) == n_pairs  # not the ~75 with both ends in a half
+        held_out = np.zeros(len(points), bool)
+        held_out[scorer.queries] = True
+        assert not held_out[scorer.train_pairs].any()  # among the fold's own points
+        same = codes[scorer.train_pairs[:, 0]] == codes[scorer.train_pairs[:, 1]]
+        np.testing.assert_array_equal(same, scorer.train_signs > 0)
+        assert scorer.steps(1.0) == n_pairs and scorer.steps(4.0) == 4 * n_pairs
+
+
 def test_definiteboost_fold_reruns_score_as_one_long_run():
     """The fold path reruns from the prior past its horizon; each checkpoint's
     score must be that of a fresh run of exactly that many projections."""

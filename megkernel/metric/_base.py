@@ -10,6 +10,7 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -125,6 +126,27 @@ def _all_pairs(codes, same):
     return np.vstack(blocks + [np.zeros((0, 2), dtype=np.intp)]).astype(np.intp)
 
 
+class _ClassPairs:
+    """The class labels a fit drew its pairs from, for the validation's folds.
+
+    A fold learns from ``n_constraints`` pairs of each kind drawn as by
+    :func:`draw_pairs` among its own training points, as many as the final
+    fit learns from (not the quarter of those with both ends in a half).
+    """
+
+    def __init__(self, y, n_constraints):
+        self.codes = np.unique(np.asarray(y), return_inverse=True)[1].ravel()
+        self.n_constraints = n_constraints
+
+    def draw(self, points, seed):
+        """Pairs (row indices of all training points) among ``points`` and their signs."""
+        with warnings.catch_warnings():  # a fold may have fewer pairs: the fit warns, not it
+            warnings.simplefilter("ignore")
+            pairs, signs = draw_pairs(self.codes[points], self.n_constraints,
+                                      random_state=seed)
+        return points[pairs], signs.astype(float)
+
+
 class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared fitting from labels or pairs and the inductive transform."""
 
@@ -165,7 +187,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
         n_constraints = self.n_constraints or 20 * n_classes**2
         pairs, pair_labels = draw_pairs(y, n_constraints, random_state=self.random_state)
-        return self._fit_pairs(X, pairs, pair_labels)
+        return self._fit_pairs(X, pairs, pair_labels, classes=(y, n_constraints))
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
@@ -192,11 +214,13 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         pair_labels = check_pair_signs(pair_labels, pairs, name="pair_labels")
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
-    def _fit_pairs(self, X, pairs, pair_labels):
+    def _fit_pairs(self, X, pairs, pair_labels, classes=None):
+        """Fit from pairs; ``classes``: ``(y, n_constraints)`` when drawn from labels."""
         self.mean_ = X.mean(axis=0)
         centred = X - self.mean_
         trace = _check_trace(centred)
-        self.components_ = self._learn(centred, trace, pairs, pair_labels)
+        self.components_ = self._learn(centred, trace, pairs, pair_labels,
+                                       _ClassPairs(*classes) if classes else None)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
         self._report(centred)
         return self

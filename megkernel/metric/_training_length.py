@@ -1,9 +1,14 @@
 """How long a metric learner trains: one validation loop for every learner.
 
-The training points are split into folds; each fold's model learns from the
+The training points are split into folds; each fold's model learns from
 pairs among the other points only (as the final model learns from pairs
 among the training points and then meets new points) and is scored on the
-held-out points after each checkpoint of its training length:
+held-out points after each checkpoint of its training length. Pairs drawn
+from class labels are drawn again for each fold, as many as the final fit
+draws, among the fold's own training points (with the classes as the k-NN
+score's labels): the pairs with both ends in a fold's half are only about a
+quarter of them, too few to show a gain the full fit makes (issue 20). Given
+pairs stay the fold's pairs with both ends among its training points.
 
 * ``"knn"`` -- the mean relative 1-NN margin of the held-out points against
   the others, with the similar pairs' connected components as classes
@@ -171,8 +176,10 @@ class HeldOutScorer:
     (k-NN margins, or AUC placements).
     """
 
-    def __init__(self, held_out, pairs, signs, labels, rng):
+    def __init__(self, held_out, pairs, signs, labels, rng, fold_pairs=None):
         self.train = ~held_out[pairs[:, 0]] & ~held_out[pairs[:, 1]]
+        self.train_pairs, self.train_signs = (
+            (pairs[self.train], signs[self.train]) if fold_pairs is None else fold_pairs)
         self.labels = labels
         if labels is not None:
             labelled = labels >= 0
@@ -184,7 +191,11 @@ class HeldOutScorer:
         else:
             self.val_pairs, self.val_signs = pairs[~self.train], signs[~self.train]
             usable = len(np.unique(self.val_signs)) == 2
-        self.usable = usable and bool(self.train.any())
+        self.usable = usable and len(self.train_pairs) > 0
+
+    def steps(self, length):
+        """Return the updates (pairs processed) of ``length`` passes over the fold's pairs."""
+        return int(round(length * len(self.train_pairs)))
 
     def score(self, embedded):
         """Per-item scores of the embedding of all training points."""
@@ -313,7 +324,7 @@ def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
 
 def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                    learner="The learner", safety_net="max_iter"):
+                    learner="The learner", safety_net="max_iter", classes=None):
     """How long to train: cross-validated over the training points.
 
     Parameters
@@ -349,6 +360,13 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
     learner, safety_net : str
         Names for the warning when the last checkpoint is reached with the
         score still rising there.
+    classes : object or None, default=None
+        When the pairs were drawn from class labels: an object with the
+        integer class ``codes`` of the training points and ``draw(points,
+        seed)``, which draws the final fit's number of pairs among
+        ``points`` (returns the pairs, in rows of all training points, and
+        their signs). Each fold then learns from its own drawn pairs and is
+        scored with the classes as labels.
 
     Returns
     -------
@@ -363,10 +381,13 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``"stopped"`` (``"patience"``, or ``"max_length"`` when the
         checkpoints ran out).
     """
-    labels = pair_components(n_objects, pairs, signs)
+    redraw = classes is not None
+    labels = classes.codes if redraw else pair_components(n_objects, pairs, signs)
     masks, n_repeats = validation_folds(n_objects, pairs, labels, n_folds=n_folds, rng=rng,
                                         min_items=min_items)
-    scorers = [HeldOutScorer(mask, pairs, signs, labels, rng) for mask in masks]
+    scorers = [HeldOutScorer(mask, pairs, signs, labels, rng, fold_pairs=(
+        classes.draw(np.flatnonzero(~mask), int(rng.integers(2**31))) if redraw else None))
+        for mask in masks]
     paths = [make_path(scorer) for scorer in scorers if scorer.usable]
     log = {"score": "knn" if labels is not None else "auc", "checkpoints": [],
            "scores": [], "chosen": None, "gain_is_real": False, "n_repeats": n_repeats,

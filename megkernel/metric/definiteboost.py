@@ -53,7 +53,7 @@ class _SweepPath:
     def __init__(self, scorer, learner, centred, trace, pairs, signs, checkpoints):
         self.scorer, self.learner = scorer, learner
         self.centred, self.trace, self.checkpoints = centred, trace, list(checkpoints)
-        self.pairs, self.signs = pairs[scorer.train], signs[scorer.train]
+        self.pairs, self.signs = scorer.train_pairs, scorer.train_signs
         self.scores, self.horizon, self.converged = {}, -1.0, False
 
     def score_at(self, sweeps):
@@ -67,21 +67,26 @@ class _SweepPath:
     def _run(self, sweeps):
         learner, scorer = self.learner, self.scorer
         state = ExponentState.from_factor(self.centred, name="X")
-        steps = [int(round(s * len(self.pairs))) for s in sweeps]
+        steps = [scorer.steps(s) for s in sweeps]
         found = {0: scorer.score(state.factor())}
 
         def callback(t, record):
             if t in steps and t not in found:
                 found[t] = scorer.score(state.factor())
 
-        with warnings.catch_warnings():  # the final fit warns, not its folds
-            warnings.simplefilter("ignore")
-            log = fit_pair_constraints(
-                state, self.pairs, self.signs, gamma=learner.gamma,
-                gamma_dissimilar=learner.gamma_dissimilar, trace=self.trace,
-                slack=learner.slack, projection=learner.projection,
-                max_iter=max(steps[-1], 1), tol=learner.tol, method=learner.method,
-                callback=callback)
+        try:
+            with warnings.catch_warnings():  # the final fit warns, not its folds
+                warnings.simplefilter("ignore")
+                log = fit_pair_constraints(
+                    state, self.pairs, self.signs, gamma=learner.gamma,
+                    gamma_dissimilar=learner.gamma_dissimilar, trace=self.trace,
+                    slack=learner.slack, projection=learner.projection,
+                    max_iter=max(steps[-1], 1), tol=learner.tol, method=learner.method,
+                    callback=callback)
+        except ValueError:  # the arithmetic overflowed on the way: no better than the prior
+            self.scores.update({s: found.get(step, found[0]) for s, step in zip(sweeps, steps)})
+            self.horizon, self.converged = sweeps[-1], True
+            return
         final = scorer.score(state.factor())  # converged early: it stays there
         self.scores.update({s: found.get(step, final) for s, step in zip(sweeps, steps)})
         self.horizon = sweeps[-1]
@@ -129,6 +134,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     projection : {"approximate", "exact"}, default="approximate"
     n_folds : int, default=2
         Folds of the validation for ``max_iter="auto"``.
+        From labels (:meth:`fit`) each fold draws its own ``n_constraints``
+        pairs of each kind among its training points, as the final fit does.
     n_constraints : int, default=None
         Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
@@ -203,11 +210,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.method = method
         self.verbose = verbose
 
-    def _learn(self, centred, trace, pairs, pair_labels):
+    def _learn(self, centred, trace, pairs, pair_labels, classes=None):
         self.validation_ = None
         max_iter = self.max_iter
         if max_iter == "auto":
-            max_iter = self._validated_max_iter(centred, trace, pairs, pair_labels)
+            max_iter = self._validated_max_iter(centred, trace, pairs, pair_labels, classes)
             if max_iter == 0:  # the Euclidean metric earned its place
                 return self._keep_euclidean(centred, trace, pairs, pair_labels)
         with warnings.catch_warnings():
@@ -224,7 +231,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
 
-    def _validated_max_iter(self, centred, trace, pairs, signs):
+    def _validated_max_iter(self, centred, trace, pairs, signs, classes=None):
         """Greedy steps by cross-validation over the training points."""
         seed = derived_seed(self.random_state)
         checkpoints = doubling_checkpoints(MAX_PASSES)
@@ -236,7 +243,8 @@ class DefiniteBoostMetric(_FeatureMetric):
                                     checkpoints=checkpoints, n_folds=self.n_folds,
                                     rng=np.random.default_rng(seed),
                                     learner="DefiniteBoostMetric",
-                                    safety_net=f"the sweeps ({MAX_PASSES})")
+                                    safety_net=f"the sweeps ({MAX_PASSES})",
+                                    classes=classes)
         self.validation_ = log
         if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
             best = 1.0

@@ -63,18 +63,19 @@ class _EpochPath:
     (see :mod:`megkernel.metric._training_length`).
     """
 
-    def __init__(self, scorer, coordinates, pairs, targets, sides, prior, *,
+    def __init__(self, scorer, coordinates, signs, targets, sides, prior, *,
                  learning_rate, batch_size, rng):
-        train = scorer.train
         self.scorer, self.coordinates = scorer, coordinates
-        self.diffs = coordinates[pairs[train, 0]] - coordinates[pairs[train, 1]]
-        self.targets, self.sides = targets[train], sides[train]
+        fold_pairs, fold_signs = scorer.train_pairs, scorer.train_signs
+        self.diffs = coordinates[fold_pairs[:, 0]] - coordinates[fold_pairs[:, 1]]
+        like = np.where(fold_signs > 0, np.argmax(signs > 0), np.argmax(signs < 0))
+        self.targets, self.sides = targets[like], sides[like]  # functions of the sign
         self.exponent = MetricExponent.from_prior(prior)
         self.learning_rate, self.batch_size = learning_rate, batch_size
         self.rng, self.order, self.n_seen = rng, None, 0
 
     def score_at(self, epochs):
-        stop = int(round(epochs * len(self.diffs)))
+        stop = self.scorer.steps(epochs)
         _, self.order = run_batches(
             self.exponent, self.diffs, self.targets, self.sides,
             learning_rate=self.learning_rate, n_seen=self.n_seen,
@@ -86,7 +87,8 @@ class _EpochPath:
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
                     batch_size, rng, n_folds=2, max_epochs=MAX_PASSES, checkpoints=None,
-                    patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS):
+                    patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
+                    classes=None):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
     :func:`megkernel.metric._training_length.validate_length` with MEG's
@@ -95,7 +97,8 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     :func:`megkernel._solvers.metric_meg.run_batches`, over the epochs of
     ``checkpoints`` (``None``: :func:`doubling_checkpoints` up to
     ``max_epochs``). Without a usable fold one epoch is run, as the paper's
-    pass.
+    pass. ``classes``: as in ``validate_length`` (pairs drawn from labels,
+    drawn again in each fold).
 
     Returns
     -------
@@ -105,7 +108,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
         As :func:`~megkernel.metric._training_length.validate_length`.
     """
     def make_path(scorer):
-        return _EpochPath(scorer, coordinates, pairs, targets, sides, prior,
+        return _EpochPath(scorer, coordinates, signs, targets, sides, prior,
                           learning_rate=learning_rate, batch_size=batch_size, rng=rng)
 
     epochs, log = validate_length(len(coordinates), pairs, signs, make_path,
@@ -113,7 +116,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                                                if checkpoints is None else checkpoints),
                                   n_folds=n_folds, rng=rng, patience=patience, z=z,
                                   elasticity=elasticity, min_items=min_items,
-                                  learner="MEGMetric",
+                                  learner="MEGMetric", classes=classes,
                                   safety_net=f"max_iter (now {max_epochs:g} epochs)")
     return (1.0 if epochs is None else epochs), log
 
@@ -177,6 +180,8 @@ class MEGMetric(_FeatureMetric):
         cost about one eigendecomposition (``O(rank^3)``).
     n_folds : int, default=2
         Folds of the validation for ``n_epochs="auto"``.
+        From labels (:meth:`fit`) each fold draws its own ``n_constraints``
+        pairs of each kind among its training points, as the final fit does.
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
     n_constraints : int, default=None
@@ -297,7 +302,7 @@ class MEGMetric(_FeatureMetric):
 
     # -- batch -----------------------------------------------------------------
 
-    def _learn(self, centred, trace, pairs, pair_labels):
+    def _learn(self, centred, trace, pairs, pair_labels, classes=None):
         if self.method != "auto":
             warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
                       "(the metric is learned in its rank x rank space); it will be "
@@ -316,7 +321,7 @@ class MEGMetric(_FeatureMetric):
             epochs, self.validation_ = validate_epochs(
                 self.coordinates_, pairs, targets, sides, pair_labels, prior,
                 learning_rate=self.learning_rate_, batch_size=batch_size, rng=rng,
-                n_folds=self.n_folds, max_epochs=self.max_iter)
+                n_folds=self.n_folds, max_epochs=self.max_iter, classes=classes)
         else:
             epochs = float(self.n_epochs)
             check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
