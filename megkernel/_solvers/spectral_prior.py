@@ -207,6 +207,7 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
     observed[a_m, b_m] = observed[b_m, a_m] = True
     np.fill_diagonal(observed, True)
     best, scores, worse = None, {}, 0
+    best_structured = None  # the best of rank >= 1, with its squared errors
     with blas_threads(d):
         for rank in ranks:
             if rank > d - 1:
@@ -229,11 +230,18 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                         else 1.0
                 predicted = np.where(moving_val,
                                      s * _pair_sq(coords, a_val, b_val) + 2.0 * isotropic, 0.0)
-                score = float(np.mean((predicted - y_val) ** 2))
+                errors = (predicted - y_val) ** 2
+                score = float(np.mean(errors))
                 scores[(rank, imputation)] = score
+                candidate = (score, rank, imputation, s, isotropic, lam, vecs, D)
                 if best is None or score < best[0] or fixed:
-                    best = (score, rank, imputation, s, isotropic, lam, vecs, D)
+                    best = candidate
                     improved = True
+                if rank and (best_structured is None or score < best_structured[0][0]):
+                    best_structured = (candidate, errors)
+                    improved = True  # the scan goes on while structure improves
+                elif not rank:
+                    isotropic_errors = errors
                 if imputation < n_imputations and rank:
                     sq = np.einsum("ij,ij->i", coords, coords)
                     completed = s * (sq[:, None] + sq[None, :] - 2.0 * coords @ coords.T) + c
@@ -242,6 +250,16 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
             worse = 0 if improved else worse + 1
             if worse >= patience:
                 break
+    if not fixed and best[1] == 0 and best_structured is not None:
+        # From I/d the fit's first-order changes touch only the observed
+        # pairs: nothing it learns reaches the others. So the isotropic prior
+        # must beat the best structured one by more than the noise of the
+        # held-out pairs (one standard error of the paired difference of
+        # squared errors) to be chosen.
+        difference = best_structured[1] - isotropic_errors
+        noise = float(np.std(difference)) / np.sqrt(max(len(difference), 1))
+        if float(np.mean(difference)) <= noise:
+            best = best_structured[0]
     _, rank, imputation, s, isotropic, lam, vecs, D = best
     trace = s * lam.sum() + isotropic * d
     if subspace is not None:
