@@ -208,7 +208,7 @@ def _grow(train, validation, exponent, predictions, count):
     exponent ``alpha``. The subspace stays within ``SUBSPACE_MAX`` dimensions.
     """
     count = min(count, SUBSPACE_MAX - (train.size - 1))
-    directions = train.new_directions(predictions, exponent, count)
+    directions = train.new_directions(predictions, count)
     q = directions.shape[1]
     if q == 0:
         return None

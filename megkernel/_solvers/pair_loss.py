@@ -169,7 +169,7 @@ class SubspacePairLoss(PairLoss):
         """Return the same loss in the basis ``[P, directions]`` (orthonormal columns)."""
         return SubspacePairLoss(np.hstack([self.basis, directions]), self.a, self.b, self.z)
 
-    def new_directions(self, predictions, exponent, count):
+    def new_directions(self, predictions, count):
         """Return up to ``count`` directions outside the subspace where the loss changes most.
 
         They are the leading eigenvectors of the part of the full
