@@ -367,6 +367,20 @@ def test_meg_general_solver(data):
         assert_finite(log["losses"], "losses")
 
 
+def test_meg_general_tiny_instance_huge_rate():
+    """A step within the bound whose factors overflow alone (CI's hypothesis find).
+
+    eta = 1e300 times a residual of 1e12 is not a double, but the step itself,
+    times the instance's 1e-323, is 2e-11: the kernel must come back, no warning.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        K, log = meg_general(np.array([[[1e-323]]]), np.array([1e12]),
+                             prior=np.array([[1.0]]), learning_rate=1e300, trace=1.0)
+    assert_kernel(K, 1.0)
+    assert_finite(log["losses"], "losses")
+
+
 @HOSTILE
 @given(data=st.data())
 def test_definiteboost_pairs_solver(data):

@@ -146,8 +146,13 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
         predictions[t] = trace * np.sum(W * X)
         if not np.any(X):  # a zero instance changes nothing (and its step is unbounded)
             continue
-        scale = -2.0 * learning_rate * (predictions[t] - y[t]) / trace
-        state.add_symmetric(X, scale)
+        # the step 2 eta (yhat - y) / tau X, formed as (2 eta) * (r ||X||) times
+        # X / ||X||: check_meg_step bounds the product, but 2 eta (yhat - y) / tau
+        # alone can overflow when the instance is tiny (eta 1e300, X 1e-323)
+        instance_norm = np.abs(X).sum(axis=1).max()
+        residual = (predictions[t] - y[t]) / trace
+        state.add_symmetric(X / instance_norm,
+                            -2.0 * learning_rate * (residual * instance_norm))
     losses = (predictions - y) ** 2
     log = {"predictions": predictions, "losses": losses,
            "cumulative_loss": float(losses.sum()), "state": state}
