@@ -15,14 +15,14 @@ from contextlib import contextmanager
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._meg_regressor_trials import _r2, _Start, _warn_unreachable, auto_trace
+from ._meg_regressor_trials import _r2, _Start, _warn_unreachable
 from ._numerics.limits import MAX_SCALE, MIN_SCALE
 from ._numerics.validation import check_trace
 from ._pair_estimator import initial_state
 from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
 from ._solvers import meg_batch
-from ._solvers.meg import auto_learning_rate
+from ._solvers.meg import auto_learning_rate, auto_trace
 from ._solvers.meg_batch import PairLoss, SubspacePairLoss, minimize_pair_loss, spectral_prior
 from ._warnings import warn_user
 

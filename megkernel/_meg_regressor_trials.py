@@ -1,11 +1,12 @@
 """The on-line trials of :class:`~megkernel.MEGKernelRegressor`, and a call's start.
 
 A part of :mod:`megkernel.meg_regressor` (import from there): the trials
-run in chunks under a progress bar, the epochs of ``fit(solver="online")``
+run by the solver's :func:`~megkernel._solvers.meg.run_meg_trials` under a
+progress bar, the epochs of ``fit(solver="online")``
 and the ``partial_fit`` fast path, as functions of the estimator (its
 methods call them); and what every call, batch too, starts from: the
-validated pairs, prior, trace and learning rate (:class:`_Start`), the
-trace ``"auto"`` finds (:func:`auto_trace`), the warning for targets no
+validated pairs, prior, trace and learning rate (:class:`_Start`; the
+``"auto"`` rules are the solver's), the warning for targets no
 kernel of the trace reaches.
 """
 
@@ -17,13 +18,12 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ._engines import run_pair_trials, select
 from ._numerics.validation import MAX_STEP, check_meg_step, check_n_trials
 from ._pair_estimator import initial_state, unchanged_on_error
 from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
 from ._progress import note_compiling
-from ._solvers.meg import auto_learning_rate
+from ._solvers.meg import auto_learning_rate, auto_trace, run_meg_trials, trial_engine
 from ._warnings import warn_user
 
 #: Trials between two updates of the progress bar when ``verbose``.
@@ -45,31 +45,6 @@ class _Start(NamedTuple):
     state: object
     trace: float
     learning_rate: float
-
-
-def auto_trace(state, pairs, y):
-    """``trace="auto"``: the trace at which the prior meets the targets on average.
-
-    ``tau = mean(y) / mean(v^T W_1 v)`` over the pairs of distinct objects:
-    the prior ``tau W_1`` then has the targets' mean squared distance (for
-    ``W_1 = I / d``, ``tau = d mean(y) / 2``). Scaling ``y`` by ``c`` scales
-    ``tau`` by ``c``, so the learned kernel scales by ``c`` too: the units of
-    the targets do not matter. ``1.0`` when no pair separates two objects or
-    every target is 0.
-    """
-    moving = pairs[:, 0] != pairs[:, 1]
-    if not np.any(moving):
-        return 1.0
-    prior = state.pair_sq_distances(pairs[moving, 0], pairs[moving, 1]).mean()
-    mean_target = float(np.mean(y[moving]))
-    if not (prior > 0 and mean_target > 0):
-        return 1.0
-    with np.errstate(over="ignore"):  # overflow is caught just below
-        trace = mean_target / prior
-    if not np.isfinite(trace):
-        raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
-                         "large for double precision at this number of objects.")
-    return float(trace)
 
 
 def _r2(loss, z):
@@ -197,27 +172,27 @@ def _run(model, state, pairs, y, learning_rate, trace, *, epoch, done):
     detail line every ``_PROGRESS_EVERY`` trials.
     """
     n = len(y)
-    losses = np.empty(n)
     show = bool(model.verbose) and (model.verbose >= 2 or n >= _BAR_FROM)
-    chunk = _PROGRESS_EVERY if show else max(n, 1)
     if show:
-        note_compiling([select(model.method, state, n).name])
+        note_compiling([trial_engine(model.method, state, n)])
     where = (f" epoch {epoch + 1}/{model.n_epochs}"
              if epoch is not None and model.n_epochs > 1 else "")
     clock = time.perf_counter()
     with progress_bar(total=n, desc=f"MEGKernelRegressor{where}", unit="trial",
                       enabled=show) as trials:
-        for start in range(0, n, chunk):
-            stop = min(start + chunk, n)
-            predictions = run_pair_trials(
-                state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
-                learning_rate=learning_rate, trace=trace, method=model.method,
-            )
-            losses[start:stop] = (predictions - y[start:stop]) ** 2
-            trials.update(stop - start)
-            if show and model.verbose >= 2:
+
+        def report(stop, predictions):
+            """Advance the bar; at ``verbose=2``, the chunk's loss."""
+            trials.update(len(predictions))
+            if model.verbose >= 2:
+                chunk_loss = ((predictions - y[stop - len(predictions):stop]) ** 2).sum()
                 progress_detail(
                     f"[MEGKernelRegressor]{where} trial {done + stop}: loss of the "
-                    f"last {stop - start} trials {losses[start:stop].sum():.6g}, "
+                    f"last {len(predictions)} trials {chunk_loss:.6g}, "
                     f"{time.perf_counter() - clock:.1f} s")
-    return losses
+
+        predictions = run_meg_trials(
+            state, pairs, y, learning_rate=learning_rate, trace=trace,
+            method=model.method, chunk=_PROGRESS_EVERY if show else None,
+            callback=report if show else None)
+    return (predictions - y) ** 2

@@ -10,7 +10,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._engines import UPDATE_METHOD_CONSTRAINT, select
+from . import _progress as progress
+from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._numerics.validation import check_pair_labels
 from ._pair_estimator import (
     KernelViewsMixin,
@@ -20,9 +21,7 @@ from ._pair_estimator import (
     unchanged_on_error,
     validate_pairs,
 )
-from ._progress import bar as progress_bar
-from ._progress import detail as progress_detail
-from ._progress import note_compiling
+from ._solvers.definiteboost import update_engine
 from ._solvers.definiteboost_distances import (
     Y_KINDS,
     distance_constraints,
@@ -551,14 +550,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         if not self.verbose:
             yield None
             return
-        note_compiling([select(self.method, state, need="update").name])
+        progress.note_compiling([update_engine(self.method, state)])
         every = max(1, max_iter // 20)
-        with progress_bar(total=max_iter, desc="DefiniteBoostKernel",
+        with progress.bar(total=max_iter, desc="DefiniteBoostKernel",
                           unit="iter") as iterations:
             def callback(t, record):
                 iterations.update(t - iterations.n)
                 if self.verbose >= 2 and (t % every == 0 or t == 1):
-                    progress_detail(
+                    progress.detail(
                         f"[DefiniteBoostKernel] iter {t}: largest violation "
                         f"{record['violation']:.4g}, dual objective "
                         f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")

@@ -27,7 +27,6 @@ from ._meg_regressor_trials import (
     _Start,
     _start,
 )
-from ._meg_regressor_trials import auto_trace as auto_trace
 from ._numerics.validation import check_pair_indices, check_squared_distances
 from ._pair_estimator import (
     KernelViewsMixin,
@@ -36,6 +35,7 @@ from ._pair_estimator import (
     unchanged_on_error,
     validate_pairs,
 )
+from ._solvers.meg import auto_trace as auto_trace
 from ._warnings import warn_if_not_better, warn_user
 
 __all__ = ["MEGKernelRegressor"]

@@ -328,3 +328,26 @@ def test_a_fourth_engine_is_one_module_and_one_registry_line(toy_engine):
     eigh_boost = boost("eigh")
     assert toy_boost.n_iter_ == eigh_boost.n_iter_
     np.testing.assert_allclose(toy_boost.kernel_, eigh_boost.kernel_, rtol=1e-9, atol=1e-12)
+
+
+#: What an estimator may take from the engine registry: the registry itself and
+#: the ``method`` options derived from it (sklearn's ``VALID_METRICS`` pattern).
+_REGISTRY_NAMES = {"ENGINES", "METHOD_CONSTRAINT", "UPDATE_METHOD_CONSTRAINT"}
+
+
+@pytest.mark.parametrize("module, path", [(m, p) for m, p in MODULES
+                                          if _layer(m) == LAYERS["estimators"]],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_estimators_reach_the_engines_only_through_their_solvers(module, path):
+    """Issue 18 item 1: an estimator runs no engine itself (``run_pair_trials``,
+    ``select``); it calls its solver, and reads only the registry's options."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for target in _imported(module, node):
+                if target.split(".")[0] != "_engines":
+                    continue
+                names = {alias.name for alias in node.names}
+                assert isinstance(node, ast.ImportFrom) and names <= _REGISTRY_NAMES, (
+                    f"megkernel.{module} imports {sorted(names)} from the engines; "
+                    "estimators reach them through their solver")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._engines import select
 from .._numerics.state import ExponentState
 from .definiteboost_projections import (
     MatrixConstraints,
@@ -34,6 +35,7 @@ from .definiteboost_rules import (
 )
 
 __all__ = [
+    "update_engine",
     "definiteboost",
     "definiteboost_pairs",
     "fit_pair_constraints",
@@ -45,6 +47,25 @@ __all__ = [
     "prior_mean_sq_distance",
     "satisfiable_pairs",
 ]
+
+
+def update_engine(method, state):
+    """Name of the engine ``method`` makes DefiniteBoost's updates on ``state`` with.
+
+    Parameters
+    ----------
+    method : str
+        An update ``method`` option of the engine registry (``"auto"``
+        included).
+    state : ExponentState
+        The state the fit starts from.
+
+    Returns
+    -------
+    name : str
+        The engine's registry name (for the progress bar's compile note).
+    """
+    return select(method, state, need="update").name
 
 
 def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._engines import run_pair_trials
+from .._engines import run_pair_trials, select
 from .._numerics.spectral import check_symmetric
 from .._numerics.state import ExponentState, prior_state
 from .._numerics.validation import (
@@ -33,7 +33,8 @@ from .._numerics.validation import (
 )
 from .bounds import meg_learning_rate
 
-__all__ = ["meg", "meg_general", "auto_learning_rate"]
+__all__ = ["meg", "meg_general", "run_meg_trials", "trial_engine", "auto_learning_rate",
+           "auto_trace"]
 
 #: Relative size below which a pair's ``||P[a] - P[b]||^2`` is round-off.
 _ROUND_OFF = 1e-12
@@ -57,6 +58,115 @@ def auto_learning_rate(state, a, b):
     if rho <= _ROUND_OFF * all_pairs:
         rho = all_pairs
     return meg_learning_rate(rho)
+
+
+def auto_trace(state, pairs, y):
+    """``trace="auto"``: the trace at which the prior meets the targets on average.
+
+    ``tau = mean(y) / mean(v^T W_1 v)`` over the pairs of distinct objects:
+    the prior ``tau W_1`` then has the targets' mean squared distance (for
+    ``W_1 = I / d``, ``tau = d mean(y) / 2``). Scaling ``y`` by ``c`` scales
+    ``tau`` by ``c``, so the learned kernel scales by ``c`` too: the units of
+    the targets do not matter. ``1.0`` when no pair separates two objects or
+    every target is 0.
+
+    Parameters
+    ----------
+    state : ExponentState
+        The prior ``W_1``.
+    pairs : ndarray of int, shape (n, 2)
+        The pairs' objects.
+    y : ndarray of shape (n,)
+        Their squared-distance targets.
+
+    Returns
+    -------
+    trace : float
+        ``tau``.
+    """
+    moving = pairs[:, 0] != pairs[:, 1]
+    if not np.any(moving):
+        return 1.0
+    prior = state.pair_sq_distances(pairs[moving, 0], pairs[moving, 1]).mean()
+    mean_target = float(np.mean(y[moving]))
+    if not (prior > 0 and mean_target > 0):
+        return 1.0
+    with np.errstate(over="ignore"):  # overflow is caught just below
+        trace = mean_target / prior
+    if not np.isfinite(trace):
+        raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
+                         "large for double precision at this number of objects.")
+    return float(trace)
+
+
+def trial_engine(method, state, n_trials):
+    """Name of the engine ``method`` runs ``n_trials`` trials on ``state`` with.
+
+    Parameters
+    ----------
+    method : str
+        A ``method`` option of the engine registry (``"auto"`` included).
+    state : ExponentState
+        The state the trials start from.
+    n_trials : int
+        How many trials the call runs.
+
+    Returns
+    -------
+    name : str
+        The engine's registry name (for the progress bar's compile note).
+    """
+    return select(method, state, n_trials).name
+
+
+def run_meg_trials(state, pairs, y, *, learning_rate, trace, method="auto",
+                   chunk=None, callback=None):
+    """Run MEG's trials (eq. 4) on ``state`` in place; the one path to the engines.
+
+    Both :func:`meg` and :class:`megkernel.MEGKernelRegressor` (``partial_fit``
+    and the on-line fit) run their trials here. The inputs are validated by
+    the caller (indices in range, finite targets, a step within
+    :func:`~megkernel._numerics.validation.check_meg_step`'s bound).
+
+    Parameters
+    ----------
+    state : ExponentState
+        ``W_t``, updated in place to ``W_{t+n}``.
+    pairs : ndarray of int, shape (n, 2)
+        Objects ``(a_t, b_t)`` of each trial, in order.
+    y : ndarray of shape (n,)
+        Squared-distance targets in the units of ``trace``.
+    learning_rate : float
+        ``eta`` (trace-one units).
+    trace : float
+        ``tau``.
+    method : str, default="auto"
+        Engine (see :data:`megkernel._engines.ENGINES`).
+    chunk : int, optional
+        Trials per engine call (all at once by default); the engine is chosen
+        per chunk.
+    callback : callable, optional
+        ``callback(stop, predictions)`` after each chunk: the trials done so
+        far in this call and the chunk's predictions ``yhat_t`` (a progress
+        bar, a log).
+
+    Returns
+    -------
+    predictions : ndarray of shape (n,)
+        ``yhat_t = tau tr(W_t X_t)`` before each update.
+    """
+    n = len(y)
+    predictions = np.empty(n)
+    step = n if chunk is None else max(int(chunk), 1)
+    for start in range(0, n, max(step, 1)):
+        stop = min(start + step, n)
+        predictions[start:stop] = run_pair_trials(
+            state, pairs[start:stop, 0], pairs[start:stop, 1], y[start:stop],
+            learning_rate=learning_rate, trace=trace, method=method,
+        )
+        if callback is not None:
+            callback(stop, predictions[start:stop])
+    return predictions
 
 
 def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
@@ -93,10 +203,8 @@ def meg(pairs, y, *, n_objects=None, prior=None, learning_rate=0.5, trace=1.0,
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     y = check_squared_distances(y, len(pairs))
     learning_rate, trace = check_meg_step(learning_rate, trace, y)
-    predictions = run_pair_trials(
-        state, pairs[:, 0], pairs[:, 1], y,
-        learning_rate=learning_rate, trace=trace, method=method,
-    )
+    predictions = run_meg_trials(state, pairs, y, learning_rate=learning_rate,
+                                 trace=trace, method=method)
     losses = (predictions - y) ** 2
     log = {"predictions": predictions, "losses": losses,
            "cumulative_loss": float(losses.sum()), "state": state}
