@@ -17,17 +17,13 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, validate_params
 
-from ._numerics.spectral import check_symmetric
-
-
-def _squared_distances(kernel, a, b):
-    return kernel[a, a] + kernel[b, b] - 2.0 * kernel[a, b]
+from ._numerics.spectral import check_symmetric, kernel_pair_sq_distances
 
 
 def _all_pair_distances(K):
     """Pairs ``a < b`` (lexicographic order) and their squared distances."""
     a, b = np.triu_indices(len(K), k=1)
-    return np.column_stack([a, b]), _squared_distances(K, a, b)
+    return np.column_stack([a, b]), kernel_pair_sq_distances(K, a, b)
 
 
 @validate_params(
@@ -64,7 +60,7 @@ def distance_triples(K, n_triples, random_state=None):
     rng = check_random_state(random_state)
     a = rng.randint(d, size=n_triples)
     b = (a + rng.randint(1, d, size=n_triples)) % d
-    return np.column_stack([a, b]), _squared_distances(K, a, b)
+    return np.column_stack([a, b]), kernel_pair_sq_distances(K, a, b)
 
 
 @validate_params(

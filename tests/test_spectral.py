@@ -218,3 +218,27 @@ def test_induced_sq_distances_clip_and_self_distances():
     assert squared[0, 0] == 0.0 and squared[1, 1] == 0.0 and squared[0, 1] == 1e308 + 1
     with pytest.raises(ValueError, match="both diagonals"):
         induced_sq_distances(indefinite, np.diag(indefinite))
+
+
+def test_pair_distances_of_a_kernel_are_the_matrix_entries():
+    """kernel_pair_sq_distances (pairs, in blocks) == induced_sq_distances (matrix)."""
+    from megkernel._numerics import spectral
+
+    rng = np.random.default_rng(3)
+    F = rng.normal(size=(9, 4))
+    K = F @ F.T
+    a, b = rng.integers(0, 9, size=(2, 1000))
+    a[:5] = b[:5]  # self-pairs: exactly 0
+    D = spectral.induced_sq_distances(K)
+    old_block = spectral._PAIR_BLOCK
+    try:
+        for block in (old_block, 7):  # one block and many
+            spectral._PAIR_BLOCK = block
+            out = spectral.kernel_pair_sq_distances(K, a, b)
+            np.testing.assert_allclose(out, D[a, b], rtol=1e-12, atol=1e-12)
+            assert np.all(out[:5] == 0.0)
+            # against the features themselves (independent of the kernel formula)
+            np.testing.assert_allclose(out, ((F[a] - F[b]) ** 2).sum(axis=1),
+                                       rtol=1e-10, atol=1e-10)
+    finally:
+        spectral._PAIR_BLOCK = old_block

@@ -231,3 +231,40 @@ def induced_sq_distances(kernel_rows, row_diagonal=None, column_diagonal=None, *
     if whole:
         np.fill_diagonal(squared, 0.0)
     return squared
+
+
+#: Pairs gathered per block by :func:`kernel_pair_sq_distances` (three
+#: fancy-indexed arrays of this length at a time, whatever the pair count).
+_PAIR_BLOCK = 1 << 18
+
+
+def kernel_pair_sq_distances(kernel, a, b):
+    """``K_aa + K_bb - 2 K_ab`` for listed pairs: :func:`induced_sq_distances` per pair.
+
+    The pair-indexed twin of :func:`induced_sq_distances` (the one home of
+    kernel -> distances): the squared distances of the pairs ``(a_t, b_t)``
+    of a whole kernel, gathered in blocks so that memory stays bounded by
+    the block, not by the number of pairs.
+
+    Parameters
+    ----------
+    kernel : ndarray of shape (d, d)
+        Symmetric kernel.
+    a, b : ndarray of int, shape (n,)
+        The pairs' objects.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Not clipped (an indefinite kernel's negative entries are the
+        caller's to judge); exactly 0 where ``a_t == b_t``.
+    """
+    a = np.asarray(a, dtype=np.intp)
+    b = np.asarray(b, dtype=np.intp)
+    diagonal = np.diagonal(kernel)
+    out = np.empty(len(a))
+    for start in range(0, len(a), _PAIR_BLOCK):
+        ia, ib = a[start:start + _PAIR_BLOCK], b[start:start + _PAIR_BLOCK]
+        out[start:start + _PAIR_BLOCK] = diagonal[ia] + diagonal[ib] - 2.0 * kernel[ia, ib]
+    out[a == b] = 0.0
+    return out

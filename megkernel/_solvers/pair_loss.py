@@ -15,7 +15,12 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
-from .._numerics.spectral import eigh_symmetric, log_trace_exp, normalized_exp_weights
+from .._numerics.spectral import (
+    eigh_symmetric,
+    kernel_pair_sq_distances,
+    log_trace_exp,
+    normalized_exp_weights,
+)
 from .._numerics.state import ExponentState
 
 __all__ = ["PairLoss", "SubspacePairLoss"]
@@ -55,11 +60,7 @@ class PairLoss:
         out = np.empty(len(self.z))
         if self.basis is None:
             W = (eigenvectors * weights) @ eigenvectors.T
-            diagonal = np.diag(W)
-            for start in range(0, len(self.z), _CHUNK):
-                a, b = self.a[start:start + _CHUNK], self.b[start:start + _CHUNK]
-                out[start:start + _CHUNK] = diagonal[a] + diagonal[b] - 2.0 * W[a, b]
-            return out
+            return kernel_pair_sq_distances(W, self.a, self.b)
         for start in range(0, len(self.z), _CHUNK):
             stop = start + _CHUNK
             coords = (self.basis[self.a[start:stop]] - self.basis[self.b[start:stop]]) \
