@@ -268,3 +268,38 @@ def kernel_pair_sq_distances(kernel, a, b):
         out[start:start + _PAIR_BLOCK] = diagonal[ia] + diagonal[ib] - 2.0 * kernel[ia, ib]
     out[a == b] = 0.0
     return out
+
+
+#: Entries (pairs x columns) gathered per block by
+#: :func:`factor_pair_sq_distances`: 4 MB, in cache; blocks of 50,000 rows of
+#: 256 columns (100 MB) took 8x longer (1.7 s for 10^5 pairs, d = 2000).
+_FACTOR_BLOCK_ENTRIES = 1 << 19
+
+
+def factor_pair_sq_distances(factor, a, b):
+    """``||F[a_t] - F[b_t]||^2`` for listed pairs: the distances of ``K = F F^T``.
+
+    The factor form of :func:`kernel_pair_sq_distances` (``O(n r)`` for
+    ``n`` pairs and ``r`` columns, never forming ``K``), gathered in blocks
+    of about :data:`_FACTOR_BLOCK_ENTRIES` entries.
+
+    Parameters
+    ----------
+    factor : ndarray of shape (d, r)
+        ``F`` (rows: objects).
+    a, b : ndarray of int, shape (n,)
+        The pairs' objects.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Nonnegative; exactly 0 where ``a_t == b_t``.
+    """
+    a = np.asarray(a, dtype=np.intp)
+    b = np.asarray(b, dtype=np.intp)
+    out = np.empty(len(a))
+    block = max(1, _FACTOR_BLOCK_ENTRIES // max(factor.shape[1], 1))
+    for start in range(0, len(a), block):
+        diff = factor[a[start:start + block]] - factor[b[start:start + block]]
+        out[start:start + block] = np.einsum("ij,ij->i", diff, diff)
+    return out

@@ -15,10 +15,9 @@ import numpy as np
 from scipy.optimize import nnls
 from scipy.sparse.linalg import eigsh
 
-from .._numerics.spectral import eigh_symmetric
+from .._numerics.spectral import eigh_symmetric, factor_pair_sq_distances
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
-from .pair_loss import _CHUNK
 
 __all__ = ["ISOTROPIC_FLOOR", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS", "SpectralPrior",
            "spectral_prior"]
@@ -117,14 +116,6 @@ def _gram(D):
     return -0.5 * (D - D.mean(axis=0) - D.mean(axis=1)[:, None] + D.mean())
 
 
-def _pair_sq(coords, a, b):
-    out = np.empty(len(a))
-    for start in range(0, len(a), _CHUNK):
-        diff = coords[a[start:start + _CHUNK]] - coords[b[start:start + _CHUNK]]
-        out[start:start + _CHUNK] = np.einsum("ij,ij->i", diff, diff)
-    return out
-
-
 def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                    ranks=SPECTRAL_RANKS, n_imputations=SPECTRAL_IMPUTATIONS,
                    floor=None, patience=2, fixed=False, subspace=None):
@@ -219,7 +210,7 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                 lam = np.maximum(lam, 0.0)
                 coords = vecs * np.sqrt(lam)
                 if rank:
-                    s, c = _scaling_fit(_pair_sq(coords, a_m, b_m), y_m)
+                    s, c = _scaling_fit(factor_pair_sq_distances(coords, a_m, b_m), y_m)
                 else:
                     s, c = 0.0, float(y_m.mean()) if len(y_m) else 0.0
                 isotropic = c / 2.0
@@ -228,8 +219,8 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                 if not isotropic * (1.0 - floor) >= floor * structured / d:  # also 0 / 0
                     isotropic = floor * structured / (d * (1.0 - floor)) if structured > 0 \
                         else 1.0
-                predicted = np.where(moving_val,
-                                     s * _pair_sq(coords, a_val, b_val) + 2.0 * isotropic, 0.0)
+                fitted = s * factor_pair_sq_distances(coords, a_val, b_val)
+                predicted = np.where(moving_val, fitted + 2.0 * isotropic, 0.0)
                 errors = (predicted - y_val) ** 2
                 score = float(np.mean(errors))
                 scores[(rank, imputation)] = score
