@@ -515,3 +515,33 @@ def test_regression_batch_fit_of_self_pairs_only_with_a_huge_target():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(ValueError, match="y reaches 1e\\+300, more than 1e\\+100 times"):
             MEGKernelRegressor().fit([[0, 0]], [1e300])
+
+
+def test_regression_batch_fit_with_a_self_pair_of_a_subnormal_target():
+    """Found by test_kernel_distances_learned_kernel (CI profile, seed 1): the
+    self-pair's coefficient (-3e-311) survived in the gradient's Laplacian
+    (its entries c, c, -c, -c cancel only when summed alone), where the true
+    gradient is zero (the two (0, 1) pairs' residuals cancel), and the step
+    ``1 / ||G||`` was infinite: ``inf * 0`` in ``eta G``, a RuntimeWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        model = MEGKernelRegressor(max_iter=20).fit([[0, 1], [0, 0], [0, 1]],
+                                                    [1.0, 2.22507386e-311, 2.22507386e-311])
+    assert_kernel(model.kernel_, model.trace_)
+    np.testing.assert_allclose(model.predict([[0, 1]]), [0.5])  # the mean of 1 and ~0
+
+
+def test_regression_batch_step_of_a_subnormal_gradient_stays_finite():
+    """A gradient of norm 5e-309 (weights e^-712 on the pair's objects): its
+    step cap ``1e4 / ||G||`` is beyond the float range; the largest double
+    caps the step, and the run ends without NaN or a RuntimeWarning."""
+    from megkernel._numerics.state import ExponentState
+    from megkernel._solvers.meg_batch import PairLoss, minimize_pair_loss
+
+    state = ExponentState(np.diag([0.0, -712.0, -712.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = minimize_pair_loss(state, PairLoss(state, [1], [2], np.zeros(1)), max_iter=3)
+    assert np.all(np.isfinite(result.step_sizes)) and np.all(np.isfinite(result.loss_curve))
+    assert_kernel(result.state.matrix(), 1.0)

@@ -60,6 +60,10 @@ __all__ = ["ISOTROPIC_FLOOR", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS", "SUBSPAC
 #: Largest step tried: beyond it ``eta * ||G||`` leaves double precision.
 _MAX_STEP_NORM = 1e4
 
+#: Largest step of all (the cap above is infinite for a gradient below
+#: ``_MAX_STEP_NORM`` / this; ``inf * 0`` in ``eta G`` would be NaN).
+_LARGEST_STEP = float(np.finfo(float).max)
+
 #: A Barzilai-Borwein trial step stays within this factor of the last
 #: accepted step (both ways).
 _BB_RANGE = 10.0
@@ -276,7 +280,9 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
                 step = min(max(bb, step / _BB_RANGE), step * _BB_RANGE)
             else:
                 step *= 2.0
-        step = min(step, _MAX_STEP_NORM / norm)
+        # below ~5.6e-305 (a subnormal gradient) the cap, and 1 / norm, leave the
+        # float range: the largest double caps the step then (eta ||G|| < 1e4 still)
+        step = min(step, _MAX_STEP_NORM / norm, _LARGEST_STEP)
         # <G, W> = sum_t c_t v_t^T W v_t: G is a sum of the pairs' c_t v_t v_t^T
         inner = float(2.0 * (predictions - train.z) @ predictions) / len(train)
         for _ in range(_MAX_BACKTRACKS):

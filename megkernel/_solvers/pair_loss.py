@@ -55,12 +55,19 @@ class PairLoss:
     def _laplacian(self, coefficients):
         """``sum_t c_t v_t v_t^T`` (``v_t = e_a - e_b``), sparse ``d x d`` (``O(n)``).
 
-        The pairs' weighted graph Laplacian: duplicate pairs add up.
+        The pairs' weighted graph Laplacian: duplicate pairs add up. A
+        self-pair (``v_t = 0``) adds nothing and is left out: its four
+        entries ``c, c, -c, -c`` at one place cancel only when summed
+        alone, and among other pairs' entries there round-off left a
+        gradient of its coefficient's size where the true one is zero (a
+        subnormal one, whose ``1 / ||G||`` step overflowed).
         """
         d = self.size if self.basis is None else self.basis.shape[0]
+        moving = self.a != self.b
+        a, b, coefficients = self.a[moving], self.b[moving], coefficients[moving]
         values = np.concatenate([coefficients, coefficients, -coefficients, -coefficients])
-        rows = np.concatenate([self.a, self.b, self.a, self.b])
-        cols = np.concatenate([self.a, self.b, self.b, self.a])
+        rows = np.concatenate([a, b, a, b])
+        cols = np.concatenate([a, b, b, a])
         return sparse.csr_matrix((values, (rows, cols)), shape=(d, d))
 
     def predictions(self, eigenvalues, eigenvectors):
