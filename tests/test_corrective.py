@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import random_spd
 from numpy.testing import assert_allclose
 from scipy import linalg, optimize
 
@@ -51,10 +52,7 @@ def _pair_matrices(pairs, signs, thresholds, d=D, basis=None):
 
 
 def _dense_prior(d, seed):
-    rng = np.random.default_rng(seed)
-    F = rng.normal(size=(d, d))
-    W = F @ F.T + 0.3 * np.eye(d)
-    return W / np.trace(W)
+    return random_spd(d, seed, ridge=0.3, trace=1.0)
 
 
 def _values(Cs, W):

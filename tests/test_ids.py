@@ -7,7 +7,6 @@ into strings) and a missing id are refused, naming where; ``objects_`` is
 the model's own read-only copy.
 """
 
-import pickle
 import warnings
 
 import numpy as np
@@ -107,17 +106,15 @@ def test_a_missing_id_in_a_nullable_string_column():
 
 
 @pytest.mark.parametrize(("make", "y"), ESTIMATORS)
-def test_a_refused_pair_table_leaves_a_fitted_model_unchanged(make, y):
+def test_a_refused_pair_table_leaves_a_fitted_model_unchanged(make, y,
+                                                              assert_unchanged_on_error):
     model = _fit(make, y, [["a", "b"], ["b", "c"], ["c", "a"]])
-    before = pickle.dumps(model)
     for X in ([[1, "a"], ["a", "b"], ["b", 1]], [["a", None], ["a", "b"], ["b", "c"]]):
-        with pytest.raises(ValueError):
+        with assert_unchanged_on_error(model, ValueError):
             model.fit(X, y)
-    assert pickle.dumps(model) == before
     if hasattr(model, "partial_fit"):
-        with pytest.raises(ValueError, match="mixes kinds"):
+        with assert_unchanged_on_error(model, ValueError, match="mixes kinds"):
             model.partial_fit([[1, "a"]], y[:1])
-        assert pickle.dumps(model) == before
 
 
 @pytest.mark.parametrize(("make", "y"), ESTIMATORS)

@@ -168,18 +168,6 @@ def test_worse_than_prior_is_warned():
 
 
 @pytest.mark.parametrize("Metric", METRICS)
-def test_pickle_and_unfitted(Metric):
-    X, labels = _data()
-    with pytest.raises(Exception, match="not fitted"):
-        Metric().transform(X)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        metric = Metric(random_state=0).fit(X, labels)
-    clone = pickle.loads(pickle.dumps(metric))
-    np.testing.assert_array_equal(clone.transform(X), metric.transform(X))
-
-
-@pytest.mark.parametrize("Metric", METRICS)
 def test_bad_inputs(Metric):
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 10, random_state=0)

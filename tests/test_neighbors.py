@@ -159,11 +159,8 @@ def test_predict_rejects_bad_shapes():
         clf.predict(np.ones((2, 4)), test_diagonal=[1.0, np.nan])
 
 
-def test_invalid_parameters():
-    with pytest.raises(ValueError, match="n_neighbors"):
-        KernelKNeighborsClassifier(n_neighbors=0).fit(np.eye(3), [0, 1, 1])
-    with pytest.raises(ValueError, match="weights"):
-        KernelKNeighborsClassifier(weights="closest").fit(np.eye(3), [0, 1, 1])
+def test_more_neighbors_than_training_objects_are_refused():
+    # values outside the parameter constraints: test_contracts.py
     with pytest.raises(ValueError, match="n_neighbors"):
         KernelKNeighborsClassifier(n_neighbors=5).fit(np.eye(3), [0, 1, 1]).predict(
             np.eye(3))

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import random_spd
 from numpy.testing import assert_allclose
 from scipy import linalg
 
@@ -11,17 +12,6 @@ from megkernel import (
     normalized_expm,
     von_neumann_divergence,
 )
-
-
-def _spd(d, seed, rank=None, trace=None):
-    rng = np.random.default_rng(seed)
-    F = rng.normal(size=(d, d if rank is None else rank))
-    M = F @ F.T
-    if rank is None:
-        M += 0.1 * np.eye(d)
-    if trace is not None:
-        M *= trace / np.trace(M)
-    return 0.5 * (M + M.T)
 
 
 def _sym(d, seed, scale=1.0):
@@ -45,7 +35,7 @@ def _dense_divergence(U, W):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_logm_matches_scipy(seed):
-    M = _spd(7, seed)
+    M = random_spd(7, seed)
     L = logm_spd(M)
     assert_allclose(L, np.real(linalg.logm(M)), atol=1e-10)
     assert_allclose(L, L.T, atol=1e-13)
@@ -87,8 +77,8 @@ def test_normalized_expm_is_shift_invariant_and_never_overflows():
 @pytest.mark.parametrize("seed", range(4))
 def test_divergence_matches_dense_formula(seed):
     # different traces: the -tr U + tr W terms matter
-    U = _spd(6, seed, trace=1.0)
-    W = _spd(6, seed + 100, trace=2.5)
+    U = random_spd(6, seed, trace=1.0)
+    W = random_spd(6, seed + 100, trace=2.5)
     expected = _dense_divergence(U, W)
     assert von_neumann_divergence(U, W) == pytest.approx(expected, rel=1e-10, abs=1e-10)
     # trace-one case: tr(U log U - U log W)
@@ -98,15 +88,15 @@ def test_divergence_matches_dense_formula(seed):
 
 
 def test_divergence_zero_on_diagonal_and_positive_elsewhere():
-    U = _spd(5, 0, trace=1.0)
+    U = random_spd(5, 0, trace=1.0)
     assert von_neumann_divergence(U, U) == pytest.approx(0.0, abs=1e-12)
-    W = _spd(5, 1, trace=1.0)
+    W = random_spd(5, 1, trace=1.0)
     assert von_neumann_divergence(U, W) > 1e-3
 
 
 def test_divergence_to_uniform_is_log_d_minus_entropy():
     d = 6
-    U = _spd(d, 2, trace=1.0)
+    U = random_spd(d, 2, trace=1.0)
     mu = np.linalg.eigvalsh(U)
     expected = np.log(d) + np.sum(mu * np.log(mu))
     assert von_neumann_divergence(U, np.eye(d) / d) == pytest.approx(expected, rel=1e-12)
@@ -115,8 +105,8 @@ def test_divergence_to_uniform_is_log_d_minus_entropy():
 @pytest.mark.parametrize("rank", [1, 3])
 def test_divergence_singular_comparator_uses_zero_log_zero(rank):
     d = 6
-    U = _spd(d, 4, rank=rank, trace=1.0)          # singular first argument
-    W = _spd(d, 5, trace=1.0)
+    U = random_spd(d, 4, rank=rank, trace=1.0)          # singular first argument
+    W = random_spd(d, 5, trace=1.0)
     mu = np.linalg.eigvalsh(U)
     mu_pos = mu[mu > 1e-12]
     assert len(mu_pos) == rank
