@@ -403,6 +403,33 @@ def test_metric_pair_input(data):
         assert 0.0 <= score <= 1.0
 
 
+
+def test_regression_dissimilar_pair_reachable_only_within_the_margin():
+    """Found by test_metric_pair_input (CI profile, seed 3): a dissimilar pair
+    whose largest squared distance in the prior's range (trace ||P[a] -
+    P[b]||^2) exceeds gamma_dissimilar by less than the margin tol * gamma / 2
+    was kept, but the run aims at gamma_dissimilar plus that margin: its
+    constraint matrix had no negative eigenvalue and eq. 13's step took the
+    log of a negative number (a RuntimeWarning). It is dropped, as the pairs
+    that can never reach gamma_dissimilar are, and the warning says why."""
+    F = np.random.default_rng(0).normal(size=(4, 2))
+    pairs = np.array([[0, 1], [2, 3]])
+    basis = np.linalg.svd(F, full_matrices=False)[0]  # of the prior's range
+    reach = np.sum(F**2) * np.sum((basis[pairs[:, 0]] - basis[pairs[:, 1]]) ** 2, axis=1)
+    gamma = 0.1
+    gamma_dissimilar = reach[0] - 0.001 * gamma  # within the margin 0.005 * gamma
+    assert reach[1] > gamma_dissimilar + 0.005 * gamma
+    model = DefiniteBoostKernel(init_factor=F, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+                                validation_fraction=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        model.fit(pairs, [-1, -1])
+    assert any("1 of them only within the tolerance's margin" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    assert model.dropped_constraints_.tolist() == [0]
+    assert_kernel(model.kernel_, model.trace_)
+
 # -- the batch MEGKernelRegressor.fit ----------------------------------------------------------
 
 #: Target scales, across the float range (those outside the batch fit's

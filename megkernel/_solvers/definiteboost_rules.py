@@ -108,24 +108,40 @@ def _check_thresholds(thresholds, signs, trace):
             f"{2.0 * trace:g}.")
 
 
-def _satisfiable(state, pairs, signs, thresholds, trace):
+def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
     """Mask of the constraints that some kernel in the prior's range can meet:
-    a dissimilar pair needs ``trace * ||v||^2 > threshold``."""
-    never = (signs < 0) & (trace * state.pair_sq_norms(pairs[:, 0], pairs[:, 1])
-                           <= thresholds)
+    a dissimilar pair needs ``trace * ||v||^2 > threshold``.
+
+    ``target`` (trace-one units): the thresholds the run aims at, tightened
+    by the tolerance's margin (:func:`fit_pair_constraints`). A dissimilar
+    pair also needs ``||v||^2 > target``: otherwise its constraint matrix
+    ``target I - v v^T`` has no negative eigenvalue, no kernel meets it and
+    eq. 13's step is undefined (the log of a negative number).
+    """
+    sq_norms = state.pair_sq_norms(pairs[:, 0], pairs[:, 1])
+    never = (signs < 0) & (trace * sq_norms <= thresholds)
+    in_margin = np.zeros_like(never)
+    if target is not None:
+        in_margin = (signs < 0) & (sq_norms <= target) & ~never
+        never |= in_margin
+    margin_note = (
+        f" ({np.count_nonzero(in_margin)} of them only within the tolerance's margin: "
+        "the run aims at gamma_dissimilar + tol * gamma / 2, up to "
+        f"{trace * target[in_margin].max():.4g}, beyond their reach.)"
+        if in_margin.any() else "")
     if np.all(never):
         raise ValueError(
             f"All {len(pairs)} constraints are dissimilar pairs that can never "
             f"hold: their squared distance is at most trace * ||P[a] - P[b]||^2 "
             f"<= gamma_dissimilar={thresholds.min():.4g} under every kernel in "
-            "the prior's range. Lower gamma_dissimilar."
+            "the prior's range. Lower gamma_dissimilar." + margin_note
         )
     if np.any(never):
         warn_user(
             f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
             f"pairs that can never reach gamma_dissimilar={thresholds[never].min():.4g} "
             "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
-            "see dropped_constraints_.",
+            "see dropped_constraints_." + margin_note,
             UserWarning,
         )
     return ~never
@@ -167,7 +183,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
             f"The thresholds (up to {np.abs(thresholds).max():.3g}) divided by "
             f"trace={trace:.3g} leave double precision: give the thresholds in the "
             "kernel's units (at most 2 * trace for a pair's squared distance).")
-    kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace))
+    kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace, target))
     constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
                                   target[kept], state)
     hard = slack is None
