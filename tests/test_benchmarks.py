@@ -26,6 +26,7 @@ def bench_itml():
     return _load("bench_itml")
 
 
+@pytest.mark.slow
 def test_kernelised_pipeline_runs_our_learners(bench_itml, tmp_path):
     """Nystroem -> MEGMetric / DefiniteBoostMetric -> k-NN, as the benchmark runs it."""
     paths = bench_itml.save_splits("iris", bench_itml.DATASETS["iris"], 1, 60, tmp_path,
@@ -48,12 +49,14 @@ def test_nystroem_map_is_fitted_on_the_training_half_only(bench_itml):
     assert a_test.shape == (len(X_test), a_train.shape[1])
 
 
+@pytest.mark.slow
 def test_scipy_docstrings_are_real_labelled_text(bench_itml):
     X, y = bench_itml.scipy_docstrings(max_per_class=20, n_components=10)
     assert X.shape == (len(y), 10) and np.all(np.isfinite(X))
     assert len(np.unique(y)) == len(bench_itml.SCIPY_SUBPACKAGES)
 
 
+@pytest.mark.slow
 def test_spectra_benchmark_rows(capsys):
     """bench_spectra's targets are trace-one kernels; a tiny run times every
     engine and "auto" from the same state and prints one row per target."""
@@ -80,6 +83,7 @@ def bench_own_data():
     return _load("bench_own_data")
 
 
+@pytest.mark.slow
 def test_own_data_quick_table(bench_own_data, capsys):
     """``bench_own_data.py --quick``: one row of five accuracies, the learners
     fitted through KernelDistances on the pairs only (never the labels)."""
@@ -102,6 +106,7 @@ def test_own_data_quick_table(bench_own_data, capsys):
     assert meg_tuned.best_params_["solver"] in {"batch", "online"}
 
 
+@pytest.mark.slow
 def test_own_data_scale_quick(bench_own_data, capsys):
     bench_own_data.main(["--scale", "--quick"])
     out = capsys.readouterr().out
@@ -113,6 +118,7 @@ def bench_metric_verdict():
     return _load("bench_metric_verdict")
 
 
+@pytest.mark.slow
 def test_metric_verdict_quick_table(bench_metric_verdict, capsys):
     """``bench_metric_verdict.py --quick``: a verdict for every fit, read from
     the fitted ``validation_``; a "keep" verdict refits at forced lengths."""

@@ -26,6 +26,7 @@ def _run(out, *extra):
     return pd.read_csv(out / "summary.csv").set_index("quantity")["value"]
 
 
+@pytest.mark.slow
 def test_reproduce_on_wine(tmp_path, capsys):
     table = _run(tmp_path, "--data", "wine")
     for name in OUTPUTS:
@@ -67,6 +68,7 @@ def test_reproduce_verbose_details_and_table(tmp_path, capsys):
     assert "| quantity | value |" in captured.out
 
 
+@pytest.mark.slow
 def test_reproduce_default_is_bundled_gyrb_and_quiet_prints_nothing(tmp_path, capsys):
     table = _run(tmp_path, "--quiet")
     captured = capsys.readouterr()

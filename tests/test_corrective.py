@@ -308,6 +308,7 @@ def test_paper_algorithm_stops_at_a_feasible_kernel_farther_than_the_projection(
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+@pytest.mark.slow
 def test_readme_corrective_figures():
     text = README.read_text(encoding="utf-8")
     block = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)[1]

@@ -511,6 +511,7 @@ def test_predict_decision_function_score():
     assert np.all(sim_only.predict(pairs[y == 1]) == 1)
 
 
+@pytest.mark.slow
 def test_gridsearch_over_gamma_on_labelled_pairs():
     d = 30
     pairs, y, low, high = _labelled_pairs(d, seed=61)
@@ -732,6 +733,7 @@ def test_a_gamma_every_constraint_already_meets_warns_with_the_numbers():
     assert fitted.n_iter_ > 0 and fitted.converged_
 
 
+@pytest.mark.slow
 def test_default_gamma_is_chosen_on_held_out_pairs_and_reported():
     d = 80
     pairs, labels = _families(d)

@@ -48,6 +48,7 @@ def _quiet_fit(model, X, y):
     return quietly(model.fit, X, y)
 
 
+@pytest.mark.slow
 def test_defaults_on_distances_beat_the_observed_distances_baseline():
     """Acceptance of issue 19 item 3 in small: the 1-NN accuracy of the kernel
     learned at the defaults from the observed distances is above that of the

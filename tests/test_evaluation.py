@@ -92,6 +92,7 @@ def test_scorer_is_knn_accuracy_of_learned_kernel(wine):
     assert "n_splits=5" in repr(scorer)
 
 
+@pytest.mark.slow
 def test_scorer_selects_in_grid_search(wine):
     pairs, y = distance_triples(wine.kernel, 200, random_state=0)
     scorer = make_knn_kernel_scorer(wine.labels, random_state=0)

@@ -23,6 +23,9 @@ from megkernel.experiments import (
     summary_table,
 )
 
+# end to end (seconds of fitting in the module's fixtures): the full suite only
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def wine():

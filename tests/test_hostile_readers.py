@@ -105,6 +105,7 @@ def test_a_file_over_the_size_limit_is_refused_before_reading(tmp_path, monkeypa
         read_fasta(path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
 def test_an_endless_stream_stops_with_a_clear_error(tmp_path):
     """/dev/zero (NUL bytes) and an endless line of residues through a pipe:

@@ -17,6 +17,10 @@ import textwrap
 
 import pytest
 
+# every test here sweeps in a subprocess of its own (imports megkernel, seconds
+# each): the full suite (CI) runs them, the quick loop (-m 'not slow') does not
+pytestmark = pytest.mark.slow
+
 FIT_SWEEP = textwrap.dedent("""
     import json, os, pickle, sys, warnings
     import numpy as np

@@ -97,6 +97,7 @@ def test_registered_and_auto():
     assert lanczos.fallback == "eigh"
 
 
+@pytest.mark.slow
 def test_auto_changes_engine_within_a_call_and_stays_exact():
     """From I/d rank-one updates deflate (few trials in, cheap); once every
     eigenpair is kept, Lanczos is cheaper at d = 150: "auto" runs both in
@@ -135,11 +136,11 @@ def test_cost_model_counts_lanczos_steps(spread):
 
 
 @pytest.mark.parametrize("d, prior, n, trace", [
-    (20, "identity", 4000, 1.0),
-    (52, "identity", 4000, 1.0),
-    (20, "dense", 3000, 1.0),
+    pytest.param(20, "identity", 4000, 1.0, marks=pytest.mark.slow),
+    pytest.param(52, "identity", 4000, 1.0, marks=pytest.mark.slow),
+    pytest.param(20, "dense", 3000, 1.0, marks=pytest.mark.slow),
     (20, "identity", 2000, 3.5),
-    (52, "dense", 1500, 0.2),
+    pytest.param(52, "dense", 1500, 0.2, marks=pytest.mark.slow),
 ])
 def test_matches_eigh(d, prior, n, trace):
     a, b, y = _trials(d, n)
@@ -210,6 +211,7 @@ def test_partial_fit_chunks_equal_fit():
     np.testing.assert_allclose(whole.predict(X[:50]), ref.predict(X[:50]), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_adaptive_steps_are_needed(monkeypatch):
     """A run cut short (loose tolerance) disagrees; the adaptive one does not."""
     a, b, y = _trials(52, 1500)

@@ -182,6 +182,7 @@ def test_kernel_is_not_formed_for_many_objects():
         model.kernel_entries([d])
 
 
+@pytest.mark.slow
 def test_no_quadratic_allocation_at_one_hundred_thousand_objects():
     d, r = 100_000, 20
     rng = np.random.default_rng(9)

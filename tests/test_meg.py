@@ -227,7 +227,7 @@ def test_lemma_3_2_noisy(c):
 
 def _many_trials_cases():
     """Every engine at both rates; the long dense runs only in the full suite."""
-    slow = {(0.5, "eigh"), (100.0, "eigh"), (100.0, "lanczos")}
+    slow = {(0.5, "eigh"), (0.5, "lanczos"), (100.0, "eigh"), (100.0, "lanczos")}
     return [pytest.param(rate, method, marks=pytest.mark.slow) if (rate, method) in slow
             else (rate, method) for rate in (0.5, 100.0) for method in METHODS]
 

@@ -177,6 +177,7 @@ def test_defaults_learn_and_report_the_verdict():
     assert model.score(table[["a", "b"]], table["sq"]) > 0.8
 
 
+@pytest.mark.slow
 def test_units_and_object_order_do_not_matter():
     ids, table, _ = _family_table(seed=1)
     pairs = table[["a", "b"]]
@@ -244,6 +245,7 @@ def test_a_diverging_online_fit_warns_naming_the_learning_rate():
         MEGKernelRegressor(n_objects=20, solver="online").fit(pairs, y)
 
 
+@pytest.mark.slow
 def test_batch_then_partial_fit_continues_online():
     ids, table, _ = _family_table(seed=6)
     model = MEGKernelRegressor(objects=ids, random_state=0).fit(table[["a", "b"]],
@@ -265,6 +267,7 @@ def test_a_failed_batch_fit_leaves_the_model_unchanged(assert_unchanged_on_error
         model.fit(table[["a", "b"]], bad)
 
 
+@pytest.mark.slow
 def test_k_nn_of_the_learned_kernel_beats_the_observed_distances():
     """Defaults must learn: on family data in odd units with string ids and a
     fifth of the pairs, the learned kernel's 1-NN beats that of the observed
@@ -376,6 +379,7 @@ def test_subspace_descent_lowers_the_loss_and_stays_in_the_algebra():
     assert dense_result.loss_curve[-1] <= result.loss_curve[-1] * (1 + 1e-6)  # a subset
 
 
+@pytest.mark.slow
 def test_the_estimator_learns_in_the_subspace_from_many_objects(monkeypatch):
     import megkernel._solvers.meg_batch as module  # the batch fit reads them there
     points, labels = _points(d=60, dim=3, seed=14)
@@ -425,6 +429,7 @@ def test_too_few_training_pairs_left_is_named_as_such():
         MEGKernelRegressor(random_state=0).fit(pairs[:50], y[:50])
 
 
+@pytest.mark.slow
 def test_the_isotropic_prior_must_win_by_more_than_the_held_out_noise():
     """Found on family data with a tenth of the pairs observed (benchmarks'
     family(7, 0.30, fraction=0.1), 2037 pairs): on the early-stopping split

@@ -190,6 +190,7 @@ def test_bad_inputs(Metric):
         metric.transform(X[:, :3])
 
 
+@pytest.mark.slow
 def test_nystroem_metric_knn_pipeline_grid_search():
     X, labels = load_iris(return_X_y=True)
     pipe = Pipeline([
@@ -276,6 +277,7 @@ def test_pair_input_learners_are_the_point_learners_on_the_pairs_points(pair_cla
     np.testing.assert_array_equal(model.classes_, [-1, 1])
 
 
+@pytest.mark.slow
 def test_pair_input_learners_cross_validate_the_pairs():
     _, _, pair_labels, pairs_of_points = _iris_pairs(seed=1)
     with warnings.catch_warnings():
@@ -327,6 +329,7 @@ def test_definiteboost_metric_validated_length_learns_where_it_helps():
     assert learned > euclid
 
 
+@pytest.mark.slow
 def test_definiteboost_metric_keeps_euclidean_on_noise_labels():
     kept = 0
     for seed in range(10):

@@ -977,6 +977,7 @@ def _random_class_fit(seed, n=150, p=4, k=3):
     return MEGMetric(random_state=seed).fit(X, y)
 
 
+@pytest.mark.slow
 def test_validation_keeps_the_euclidean_metric_for_random_class_labels():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -986,6 +987,7 @@ def test_validation_keeps_the_euclidean_metric_for_random_class_labels():
     assert zeros > len(models) / 2, [m.n_epochs_ for m in models]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("labels", ["random pair labels", "two random classes"])
 def test_validation_keeps_the_euclidean_metric_for_noise_labels(labels):
     chosen = []

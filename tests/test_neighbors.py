@@ -123,6 +123,7 @@ def test_pipeline_with_kernel_centering_keeps_predictions():
     np.testing.assert_array_equal(plain, centred)
 
 
+@pytest.mark.slow
 def test_grid_search_over_n_neighbors_matches_sklearn():
     features, labels = _points(n=90, seed=6)
     K = features @ features.T

@@ -186,6 +186,7 @@ def _search_fits(tmp_path, backend, n_jobs, memory=True):
     return _n_fits(log), results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("memory", [False, True])
 def test_threads_learn_each_kernel_once(tmp_path, memory):
     clear_cache()
@@ -226,6 +227,7 @@ def test_a_process_new_to_the_folder_reads_what_another_learned(tmp_path):
     assert cache_info()["fits"] == 0
 
 
+@pytest.mark.slow
 def test_the_search_benchmark_runs_and_counts_its_fits(tmp_path):
     import importlib.util
     import sys

@@ -221,6 +221,7 @@ def separated():
     return kernel / np.trace(kernel), labels
 
 
+@pytest.mark.slow
 def test_target_line_at_zero_is_visible(separated):
     kernel, labels = separated
     online = run_online_experiment(kernel, labels, n_trials=400, n_checkpoints=3)
@@ -236,6 +237,7 @@ def test_target_line_at_zero_is_visible(separated):
         assert target.get_zorder() > max(s.get_zorder() for s in error_ax.spines.values())
 
 
+@pytest.mark.slow
 def test_definiteboost_figure_comments_its_error(wine):
     online = run_online_experiment(wine.kernel, wine.labels, n_trials=300, n_checkpoints=2)
     batch = run_batch_experiment(wine.kernel, wine.labels,

@@ -122,6 +122,7 @@ def test_exact_steps_go_to_an_engine_with_a_line_search():
         select("auto", state, need="steps")
 
 
+@pytest.mark.slow
 def test_engine_matches_eigh_after_5000_trials():
     trials = _distance_trials(20, 5000)
     fast, slow = ExponentState.identity(20), ExponentState.identity(20)

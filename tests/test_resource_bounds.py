@@ -91,6 +91,7 @@ def test_a_stream_replayed_beyond_the_trial_limit_is_refused_before_learning():
     assert not hasattr(step, "kernel_")
 
 
+@pytest.mark.slow
 def test_a_pair_table_over_more_declared_ids_than_dense_mode_holds_is_refused():
     ids = ["a", "b"] + [f"object {i}" for i in range(10**6)]
     tracemalloc.start()

@@ -58,6 +58,7 @@ def _definiteboost_search(gamma, gamma_dissimilar, scoring, n_jobs):
     )
 
 
+@pytest.mark.slow
 def test_meg_learning_rate_search_prefers_the_bound_optimal_rate(
         wine, triples, sequential_meg_search):
     search = _meg_search(wine.labels, n_jobs=2).fit(*triples)
@@ -74,6 +75,7 @@ def test_meg_learning_rate_search_prefers_the_bound_optimal_rate(
     np.testing.assert_array_equal(results["mean_test_knn"], sequential["mean_test_knn"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("by_knn", [False, True])
 def test_definiteboost_gamma_search(wine, constraints, by_knn):
     pairs, y, gamma, gamma_dissimilar = constraints
@@ -103,6 +105,7 @@ def test_search_on_a_local_dask_cluster(wine, triples, sequential_meg_search):
     assert on_dask.best_params_ == local.best_params_
 
 
+@pytest.mark.slow
 def test_learned_and_raw_kernels_in_one_parallel_grid_with_memory(wine, tmp_path):
     """The no-learning baseline and the learned kernels share one Pipeline and
     one GridSearchCV; with memory, n_jobs=2 gives n_jobs=1's results."""
