@@ -140,7 +140,8 @@ def _fit_batch(model, X, y):
             learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
             n_iter_no_change=result.best_iter + 1)
         result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
-                                 n_iter=result.n_iter + refit.n_iter)
+                                 n_iter=result.n_iter + refit.n_iter,
+                                 subspace=refit.subspace)
     trace_ = trace * unit
     start = _Start(pairs, y, index, result.state, trace_,
                    auto_learning_rate(result.state, pairs[:, 0], pairs[:, 1]))
@@ -155,7 +156,8 @@ def _fit_batch(model, X, y):
         validation_score_=scores[result.best_iter] if len(scores) else np.nan,
         prior_score_=scores[0] if len(scores) else np.nan,
         prior_rank_=prior_rank, prior_imputations_=prior_imputations,
-        _verdict=validation is not None, _diverged=None)
+        _verdict=validation is not None, _diverged=None,
+        _subspace=result.subspace)  # DefiniteBoost's prior continues in it
     return fitted
 
 

@@ -30,9 +30,11 @@ from ._solvers.definiteboost_distances import (
 )
 from ._solvers.definiteboost_rules import (
     auto_max_iter,
+    dense_state,
     fit_labelled_pairs,
     prior_pair_summary,
     prior_trace,
+    working_state,
 )
 from ._solvers.definiteboost_verdict import split_pairs
 from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
@@ -387,8 +389,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         the returned ones are refitted on every pair (measured: continuing
         the verdict's fit instead lost 0.017 of 1-NN on two family sets).
         """
-        chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs,
-                                                                      sq_distances)
+        chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq_distances)
         gamma = gamma if self.gamma == "auto" else self.gamma
         gamma_dissimilar = (gamma_dissimilar if self.gamma_dissimilar == "auto"
                             else self.gamma_dissimilar)
@@ -418,11 +419,11 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             log[key] = chosen[log[key]]
         note = ("; the prior is the fit of the distances that chose these pairs, so "
                 "a tie means the constraints added nothing to it")
-        self._finish(state, index, constrained, signs, log, trace,
+        self._finish(dense_state(state), index, constrained, signs, log, trace,
                      len(chosen) if train is None else len(train), held_out,
                      note=note if self._prior_from_distances() else "")
 
-    def _prior_from_distances(self):
+    def _prior_from_distances(self):  # noqa: D102
         return self.init_factor is None and isinstance(self.init, str) and self.init == "auto"
 
     def _distance_prior(self, pairs, sq_distances, index):
@@ -439,7 +440,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
                 n_objects=initial_state(self, pairs, index).n_objects,
                 random_state=self.random_state, method=self.method,
             ).fit(pairs, sq_distances)
-            state, trace = prior.state_, prior.trace_
+            state, trace = working_state(prior, self.method, self.projection), prior.trace_
         else:
             state = initial_state(self, pairs, index)
             if state.basis is None and isinstance(self.init, str):

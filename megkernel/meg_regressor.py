@@ -486,7 +486,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 "objects_": object_ids(start.state, start.index),
                 "_object_index": start.index,
                 "_fixed_params": {name: getattr(self, name)
-                                  for name in self._FIXED_PARAMS}}
+                                  for name in self._FIXED_PARAMS},
+                "_subspace": None}  # the batch fit's subspace form, if any
 
     def _commit(self, start, losses, *, first):
         """Store the result of a call in one step: nothing before it changed the model.
@@ -504,7 +505,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
         update = {"state_": start.state, "learning_rate_": start.learning_rate,
                   "n_updates_": needed, "_loss_buffer": buffer,
-                  "_validated_params": self._param_values()}
+                  "_validated_params": self._param_values(), "_subspace": None}
         if first:
             update.update(n_objects_=start.state.n_objects, trace_=start.trace,
                           objects_=object_ids(start.state, start.index),

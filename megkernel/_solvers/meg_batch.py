@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._numerics.state import ExponentState
+from .._numerics.state import ExponentState, SubspaceState
 from .._numerics.threads import blas_threads
 from .pair_loss import PairLoss, SubspacePairLoss
 from .spectral_prior import (
@@ -96,8 +96,8 @@ SUBSPACE_START = 64
 #: Directions added each time the subspace grows.
 SUBSPACE_GROWTH = 16
 
-#: Largest dimension of the subspace: its pairs' coordinates take
-#: ``8 n k`` bytes (200 MB for 10^5 pairs).
+#: Largest dimension of the subspace: a step costs ``O(n k + d k^2)`` and an
+#: ``eigh`` of the ``(k + 1)`` block.
 SUBSPACE_MAX = 256
 
 
@@ -129,6 +129,8 @@ class BatchResult(NamedTuple):
         Eigendecompositions made (one per trial step).
     growth : list of int
         Iterations after which the subspace grew (up to the iterate returned).
+    subspace : SubspaceState or None
+        The same kernel in its subspace form (a subspace fit), or ``None``.
     """
 
     state: ExponentState
@@ -141,6 +143,7 @@ class BatchResult(NamedTuple):
     stalled: bool
     n_eigh: int
     growth: list = []
+    subspace: object = None
 
 
 
@@ -338,6 +341,9 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
         best = (train, exponent, lam, vecs)
         best_iter = iteration
     best_train = best[0]
+    subspace = (SubspaceState(best[1], basis=best_train.basis)
+                if isinstance(best_train, SubspacePairLoss) else None)
     return BatchResult(best_train.state(*best[1:]), np.asarray(losses), np.asarray(val_losses),
                        np.asarray(steps), iteration, best_iter, converged, stalled, n_eigh,
-                       [i for i in growth if i < best_iter] if early_stopping else growth)
+                       [i for i in growth if i < best_iter] if early_stopping else growth,
+                       subspace)
