@@ -233,7 +233,7 @@ def test_estimator_corrective_is_the_exact_projection(prior, projection, method)
     _assert_kkt(W, model.multipliers_, W1, Cs)
     _assert_is_reference(W, model.multipliers_, model.dual_objective_[-1], W1, Cs)
     # every user-unit constraint holds
-    distances = model.pair_distances(PAIRS)
+    distances = model.pair_sq_distances(PAIRS)
     assert np.all(SIGNS * (distances - np.where(SIGNS > 0, gamma, gamma_dissimilar)) <= 0)
 
 
