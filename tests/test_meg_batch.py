@@ -458,3 +458,42 @@ def test_the_isotropic_prior_must_win_by_more_than_the_held_out_noise():
     accuracy = bench.knn_accuracy(KernelDistances(kernel=model.kernel_, objects=model.objects_),
                                   ids, labels)
     assert accuracy > 0.6, accuracy  # 0.719 (was 0.260)
+
+
+def test_spectral_prior_never_forms_the_distance_matrix_at_scale(monkeypatch):
+    """From _DENSE_EIGH_BELOW objects on, the filled distances are a low-rank base plus
+    the sparse observed departures (products O(n + d r), no d x d matrix); every
+    held-out score, the choice and the prior equal the dense formulas'."""
+    from megkernel._solvers import spectral_prior as module
+
+    rng = np.random.default_rng(5)
+    d = 150
+    centres = rng.normal(size=(4, 6)) * 3
+    points = centres[rng.integers(0, 4, d)] + rng.normal(size=(d, 6))
+    a, b = np.triu_indices(d, 1)
+    keep = rng.random(len(a)) < 0.3
+    a, b = a[keep], b[keep]
+    a = np.concatenate([a, a[:50]])  # duplicates are averaged
+    b = np.concatenate([b, b[:50]])
+    y = ((points[a] - points[b]) ** 2).sum(axis=1) * rng.uniform(0.9, 1.1, len(a))
+    held = rng.random(len(a)) < 0.15
+    args = (d, a[~held], b[~held], y[~held], a[held], b[held], y[held])
+    monkeypatch.setattr(module, "_DENSE_EIGH_BELOW", 10**6)
+    dense = module.spectral_prior(*args, ranks=(0, 1, 2, 4, 6), n_imputations=4)
+    dense_sub = module.spectral_prior(*args, ranks=(0, 1, 2, 4, 6), n_imputations=4,
+                                      subspace=12)
+    monkeypatch.setattr(module, "_DENSE_EIGH_BELOW", 40)
+    implicit = module.spectral_prior(*args, ranks=(0, 1, 2, 4, 6), n_imputations=4)
+    implicit_sub = module.spectral_prior(*args, ranks=(0, 1, 2, 4, 6), n_imputations=4,
+                                         subspace=12)
+    assert implicit.scores.keys() == dense.scores.keys()
+    for key, score in dense.scores.items():
+        assert implicit.scores[key] == pytest.approx(score, rel=1e-8), key
+    assert (implicit.rank, implicit.imputations) == (dense.rank, dense.imputations)
+    assert dense.rank >= 2 and dense.imputations >= 1  # the completion path ran
+    np.testing.assert_allclose(implicit.state.matrix(), dense.state.matrix(), atol=1e-9)
+    assert implicit.trace == pytest.approx(dense.trace, rel=1e-9)
+    # the subspace form: the same prior exponent and the same span
+    np.testing.assert_allclose(implicit_sub.exponent, dense_sub.exponent, atol=1e-8)
+    P, Q = implicit_sub.basis, dense_sub.basis
+    np.testing.assert_allclose(P @ P.T, Q @ Q.T, atol=1e-7)
