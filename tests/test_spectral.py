@@ -232,3 +232,22 @@ def test_pair_distances_of_a_kernel_are_the_matrix_entries():
                                        rtol=1e-10, atol=1e-10)
     finally:
         spectral._PAIR_BLOCK = old_block
+
+
+@pytest.mark.parametrize("columns", [3, 130])
+def test_factor_pair_distances_both_routes(columns, monkeypatch):
+    """||F[a] - F[b]||^2 gathered in blocks or through F F^T: the same values."""
+    from megkernel._numerics import spectral
+
+    rng = np.random.default_rng(4)
+    F = rng.normal(size=(40, columns))
+    a, b = rng.integers(0, 40, size=(2, 500))
+    a[:3] = b[:3]
+    direct = ((F[a] - F[b]) ** 2).sum(axis=1)
+    monkeypatch.setattr(spectral, "_FACTOR_BLOCK_ENTRIES", 7 * columns)  # many blocks
+    gathered = spectral.factor_pair_sq_distances(F, a, b)
+    monkeypatch.setattr(spectral, "_KERNEL_FROM_COLUMNS", 1)  # F F^T for any width
+    through_kernel = spectral.factor_pair_sq_distances(F, a, b)
+    for out in (gathered, through_kernel):
+        np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-10)
+        assert np.all(out[:3] == 0.0)
