@@ -149,9 +149,12 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         Whether ``y`` holds squared distances (the paper's targets) or
         plain distances (``squared=False``: ``y`` is squared on input and
         :meth:`predict` returns distances; the kernel is the same).
-    max_iter : int, default=200
+    max_iter : int, default=1000
         Batch: largest number of iterations (each one or a few
-        eigendecompositions); reaching it warns (``ConvergenceWarning``).
+        eigendecompositions), a safety net: the stopping rule ends ordinary
+        fits first (iris 159, wine 250 per phase; at 200, wine's stopped
+        short with the same 1-NN, 0.946 vs 0.947); reaching it warns
+        (``ConvergenceWarning``).
     tol : float, default=1e-4
         Batch: an iteration improves when the monitored loss (held-out with
         ``early_stopping``, else training) falls by more than ``tol`` times
@@ -293,7 +296,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
 
     def __init__(self, *, n_objects=None, objects=None, learning_rate="auto",
                  init="auto", init_factor=None, trace="auto", solver="batch", squared=True,
-                 max_iter=200, tol=1e-4, n_iter_no_change=5, early_stopping=True,
+                 max_iter=1000, tol=1e-4, n_iter_no_change=5, early_stopping=True,
                  validation_fraction=0.1, n_epochs=1, shuffle=False,
                  random_state=None, method="auto", verbose=0):
         self.n_objects = n_objects
