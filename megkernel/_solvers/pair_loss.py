@@ -22,7 +22,7 @@ from .._numerics.spectral import (
     log_trace_exp,
     normalized_exp_weights,
 )
-from .._numerics.state import ExponentState
+from .._numerics.state import ExponentState, SubspaceState
 
 __all__ = ["PairLoss", "SubspacePairLoss"]
 
@@ -270,12 +270,7 @@ class SubspacePairLoss(PairLoss):
 
     def state(self, exponent, eigenvalues, eigenvectors):
         """Return the dense state of ``P (B - alpha I) P^T + alpha I`` (one eigh)."""
-        k = self.size - 1
-        alpha = exponent[k, k]
-        inside = exponent[:k, :k] - alpha * np.eye(k)
-        full = self.basis @ inside @ self.basis.T
-        full[np.diag_indices_from(full)] += alpha
-        return ExponentState(0.5 * (full + full.T))
+        return SubspaceState(exponent, basis=self.basis).dense()
 
 
 def _state_from(exponent, eigenvalues, eigenvectors, basis):
