@@ -26,8 +26,6 @@ from .._numerics.state import ExponentState, SubspaceState
 
 __all__ = ["PairLoss", "SubspacePairLoss"]
 
-#: Pairs gathered at a time (bounds the ``(n, r)`` arrays of low-rank mode).
-
 
 class PairLoss:
     """Predictions, loss and gradient of the mean square loss over pairs.
