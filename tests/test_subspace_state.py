@@ -121,6 +121,7 @@ def _family(n_per=12, n_families=3, seed=0):
     return np.column_stack([a, b]), ((points[a] - points[b]) ** 2).sum(axis=1), labels
 
 
+@pytest.mark.slow  # two estimator fits with their MEG priors (~2.4 s)
 def test_definiteboost_continues_a_subspace_prior_in_its_subspace(monkeypatch):
     """From SUBSPACE_FROM objects the distance prior is a subspace fit; DefiniteBoost
     then projects within it, and returns a dense, valid kernel."""
