@@ -110,7 +110,7 @@ def test_own_data_quick_table(bench_own_data, capsys):
 def test_own_data_scale_quick(bench_own_data, capsys):
     bench_own_data.main(["--scale", "--quick"])
     out = capsys.readouterr().out
-    assert "40 objects" in out and "Target fit <= 60 s" in out
+    assert "40 objects" in out and "Target fit <= 60 s: met on" in out
 
 
 @pytest.fixture(scope="module")
