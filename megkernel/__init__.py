@@ -33,6 +33,7 @@ from .metric import (
     MEGMetric,
     MEGPairMetric,
     draw_pairs,
+    neighbor_pairs,
 )
 from .neighbors import KernelKNeighborsClassifier, kernel_to_distances
 from .objects import KernelDistances
@@ -48,6 +49,7 @@ __all__ = [
     "MEGPairMetric",
     "DefiniteBoostPairMetric",
     "draw_pairs",
+    "neighbor_pairs",
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",
     "KernelDistances",

@@ -1226,6 +1226,7 @@ def test_meg_metric_partial_fit_streams(data):
 def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkeypatch):
     """A KeyboardInterrupt in the middle of the validated length (DefiniteBoost's
     fold runs, MEG's fold epochs) leaves a fitted model byte-identical."""
+    import megkernel.metric._meg_epochs as meg_epochs
     import megkernel.metric.definiteboost as definiteboost_metric
     import megkernel.metric.meg as meg_metric
 
@@ -1234,8 +1235,9 @@ def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkey
         warnings.simplefilter("ignore", UserWarning)
         model = cls(random_state=0, n_constraints=20).fit(_FEATURES, _CLASSES)
     before = pickle.dumps(model)
-    module = definiteboost_metric if target == "fit_pair_constraints" else meg_metric
-    real, calls = getattr(module, target), []
+    modules = ([definiteboost_metric] if target == "fit_pair_constraints"
+               else [meg_metric, meg_epochs])  # the final fit's and the folds' calls
+    real, calls = getattr(modules[0], target), []
 
     def interrupted(*args, **kwargs):
         calls.append(1)
@@ -1243,7 +1245,8 @@ def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkey
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, target, interrupted)
+    for module in modules:
+        monkeypatch.setattr(module, target, interrupted)
     with warnings.catch_warnings(), pytest.raises(KeyboardInterrupt):
         warnings.simplefilter("ignore", UserWarning)
         model.fit(_FEATURES + 0.5, _CLASSES)

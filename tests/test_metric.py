@@ -487,16 +487,17 @@ def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
             return make_path(scorer)
         return validate(n_objects, pairs, signs, make, **kwargs)
 
+    import megkernel.metric._meg_epochs as meg_epochs
     import megkernel.metric.definiteboost as definiteboost
-    import megkernel.metric.meg as meg
 
-    module = meg if Metric is MEGMetric else definiteboost
+    module = meg_epochs if Metric is MEGMetric else definiteboost
     original = module.validate_length
     module.validate_length = recording
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = Metric(n_constraints=150, random_state=0).fit(points, classes)
+            model = Metric(label_pairs="random", n_constraints=150,
+                           random_state=0).fit(points, classes)
     finally:
         module.validate_length = original
     assert seen and model.validation_ is not None

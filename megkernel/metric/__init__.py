@@ -33,15 +33,16 @@ Euclidean prior (``prior_pair_mse_``, ``prior_violated_fraction_``) and warn
 when it is worse: a degraded metric
 is never silent.
 
-Layout (metric-learn's): :mod:`megkernel.metric._base` holds the pair
-sampler :func:`draw_pairs`, the base transformer, pair-input classification
-and the input checks; :mod:`megkernel.metric.meg` and
+Layout (metric-learn's): :mod:`megkernel.metric._pairs` holds the pair
+samplers :func:`neighbor_pairs` and :func:`draw_pairs`;
+:mod:`megkernel.metric._base` the base transformer, pair-input
+classification and the input checks; :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost` one learner each, its pair-input
 variant a thin subclass; :mod:`megkernel.metric._training_length` the one
 validation loop that chooses how long either learns.
 """
 
-from ._base import draw_pairs
+from ._base import draw_pairs, neighbor_pairs
 from .definiteboost import DefiniteBoostMetric, DefiniteBoostPairMetric
 from .meg import MEGMetric, MEGPairMetric
 
@@ -51,4 +52,5 @@ __all__ = [
     "MEGPairMetric",
     "DefiniteBoostPairMetric",
     "draw_pairs",
+    "neighbor_pairs",
 ]

@@ -1,7 +1,8 @@
 """The metric learners' common ground.
 
-Pairs from labels, the base transformer, pair-input classification (with
-threshold calibration) and input validators.
+The base transformer, pair-input classification (with threshold
+calibration) and input validators; the pairs made from labels are in
+:mod:`megkernel.metric._pairs`.
 
 The estimators are in :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost`; how long they learn, in
@@ -10,7 +11,6 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -22,7 +22,6 @@ from sklearn.base import (
 )
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics.pairwise import euclidean_distances
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -34,117 +33,21 @@ from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
 from .._solvers.definiteboost import check_pair_signs
 from .._warnings import warn_user
+from ._pairs import (
+    _ClassPairs,
+    draw_pairs,
+    neighbor_pairs,
+    pairs_from_labels,
+    resolve_label_pairs,
+)
 
-__all__ = ["draw_pairs"]
+__all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
 
 _QUANTILE_POINTS = 1000
 
 #: Range of the features' total sum of squares (the kernel's trace) within
 #: which squared distances, targets and squared losses stay finite.
 _MIN_TRACE, _MAX_TRACE = MIN_TRACE, MAX_TRACE
-
-
-def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
-    """Random similar and dissimilar pairs from class labels.
-
-    As metric-learn's ``*_Supervised`` learners: an anchor drawn uniformly,
-    its partner uniformly among the other points of its class (similar) or
-    of the other classes (dissimilar); repeated pairs are redrawn, at most
-    ``max_rounds`` times. A kind with no more distinct pairs than
-    ``n_constraints`` gives all of them, in random order (a warning says so
-    when they are fewer), so a large ``n_constraints`` costs no more than
-    all the pairs.
-
-    Parameters
-    ----------
-    labels : array-like of shape (n_samples,)
-    n_constraints : int
-        Number of pairs of each kind.
-    random_state : int, RandomState instance or None, default=None
-    max_rounds : int, default=10
-
-    Returns
-    -------
-    pairs : ndarray of shape (n_pairs, 2)
-        Similar pairs first, then dissimilar ones.
-    pair_labels : ndarray of shape (n_pairs,)
-        ``+1`` similar, ``-1`` dissimilar.
-    """
-    labels = np.asarray(check_class_labels(labels, name="labels"))
-    rng = check_random_state(random_state)
-    _, codes = np.unique(labels, return_inverse=True)
-    codes = codes.ravel()
-    counts = np.bincount(codes)
-    n_similar = int(np.sum(counts * (counts - 1) // 2))
-    possible = {True: n_similar, False: len(codes) * (len(codes) - 1) // 2 - n_similar}
-    kinds = []
-    for same in (True, False):
-        kind = "similar" if same else "dissimilar"
-        if n_constraints >= possible[same]:  # all of them: no redraws of pairs that do not exist
-            pairs = _all_pairs(codes, same)[rng.permutation(possible[same])]
-            flip = rng.randint(2, size=len(pairs)).astype(bool)
-            pairs[flip] = pairs[flip, ::-1]
-            if possible[same] < n_constraints:
-                warn_user(f"Only {possible[same]} distinct {kind} pairs exist (asked for "
-                          f"{n_constraints}); using all of them.", UserWarning)
-            kinds.append(pairs)
-            continue
-        found = {}
-        for _ in range(max_rounds):
-            missing = n_constraints - len(found)
-            if missing <= 0:
-                break
-            for a in rng.randint(len(labels), size=missing):
-                mask = labels == labels[a] if same else labels != labels[a]
-                mask[a] = False
-                choices = np.flatnonzero(mask)
-                if choices.size:
-                    b = int(choices[rng.randint(choices.size)])
-                    found.setdefault((min(a, b), max(a, b)), (a, b))
-        if len(found) < n_constraints:
-            warn_user(f"Only {len(found)} distinct {kind} pairs could be drawn "
-                      f"(asked for {n_constraints}).", UserWarning)
-        kinds.append(np.array(list(found.values()), dtype=np.intp).reshape(-1, 2)
-                     [:n_constraints])
-    pair_labels = np.r_[np.ones(len(kinds[0]), int), -np.ones(len(kinds[1]), int)]
-    return np.vstack(kinds), pair_labels
-
-
-def _all_pairs(codes, same):
-    """Return every pair ``(a, b)``, ``a < b``, of points of one class or of two.
-
-    One class when ``same``; an array of shape (n_pairs, 2) (their number,
-    not n^2, of memory).
-    """
-    members = [np.flatnonzero(codes == c) for c in range(codes.max(initial=-1) + 1)]
-    blocks = []
-    for c, own in enumerate(members):
-        partners = own if same else np.flatnonzero(codes > c)
-        a, b = np.meshgrid(own, partners, indexing="ij")
-        keep = a < b if same else np.ones(a.shape, dtype=bool)  # classes: distinct points
-        blocks.append(np.sort(np.column_stack([a[keep], b[keep]]), axis=1))
-    return np.vstack(blocks + [np.zeros((0, 2), dtype=np.intp)]).astype(np.intp)
-
-
-class _ClassPairs:
-    """The class labels a fit drew its pairs from, for the validation's folds.
-
-    A fold learns from ``n_constraints`` pairs of each kind drawn as by
-    :func:`draw_pairs` among its own training points, as many as the final
-    fit learns from (not the quarter of those with both ends in a half).
-    """
-
-    def __init__(self, y, n_constraints):
-        self.codes = np.unique(np.asarray(y), return_inverse=True)[1].ravel()
-        self.n_constraints = n_constraints
-
-    def draw(self, points, seed):
-        """Pairs (row indices of all training points) among ``points`` and their signs."""
-        with warnings.catch_warnings():  # a fold may have fewer pairs: the fit warns, not it
-            warnings.simplefilter("ignore")
-            pairs, signs = draw_pairs(self.codes[points], self.n_constraints,
-                                      random_state=seed)
-        return points[pairs], signs.astype(float)
 
 
 class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -155,6 +58,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         "gamma_dissimilar": [Interval(Real, 0, None, closed="neither"),
                              StrOptions({"auto"})],
         "n_constraints": [Interval(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "label_pairs": [StrOptions({"auto", "neighbors", "random"})],
         "random_state": ["random_state"],
         "method": [UPDATE_METHOD_CONSTRAINT],
         "verbose": ["verbose"],
@@ -163,11 +68,16 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
     def fit(self, X, y):
-        """Learn from pairs drawn from class labels.
+        """Learn from pairs of training points made from class labels.
 
-        ``n_constraints`` similar (same class) and as many dissimilar
-        (different classes) pairs of training points are drawn as by
-        :func:`draw_pairs`, then fitted as by :meth:`fit_pairs`.
+        ``label_pairs="neighbors"`` (MEGMetric's default): each point's neighbourhood
+        (:func:`neighbor_pairs`), its ``n_neighbors`` nearest points of its
+        own class (similar) and of the other classes (dissimilar), in the
+        Euclidean metric of ``X``. ``"random"``: ``n_constraints`` random
+        similar and as many dissimilar pairs (:func:`draw_pairs`,
+        metric-learn's ``*_Supervised`` sampling). The pairs are then fitted
+        as by :meth:`fit_pairs`, with the classes as the validation's
+        labels.
 
         Parameters
         ----------
@@ -185,9 +95,17 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         n_classes = np.unique(y).size
         if n_classes < 2:
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
-        n_constraints = self.n_constraints or 20 * n_classes**2
-        pairs, pair_labels = draw_pairs(y, n_constraints, random_state=self.random_state)
-        return self._fit_pairs(X, pairs, pair_labels, classes=(y, n_constraints))
+        label_pairs = self._label_pairs()
+        pairs, pair_labels, n_constraints = pairs_from_labels(
+            X, y, label_pairs, self.n_constraints, n_neighbors=self.n_neighbors,
+            random_state=self.random_state)
+        return self._fit_pairs(X, pairs, pair_labels,
+                               classes=(y, label_pairs, n_constraints))
+
+    def _label_pairs(self):
+        """``label_pairs`` resolved (``"auto"``: the learner's ``_DEFAULT_LABEL_PAIRS``)."""
+        return resolve_label_pairs(self.label_pairs, self.n_constraints,
+                                   self._DEFAULT_LABEL_PAIRS)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional

@@ -3,12 +3,13 @@
 The training points are split into folds; each fold's model learns from
 pairs among the other points only (as the final model learns from pairs
 among the training points and then meets new points) and is scored on the
-held-out points after each checkpoint of its training length. Pairs drawn
-from class labels are drawn again for each fold, as many as the final fit
-draws, among the fold's own training points (with the classes as the k-NN
-score's labels): the pairs with both ends in a fold's half are only about a
-quarter of them, too few to show a gain the full fit makes (issue 20). Given
-pairs stay the fold's pairs with both ends among its training points.
+held-out points after each checkpoint of its training length. From class
+labels the classes are the k-NN score's labels; random pairs drawn from them
+are drawn again for each fold, as many as the final fit draws, among the
+fold's own training points (the pairs with both ends in a fold's half are
+only about a quarter of them, too few to show a gain the full fit makes,
+issue 20). Neighbourhood pairs (the default from labels) and given pairs
+stay the fold's pairs with both ends among its training points.
 
 * ``"knn"`` -- the mean relative 1-NN margin of the held-out points against
   the others, with the similar pairs' connected components as classes
@@ -365,8 +366,8 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         integer class ``codes`` of the training points and ``draw(points,
         seed)``, which draws the final fit's number of pairs among
         ``points`` (returns the pairs, in rows of all training points, and
-        their signs). Each fold then learns from its own drawn pairs and is
-        scored with the classes as labels.
+        their signs; or ``None``: the pairs among them). Each fold then
+        learns from those pairs and is scored with the classes as labels.
 
     Returns
     -------

@@ -134,10 +134,25 @@ class DefiniteBoostMetric(_FeatureMetric):
     projection : {"approximate", "exact"}, default="approximate"
     n_folds : int, default=2
         Folds of the validation for ``max_iter="auto"``.
-        From labels (:meth:`fit`) each fold draws its own ``n_constraints``
-        pairs of each kind among its training points, as the final fit does.
+        From labels (:meth:`fit`) the classes are the folds' labels; random
+        pairs are drawn again in each fold (as many as the final fit draws),
+        neighbourhood pairs are those among the fold's training points.
+    label_pairs : {"auto", "random", "neighbors"}, default="auto"
+        The pairs :meth:`fit` makes from labels (``"auto"``: ``"random"``):
+        ``n_constraints`` random
+        pairs of each kind (:func:`~megkernel.draw_pairs`), or each point's
+        ``n_neighbors`` nearest of its class and of the others
+        (:func:`~megkernel.neighbor_pairs`). Random by default: a
+        neighbourhood's nearest other-class points pushed out to
+        ``gamma_dissimilar`` (the mean squared distance) bend the metric
+        more than 1-NN gains (held-out 1-NN, 5 splits: iris 0.947 -> 0.877,
+        breast cancer 0.958 -> 0.928), where MEGMetric's one-sided loss
+        gains.
+    n_neighbors : int, default=5
+        Neighbours of each kind per point for ``label_pairs="neighbors"``.
     n_constraints : int, default=None
-        Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
+        Pairs of each kind for ``label_pairs="random"``; ``None``:
+        ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
         Seed for drawing the pairs and the validation's folds.
     method : {"auto", "eigh", "rank-one"}, default="auto"
@@ -184,6 +199,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     """
 
     _loss_name = "violated_fraction"
+    _DEFAULT_LABEL_PAIRS = "random"
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -196,7 +212,7 @@ class DefiniteBoostMetric(_FeatureMetric):
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
                  max_iter="auto", tol=1e-2, projection="approximate", n_folds=2,
-                 n_constraints=None,
+                 label_pairs="auto", n_neighbors=5, n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
@@ -205,6 +221,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.n_folds = n_folds
         self.tol = tol
         self.projection = projection
+        self.label_pairs = label_pairs
+        self.n_neighbors = n_neighbors
         self.n_constraints = n_constraints
         self.random_state = random_state
         self.method = method

@@ -25,7 +25,6 @@ from .._progress import detail as progress_detail
 from .._solvers.metric_meg import (
     MetricExponent,
     divergence_to,
-    embedding,
     mean_range_learning_rate,
     normalised_loss,
     one_sided_residuals,
@@ -43,82 +42,12 @@ from ._base import (
     _pair_labels,
     _pair_sq_distance_quantiles,
     _PairInput,
-    draw_pairs,
+    pairs_from_labels,
 )
-from ._training_length import (
-    _MIN_ITEMS,
-    ELASTICITY,
-    MAX_PASSES,
-    doubling_checkpoints,
-    validate_length,
-)
+from ._meg_epochs import validate_epochs
+from ._training_length import MAX_PASSES
 
 __all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
-
-
-class _EpochPath:
-    """One fold of :func:`validate_epochs`.
-
-    Mini-batch MEG over the fold's training pairs, advanced epoch by epoch
-    (see :mod:`megkernel.metric._training_length`).
-    """
-
-    def __init__(self, scorer, coordinates, signs, targets, sides, prior, *,
-                 learning_rate, batch_size, rng):
-        self.scorer, self.coordinates = scorer, coordinates
-        fold_pairs, fold_signs = scorer.train_pairs, scorer.train_signs
-        self.diffs = coordinates[fold_pairs[:, 0]] - coordinates[fold_pairs[:, 1]]
-        like = np.where(fold_signs > 0, np.argmax(signs > 0), np.argmax(signs < 0))
-        self.targets, self.sides = targets[like], sides[like]  # functions of the sign
-        self.exponent = MetricExponent.from_prior(prior)
-        self.learning_rate, self.batch_size = learning_rate, batch_size
-        self.rng, self.order, self.n_seen = rng, None, 0
-
-    def score_at(self, epochs):
-        stop = self.scorer.steps(epochs)
-        _, self.order = run_batches(
-            self.exponent, self.diffs, self.targets, self.sides,
-            learning_rate=self.learning_rate, n_seen=self.n_seen,
-            n_more=stop - self.n_seen, batch_size=self.batch_size, rng=self.rng,
-            order=self.order)
-        self.n_seen = stop
-        return self.scorer.score(embedding(self.coordinates, self.exponent))
-
-
-def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
-                    batch_size, rng, n_folds=2, max_epochs=MAX_PASSES, checkpoints=None,
-                    patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                    classes=None):
-    """How many epochs of mini-batch MEG: cross-validated over the training points.
-
-    :func:`megkernel.metric._training_length.validate_length` with MEG's
-    folds: each learns from the pairs among its training points from the
-    prior ``prior`` (eigenvalues of the diagonal start) by
-    :func:`megkernel._solvers.metric_meg.run_batches`, over the epochs of
-    ``checkpoints`` (``None``: :func:`doubling_checkpoints` up to
-    ``max_epochs``). Without a usable fold one epoch is run, as the paper's
-    pass. ``classes``: as in ``validate_length`` (pairs drawn from labels,
-    drawn again in each fold).
-
-    Returns
-    -------
-    epochs : float
-        The chosen checkpoint.
-    log : dict
-        As :func:`~megkernel.metric._training_length.validate_length`.
-    """
-    def make_path(scorer):
-        return _EpochPath(scorer, coordinates, signs, targets, sides, prior,
-                          learning_rate=learning_rate, batch_size=batch_size, rng=rng)
-
-    epochs, log = validate_length(len(coordinates), pairs, signs, make_path,
-                                  checkpoints=(doubling_checkpoints(max_epochs)
-                                               if checkpoints is None else checkpoints),
-                                  n_folds=n_folds, rng=rng, patience=patience, z=z,
-                                  elasticity=elasticity, min_items=min_items,
-                                  learner="MEGMetric", classes=classes,
-                                  safety_net=f"max_iter (now {max_epochs:g} epochs)")
-    return (1.0 if epochs is None else epochs), log
 
 
 class MEGMetric(_FeatureMetric):
@@ -180,12 +109,25 @@ class MEGMetric(_FeatureMetric):
         cost about one eigendecomposition (``O(rank^3)``).
     n_folds : int, default=2
         Folds of the validation for ``n_epochs="auto"``.
-        From labels (:meth:`fit`) each fold draws its own ``n_constraints``
-        pairs of each kind among its training points, as the final fit does.
+        From labels (:meth:`fit`) the classes are the folds' labels; random
+        pairs are drawn again in each fold (as many as the final fit draws),
+        neighbourhood pairs are those among the fold's training points.
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
+    label_pairs : {"auto", "neighbors", "random"}, default="auto"
+        The pairs :meth:`fit` makes from labels. ``"auto"``: ``"random"`` if
+        ``n_constraints`` is set, else ``"neighbors"``. ``"neighbors"``: each
+        point's ``n_neighbors`` nearest points of its class (similar) and of
+        the other classes (dissimilar), :func:`~megkernel.neighbor_pairs` --
+        the pairs that decide a k-NN vote, as many as the data are large.
+        ``"random"``: ``n_constraints`` random pairs of each kind
+        (:func:`~megkernel.draw_pairs`, metric-learn's sampling).
+    n_neighbors : int, default=5
+        Neighbours of each kind per point for ``label_pairs="neighbors"``
+        (scikit-learn's default ``k``).
     n_constraints : int, default=None
-        Pairs of each kind drawn by :meth:`fit`; ``None``: ``20 * n_classes**2``.
+        Pairs of each kind for ``label_pairs="random"``; ``None``:
+        ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
         Seed for drawing the pairs, the folds and the order of the pairs.
     method : {"auto", "eigh", "rank-one"}, default="auto"
@@ -269,6 +211,7 @@ class MEGMetric(_FeatureMetric):
     """
 
     _loss_name = "pair_mse"
+    _DEFAULT_LABEL_PAIRS = "neighbors"
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -284,7 +227,8 @@ class MEGMetric(_FeatureMetric):
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
                  learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
-                 batch_size="auto", n_folds=2, shuffle=True, n_constraints=None,
+                 batch_size="auto", n_folds=2, shuffle=True, label_pairs="auto",
+                 n_neighbors=5, n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
@@ -295,6 +239,8 @@ class MEGMetric(_FeatureMetric):
         self.batch_size = batch_size
         self.n_folds = n_folds
         self.shuffle = shuffle
+        self.label_pairs = label_pairs
+        self.n_neighbors = n_neighbors
         self.n_constraints = n_constraints
         self.random_state = random_state
         self.method = method
@@ -399,8 +345,8 @@ class MEGMetric(_FeatureMetric):
         seen so far; see :meth:`online_bound`.
 
         A chunk of labeled points (2-D ``X``, class labels ``y``) is turned
-        into pairs as by :meth:`fit` (``n_constraints`` of each kind, drawn
-        within the chunk) and learned in the same way.
+        into pairs as by :meth:`fit` (by ``label_pairs``, within the chunk)
+        and learned in the same way.
 
         Parameters
         ----------
@@ -445,8 +391,8 @@ class MEGMetric(_FeatureMetric):
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
         seed = None if self.random_state is None else derived_seed(
             self.random_state) + getattr(self, "n_pairs_seen_", 0)
-        pairs, signs = draw_pairs(y, self.n_constraints or 20 * n_classes**2,
-                                  random_state=seed)
+        pairs, signs, _ = pairs_from_labels(X, y, self._label_pairs(), self.n_constraints,
+                                            n_neighbors=self.n_neighbors, random_state=seed)
         return X[pairs], signs.astype(float)
 
     def _start_online(self, pairs_of_points):

@@ -1,0 +1,129 @@
+"""Pairs from class labels: neighbor_pairs (MEGMetric's default) and the label_pairs rule."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from megkernel import DefiniteBoostMetric, MEGMetric, neighbor_pairs
+
+
+def _brute_force(X, y, k):
+    """Each point's k nearest of its class and of the others, by a plain loop."""
+    found = set()
+    for i in range(len(X)):
+        d = np.sum((X - X[i]) ** 2, axis=1)
+        same = np.flatnonzero((y == y[i]) & (np.arange(len(X)) != i))
+        other = np.flatnonzero(y != y[i])
+        for kind, members in ((1, same), (-1, other)):
+            for j in members[np.argsort(d[members], kind="stable")[:k]]:
+                found.add((min(i, j), max(i, j), kind))
+    return found
+
+
+def _as_set(pairs, signs):
+    return {(int(a), int(b), int(s)) for (a, b), s in zip(pairs, signs)}
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_neighbor_pairs_equal_a_plain_loop(k):
+    rng = np.random.default_rng(k)
+    X, y = rng.normal(size=(90, 4)), rng.integers(0, 3, 90)
+    pairs, signs = neighbor_pairs(X, y, k)
+    assert _as_set(pairs, signs) == _brute_force(X, y, k)
+    assert np.all(pairs[:, 0] < pairs[:, 1])
+    assert len({tuple(p) for p in pairs.tolist()}) == len(pairs)  # each pair once
+    same = y[pairs[:, 0]] == y[pairs[:, 1]]
+    np.testing.assert_array_equal(same, signs > 0)
+    assert np.all(np.diff(signs) <= 0)  # similar first
+
+
+def test_neighbor_pairs_blocks_equal_one_block(monkeypatch):
+    """The queries go in blocks of bounded memory; the result does not depend on them."""
+    import megkernel.metric._pairs as module
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(120, 3)), rng.integers(0, 4, 120)
+    whole = neighbor_pairs(X, y, 4)
+    monkeypatch.setattr(module, "_BLOCK", 7)
+    blocked = neighbor_pairs(X, y, 4)
+    np.testing.assert_array_equal(whole[0], blocked[0])
+    np.testing.assert_array_equal(whole[1], blocked[1])
+
+
+def test_neighbor_pairs_invariances_with_tied_distances():
+    """Iris measures on a 0.1 grid: many tied distances. Ties go to the lowest
+    index after rounding to 1e-9 of the mean squared distance, so a scaled,
+    rotated or shifted copy gives the same pairs (round-off aside); permuting
+    the points permutes the pairs."""
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    pairs, signs = neighbor_pairs(X, y, 5)
+    Q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(4, 4)))
+    for moved in (3.0 * X, 1e-6 * X, X @ Q + 7.0):
+        other, other_signs = neighbor_pairs(moved, y, 5)
+        np.testing.assert_array_equal(other, pairs)
+        np.testing.assert_array_equal(other_signs, signs)
+    X_distinct = X + 1e-3 * np.random.default_rng(1).normal(size=X.shape)  # no ties
+    base = _as_set(*neighbor_pairs(X_distinct, y, 5))
+    order = np.random.default_rng(2).permutation(len(X))
+    permuted_pairs, permuted_signs = neighbor_pairs(X_distinct[order], y[order], 5)
+    mapped = {(min(order[a], order[b]), max(order[a], order[b]), s)
+              for (a, b), s in zip(permuted_pairs.tolist(), permuted_signs.tolist())}
+    assert mapped == base
+
+
+def test_neighbor_pairs_small_classes_and_bad_input():
+    X = np.arange(12, dtype=float).reshape(6, 2)
+    y = np.array([0, 0, 0, 1, 1, 2])  # class 2 has one point: no similar pair
+    pairs, signs = neighbor_pairs(X, y, 10)  # more neighbours than exist: all of them
+    similar = {tuple(p) for p in pairs[signs > 0].tolist()}
+    assert similar == {(0, 1), (0, 2), (1, 2), (3, 4)}
+    assert len(pairs[signs < 0]) == 3 * 3 + 2 * 1  # every other-class pair
+    with pytest.raises(ValueError, match="n_neighbors"):
+        neighbor_pairs(X, y, 0)
+    with pytest.raises(ValueError, match="one row per label"):
+        neighbor_pairs(X, y[:-1], 2)
+
+
+def test_meg_metric_from_labels_learns_the_neighbourhood_pairs():
+    """MEGMetric.fit(X, y) learns from neighbor_pairs of X; with n_constraints
+    set it draws random pairs as before; both at once is refused before any
+    change."""
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    model = MEGMetric(random_state=0).fit(X, y)
+    pairs, signs = neighbor_pairs(X, y)
+    np.testing.assert_array_equal(model.pairs_, pairs)
+    np.testing.assert_array_equal(model.pair_labels_, signs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        drawn = MEGMetric(n_constraints=30, random_state=0).fit(X, y)
+    assert len(drawn.pairs_) == 60
+    refused = MEGMetric(label_pairs="neighbors", n_constraints=30, random_state=0)
+    with pytest.raises(ValueError, match="n_constraints=30 counts random pairs"):
+        refused.fit(X, y)
+    assert not hasattr(refused, "components_")
+
+
+def test_definiteboost_metric_draws_random_pairs_unless_told():
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostMetric(max_iter=20, random_state=0).fit(X, y)
+        neighbours = DefiniteBoostMetric(max_iter=20, label_pairs="neighbors",
+                                         random_state=0).fit(X, y)
+    assert len(model.pairs_) == 2 * 20 * 3**2
+    np.testing.assert_array_equal(neighbours.pairs_, neighbor_pairs(X, y)[0])
+
+
+def test_a_labeled_chunk_of_partial_fit_makes_neighbourhood_pairs():
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    model = MEGMetric(random_state=0).partial_fit(X[::2], y[::2])
+    assert model.n_pairs_seen_ == len(neighbor_pairs(X[::2], y[::2])[0])
