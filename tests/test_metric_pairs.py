@@ -88,16 +88,17 @@ def test_neighbor_pairs_small_classes_and_bad_input():
 
 
 def test_meg_metric_from_labels_learns_the_neighbourhood_pairs():
-    """MEGMetric.fit(X, y) learns from neighbor_pairs of X; with n_constraints
-    set it draws random pairs as before; both at once is refused before any
-    change."""
+    """MEGMetric.fit(X, y, label_pairs="neighbors") learns from neighbor_pairs
+    of X; with n_constraints set it draws random pairs as before; both at once
+    is refused before any change."""
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
-    model = MEGMetric(random_state=0).fit(X, y)
+    model = MEGMetric(label_pairs="neighbors", random_state=0).fit(X, y)
     pairs, signs = neighbor_pairs(X, y)
     np.testing.assert_array_equal(model.pairs_, pairs)
     np.testing.assert_array_equal(model.pair_labels_, signs)
+    assert model.label_pairs_ == "neighbors" and "label_pairs" not in model.validation_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         drawn = MEGMetric(n_constraints=30, random_state=0).fit(X, y)
@@ -127,3 +128,42 @@ def test_a_labeled_chunk_of_partial_fit_makes_neighbourhood_pairs():
     X, y = load_iris(return_X_y=True)
     model = MEGMetric(random_state=0).partial_fit(X[::2], y[::2])
     assert model.n_pairs_seen_ == len(neighbor_pairs(X[::2], y[::2])[0])
+
+
+@pytest.mark.parametrize("kind", ["neighbors", "random"])
+def test_auto_validates_both_kinds_and_learns_the_better(kind, monkeypatch):
+    """label_pairs="auto": both kinds validated on the same folds; the fit is
+    the one with the chosen kind fixed, up to the generator's state (the same
+    folds and the same final fit when the other kind's validation is made to
+    score lower)."""
+    import megkernel.metric._meg_epochs as meg_epochs
+
+    rng = np.random.default_rng(4)
+    X = np.hstack([rng.normal(size=(80, 2)) + np.repeat([[0, 0], [3, 0]], 40, axis=0),
+                   rng.normal(scale=3.0, size=(80, 3))])
+    y = np.repeat([0, 1], 40)
+    real = meg_epochs.validate_length
+
+    def rigged(*args, classes=None, **kwargs):  # the other kind always scores lower
+        epochs, log = real(*args, classes=classes, **kwargs)
+        if classes is not None and classes.label_pairs != kind:
+            log = {**log, "scores": [s - 10.0 for s in log["scores"]]}
+        return epochs, log
+
+    monkeypatch.setattr(meg_epochs, "validate_length", rigged)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = MEGMetric(random_state=0).fit(X, y)
+    assert auto.label_pairs_ == kind
+    assert set(auto.validation_["label_pairs"]) == {"neighbors", "random"}
+    assert (auto.validation_["label_pairs"][kind]
+            > auto.validation_["label_pairs"][{"neighbors": "random",
+                                               "random": "neighbors"}[kind]])
+    expected = neighbor_pairs(X, y)[0] if kind == "neighbors" else None
+    if expected is not None:
+        np.testing.assert_array_equal(auto.pairs_, expected)
+    else:
+        assert len(auto.pairs_) == 2 * 20 * 2**2
+    fixed = MEGMetric(label_pairs=kind, random_state=0).fit(X, y)
+    assert fixed.n_epochs_ == auto.n_epochs_
+    np.testing.assert_array_equal(fixed.pairs_, auto.pairs_)

@@ -95,15 +95,20 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         n_classes = np.unique(y).size
         if n_classes < 2:
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
-        label_pairs = self._label_pairs()
-        pairs, pair_labels, n_constraints = pairs_from_labels(
-            X, y, label_pairs, self.n_constraints, n_neighbors=self.n_neighbors,
-            random_state=self.random_state)
-        return self._fit_pairs(X, pairs, pair_labels,
-                               classes=(y, label_pairs, n_constraints))
+        candidates = []
+        for kind in self._label_pairs():
+            pairs, pair_labels, n_constraints = pairs_from_labels(
+                X, y, kind, self.n_constraints, n_neighbors=self.n_neighbors,
+                random_state=self.random_state)
+            candidates.append(_ClassPairs(y, kind, n_constraints, pairs, pair_labels))
+        return self._fit_pairs(X, candidates[0].pairs, candidates[0].signs,
+                               classes=candidates)
 
     def _label_pairs(self):
-        """``label_pairs`` resolved (``"auto"``: the learner's ``_DEFAULT_LABEL_PAIRS``)."""
+        """``label_pairs`` resolved: the kinds to make (several: validation chooses).
+
+        ``"auto"``: the learner's ``_DEFAULT_LABEL_PAIRS``.
+        """
         return resolve_label_pairs(self.label_pairs, self.n_constraints,
                                    self._DEFAULT_LABEL_PAIRS)
 
@@ -133,13 +138,18 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
     def _fit_pairs(self, X, pairs, pair_labels, classes=None):
-        """Fit from pairs; ``classes``: ``(y, n_constraints)`` when drawn from labels."""
+        """Fit from pairs.
+
+        ``classes``: from labels, the candidate pair sets (:class:`_ClassPairs`,
+        the first is ``pairs``); a learner that validates between them sets
+        ``pairs_`` to the one it chose.
+        """
         self.mean_ = X.mean(axis=0)
         centred = X - self.mean_
         trace = _check_trace(centred)
-        self.components_ = self._learn(centred, trace, pairs, pair_labels,
-                                       _ClassPairs(*classes) if classes else None)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
+        self.label_pairs_ = classes[0].label_pairs if classes else None
+        self.components_ = self._learn(centred, trace, pairs, pair_labels, classes)
         self._report(centred)
         return self
 

@@ -202,10 +202,10 @@ class _ClassPairs:
     are the validation's labels.
     """
 
-    def __init__(self, y, label_pairs, n_constraints, X=None, n_neighbors=N_NEIGHBORS):
+    def __init__(self, y, label_pairs, n_constraints, pairs, signs):
         self.codes = np.unique(np.asarray(y), return_inverse=True)[1].ravel()
         self.label_pairs, self.n_constraints = label_pairs, n_constraints
-        self.X, self.n_neighbors = X, n_neighbors
+        self.pairs, self.signs = pairs, signs
 
     def draw(self, points, seed):
         """Pairs (row indices of all training points) among ``points`` and their signs.
@@ -227,20 +227,21 @@ class _ClassPairs:
 
 
 def resolve_label_pairs(label_pairs, n_constraints, default):
-    """Return the kind of pairs a fit makes from labels.
+    """Return the kinds of pairs a fit makes from labels (several: validation chooses).
 
-    ``"auto"``: ``"random"`` when ``n_constraints`` is set (it counts random
-    pairs), else the learner's ``default``. An explicit ``"neighbors"``
-    with ``n_constraints`` set is refused (one of them would be ignored).
+    ``"auto"``: ``("random",)`` when ``n_constraints`` is set (it counts
+    random pairs), else the learner's ``default`` (a tuple). An explicit
+    ``"neighbors"`` with ``n_constraints`` set is refused (one of them would
+    be ignored).
     """
     if label_pairs == "auto":
-        return "random" if n_constraints is not None else default
+        return ("random",) if n_constraints is not None else tuple(default)
     if label_pairs == "neighbors" and n_constraints is not None:
         raise ValueError(
             f"n_constraints={n_constraints} counts random pairs, but label_pairs="
             "'neighbors' makes each point's neighbourhood pairs (n_neighbors); set "
             "label_pairs='random' or n_constraints=None.")
-    return label_pairs
+    return (label_pairs,)
 
 
 def pairs_from_labels(X, y, label_pairs, n_constraints=None, *, n_neighbors=N_NEIGHBORS,

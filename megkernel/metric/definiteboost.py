@@ -181,6 +181,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         ``"stopped"`` (``"patience"`` or ``"max_length"``).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
+    label_pairs_ : str or None
+        The kind of pairs learned from labels (``"random"`` or
+        ``"neighbors"``); ``None`` after :meth:`fit_pairs`.
     violated_fraction_, prior_violated_fraction_ : float
         Share of the pairs violating their threshold under the learned and
         under the Euclidean metric (a warning says when the first is larger).
@@ -199,7 +202,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     """
 
     _loss_name = "violated_fraction"
-    _DEFAULT_LABEL_PAIRS = "random"
+    _DEFAULT_LABEL_PAIRS = ("random",)
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -229,6 +232,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.verbose = verbose
 
     def _learn(self, centred, trace, pairs, pair_labels, classes=None):
+        classes = classes[0] if classes else None  # one kind of pairs: no choice
         self.validation_ = None
         max_iter = self.max_iter
         if max_iter == "auto":

@@ -8,6 +8,7 @@ comes from the one loop of :mod:`megkernel.metric._training_length`.
 
 from __future__ import annotations
 
+import copy
 import math
 from numbers import Integral, Real
 
@@ -116,7 +117,13 @@ class MEGMetric(_FeatureMetric):
         Draw a new order of the pairs for each epoch.
     label_pairs : {"auto", "neighbors", "random"}, default="auto"
         The pairs :meth:`fit` makes from labels. ``"auto"``: ``"random"`` if
-        ``n_constraints`` is set, else ``"neighbors"``. ``"neighbors"``: each
+        ``n_constraints`` is set; else both kinds, validated on the same
+        folds, and the one scoring higher at its chosen length is learned
+        (with ``n_epochs="auto"``; otherwise ``"neighbors"``; see
+        ``label_pairs_`` and ``validation_["label_pairs"]``). Neither kind
+        wins everywhere: neighbourhoods where classes are local (noise
+        features, several clusters per class), random pairs where labels are
+        noisy or classes broad. ``"neighbors"``: each
         point's ``n_neighbors`` nearest points of its class (similar) and of
         the other classes (dissimilar), :func:`~megkernel.neighbor_pairs` --
         the pairs that decide a k-NN vote, as many as the data are large.
@@ -173,9 +180,14 @@ class MEGMetric(_FeatureMetric):
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
         components cannot), ``"checkpoints"`` and their mean ``"scores"``,
         ``"gain_is_real"``, ``"n_repeats"`` and ``"stopped"``
-        (``"patience"`` or ``"max_length"``).
+        (``"patience"`` or ``"max_length"``); from labels with both kinds of
+        pairs, ``"label_pairs"``: each kind's validated score at its chosen
+        length.
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
+    label_pairs_ : str or None
+        The kind of pairs learned from labels (``"neighbors"`` or
+        ``"random"``); ``None`` after :meth:`fit_pairs`.
     pair_mse_, prior_pair_mse_ : float
         Mean of the pairs' counted squared errors against their targets
         under the learned and under the Euclidean metric (a warning says
@@ -211,7 +223,7 @@ class MEGMetric(_FeatureMetric):
     """
 
     _loss_name = "pair_mse"
-    _DEFAULT_LABEL_PAIRS = "neighbors"
+    _DEFAULT_LABEL_PAIRS = ("neighbors", "random")
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -255,20 +267,18 @@ class MEGMetric(_FeatureMetric):
                       "removed in 0.3.", FutureWarning)
         rng = derived_generator(self.random_state)
         self._start_space(centred, rng)
-        diffs = self._pair_diffs(self.coordinates_, pairs)
-        targets, sides = self._targets_and_sides(pair_labels)
-        self.learning_rate_ = (mean_range_learning_rate(diffs)
-                               if self.learning_rate == "auto" else float(self.learning_rate))
         prior = self.scales_**2 / self.trace_
         batch_size = (max(50, 2 * len(prior)) if self.batch_size == "auto"
                       else self.batch_size)
         self.validation_ = None
         if self.n_epochs == "auto":
-            epochs, self.validation_ = validate_epochs(
-                self.coordinates_, pairs, targets, sides, pair_labels, prior,
-                learning_rate=self.learning_rate_, batch_size=batch_size, rng=rng,
-                n_folds=self.n_folds, max_epochs=self.max_iter, classes=classes)
-        else:
+            epochs, self.validation_, rng = self._validate(
+                prior, batch_size, rng, pairs, pair_labels, classes)
+            pairs, pair_labels = self.pairs_, self.pair_labels_  # the chosen candidate
+        diffs = self._pair_diffs(self.coordinates_, pairs)
+        targets, sides = self._targets_and_sides(pair_labels)
+        self.learning_rate_ = self._learning_rate(diffs)
+        if self.n_epochs != "auto":
             epochs = float(self.n_epochs)
             check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
         exponent = MetricExponent.from_prior(prior)
@@ -283,6 +293,42 @@ class MEGMetric(_FeatureMetric):
                 f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
                 + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
         return self._components()
+
+    def _learning_rate(self, diffs):
+        return (mean_range_learning_rate(diffs) if self.learning_rate == "auto"
+                else float(self.learning_rate))
+
+    def _validate(self, prior, batch_size, rng, pairs, pair_labels, classes):
+        """Validate the epochs; from labels with several pair sets, keep the best.
+
+        Each candidate (:class:`~megkernel.metric._pairs._ClassPairs`) is
+        validated on the same folds (a copy of the generator); the one whose
+        chosen length scores highest is kept in ``pairs_`` (ties: the
+        first, neighbourhood pairs) and its scores are in
+        ``validation_["label_pairs"]``.
+        """
+        candidates = classes or [None]
+        results = []
+        for candidate in candidates:
+            fold_rng = copy.deepcopy(rng)
+            these = (pairs, pair_labels) if candidate is None else (candidate.pairs,
+                                                                   candidate.signs)
+            diffs = self._pair_diffs(self.coordinates_, these[0])
+            targets, sides = self._targets_and_sides(these[1])
+            epochs, log = validate_epochs(
+                self.coordinates_, these[0], targets, sides, these[1], prior,
+                learning_rate=self._learning_rate(diffs), batch_size=batch_size,
+                rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
+                classes=candidate)
+            chosen = (log["scores"][log["checkpoints"].index(log["chosen"])]
+                      if log["chosen"] is not None else -np.inf)
+            results.append((chosen, epochs, log, fold_rng, these, candidate))
+        best = max(range(len(results)), key=lambda i: (results[i][0], -i))
+        _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate = results[best]
+        if len(results) > 1:
+            log["label_pairs"] = {c.label_pairs: r[0] for r, c in zip(results, candidates)}
+            self.label_pairs_ = candidate.label_pairs
+        return epochs, log, rng
 
     def _start_space(self, centred, rng):
         """Whitened coordinates and targets of the training points."""
@@ -391,7 +437,7 @@ class MEGMetric(_FeatureMetric):
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
         seed = None if self.random_state is None else derived_seed(
             self.random_state) + getattr(self, "n_pairs_seen_", 0)
-        pairs, signs, _ = pairs_from_labels(X, y, self._label_pairs(), self.n_constraints,
+        pairs, signs, _ = pairs_from_labels(X, y, self._label_pairs()[0], self.n_constraints,
                                             n_neighbors=self.n_neighbors, random_state=seed)
         return X[pairs], signs.astype(float)
 
