@@ -216,3 +216,32 @@ def test_slack_caps_the_multipliers_and_converges():
     np.add.at(totals, soft.chosen_constraints_, soft.alphas_)
     assert np.all(totals[kept] * sq_norms <= 0.5 * (1 + 1e-12))
     assert np.any(np.isclose(totals[kept] * sq_norms, 0.5))  # some keep their slack
+
+
+@pytest.mark.parametrize("n_pairs", [5, 400])
+def test_constraint_values_by_points_and_by_pairs_equal_the_dense_formula(n_pairs, monkeypatch):
+    """PairConstraints.values in low-rank mode: with more pairs than points
+    through the points' factor (one n x r product, a gather per pair), else
+    through each pair's r coordinates, in blocks; both equal
+    ``s (v^T P M P^T v - gamma)`` formed densely, whatever the block size."""
+    from megkernel._solvers import definiteboost_projections as projections
+
+    rng = np.random.default_rng(n_pairs)
+    factor = rng.normal(size=(60, 7))
+    state = ExponentState.from_factor(factor)
+    for _ in range(3):  # a few rank-one steps away from the prior
+        state.add_pair_outer(int(rng.integers(60)), int(rng.integers(60)), 0.3)
+        state.refresh()
+    a, b = rng.integers(0, 60, (2, n_pairs))
+    signs = rng.choice([-1.0, 1.0], n_pairs)
+    thresholds = rng.random(n_pairs)
+    constraints = projections.PairConstraints(a, b, signs, thresholds, state)
+    W = state.basis @ state.matrix() @ state.basis.T
+    expected = signs * (W[a, a] + W[b, b] - 2 * W[a, b] - thresholds)
+    np.testing.assert_allclose(constraints.values(state), expected, rtol=1e-10, atol=1e-14)
+    subset = np.arange(0, n_pairs, 2)
+    np.testing.assert_allclose(constraints.values(state, subset), expected[subset],
+                               rtol=1e-10, atol=1e-14)
+    monkeypatch.setattr(projections, "_VALUES_BLOCK_ENTRIES", 10)
+    np.testing.assert_allclose(constraints.values(state, subset), expected[subset],
+                               rtol=1e-10, atol=1e-14)

@@ -271,9 +271,13 @@ def kernel_pair_sq_distances(kernel, a, b):
 
 
 #: Entries (pairs x columns) gathered per block by
-#: :func:`factor_pair_sq_distances`: 4 MB, in cache; blocks of 50,000 rows of
-#: 256 columns (100 MB) took 8x longer (1.7 s for 10^5 pairs, d = 2000).
-_FACTOR_BLOCK_ENTRIES = 1 << 19
+#: :func:`factor_pair_sq_distances`: 512 KB, in cache. Blocks of 50,000 rows
+#: of 256 columns (100 MB) took 8x longer (1.7 s for 10^5 pairs, d = 2000);
+#: and inside an iterative solver blocks of 4 MB took 7x longer than 512 KB
+#: (DefiniteBoost's 4000 pairs of digits, 2.9 ms against 0.41 ms per call):
+#: temporaries above malloc's threshold are mapped and their pages faulted
+#: in again at every call.
+_FACTOR_BLOCK_ENTRIES = 1 << 16
 
 #: :func:`factor_pair_sq_distances` forms ``F F^T`` for factors of at least this
 #: many columns, at most :data:`_KERNEL_MAX_ENTRIES` entries (32 MB), when there

@@ -23,7 +23,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._engines import pair_sq_distances, select
 from .._numerics.limits import MAX_SCALE, MIN_SCALE
-from .._numerics.spectral import check_symmetric, normalized_exp_weights
+from .._numerics.spectral import (
+    check_symmetric,
+    factor_pair_sq_distances,
+    normalized_exp_weights,
+)
+from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .._warnings import warn_user
 from .bounds import _log_rho, definiteboost_step
@@ -131,10 +136,18 @@ class PairConstraints:
             a, b, signs, thresholds = a[subset], b[subset], signs[subset], thresholds[subset]
         if self.vectors is None:
             sq_distances = pair_sq_distances(state, a, b)
+        elif type(state) is ExponentState and len(a) > state.n_objects:
+            # more pairs than points: the points' factor P V sqrt(w) once (n r^2),
+            # then a gather per pair (r), not every pair's r x r product (n_pairs r^2)
+            sq_distances = factor_pair_sq_distances(state.factor(), a, b)
         else:
             vectors = self.vectors if subset is None else self.vectors[subset]
-            coords = vectors @ state.eigenvectors
-            sq_distances = (coords * coords) @ state.density_eigenvalues()
+            weights = state.density_eigenvalues()
+            sq_distances = np.empty(len(vectors))
+            rows = max(1, _VALUES_BLOCK_ENTRIES // max(vectors.shape[1], 1))
+            for start in range(0, len(vectors), rows):  # small temporaries: see the constant
+                coords = vectors[start:start + rows] @ state.eigenvectors
+                sq_distances[start:start + rows] = (coords * coords) @ weights
         return signs * (sq_distances - thresholds)
 
     def eigen_range(self, j):
@@ -178,6 +191,11 @@ def _exact_step(constraints, state, j, alpha_guess, engine, direction=1.0,
     return optimize.brentq(residual, 0.0, high, xtol=1e-300,
                            rtol=4 * np.finfo(float).eps, maxiter=500)
 
+
+#: Entries per block of the pairs' coordinates in :meth:`PairConstraints.values`
+#: (512 KB): larger temporaries are mapped and faulted in again at every
+#: iteration (see ``megkernel._numerics.spectral._FACTOR_BLOCK_ENTRIES``).
+_VALUES_BLOCK_ENTRIES = 1 << 16
 
 #: Scores within this relative distance of the largest count as tied.
 _TIE_RTOL = 1e-9
