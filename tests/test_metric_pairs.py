@@ -147,7 +147,8 @@ def test_auto_validates_both_kinds_and_learns_the_better(kind, monkeypatch):
     def rigged(*args, classes=None, **kwargs):  # the other kind always scores lower
         epochs, log = real(*args, classes=classes, **kwargs)
         if classes is not None and classes.label_pairs != kind:
-            log = {**log, "scores": [s - 10.0 for s in log["scores"]]}
+            log = {**log, "scores": [s - 10.0 for s in log["scores"]],
+                   "accuracies": [a - 10.0 for a in log["accuracies"]]}
         return epochs, log
 
     monkeypatch.setattr(meg_epochs, "validate_length", rigged)

@@ -380,7 +380,9 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         (mean over folds, one per checkpoint reached), ``"chosen"``,
         ``"gain_is_real"`` (a learned length chosen), ``"n_repeats"`` and
         ``"stopped"`` (``"patience"``, or ``"max_length"`` when the
-        checkpoints ran out).
+        checkpoints ran out); with the k-NN score also ``"accuracies"``,
+        the held-out 1-NN accuracy (share of positive margins) per
+        checkpoint.
     """
     redraw = classes is not None
     labels = classes.codes if redraw else pair_components(n_objects, pairs, signs)
@@ -413,6 +415,9 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
     best, log["scores"], log["gain_is_real"] = choose_checkpoint(
         log["checkpoints"], table, z=z, n_repeats=n_repeats, elasticity=elasticity)
     log["chosen"] = best
+    if labels is not None:  # a margin is positive exactly where 1-NN is right
+        log["accuracies"] = [float(np.mean([np.mean(item > 0) for item in row]))
+                             for row in table]
     if log["stopped"] == "max_length" and best == log["checkpoints"][-1] and best > 0:
         warn_user(f"{learner}: the validated score still improved at the longest "
                   f"length allowed ({best:g} passes over the pairs); raise {safety_net} "
