@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -318,18 +319,22 @@ class MEGMetric(_FeatureMetric):
                                                                    candidate.signs)
             diffs = self._pair_diffs(self.coordinates_, these[0])
             targets, sides = self._targets_and_sides(these[1])
-            epochs, log = validate_epochs(
-                self.coordinates_, these[0], targets, sides, these[1], prior,
-                learning_rate=self._learning_rate(diffs), batch_size=batch_size,
-                rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
-                classes=candidate)
+            with warnings.catch_warnings(record=True) as caught:  # the kept kind's only
+                warnings.simplefilter("always")
+                epochs, log = validate_epochs(
+                    self.coordinates_, these[0], targets, sides, these[1], prior,
+                    learning_rate=self._learning_rate(diffs), batch_size=batch_size,
+                    rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
+                    classes=candidate)
             at = (log["checkpoints"].index(log["chosen"]) if log["chosen"] is not None
                   else None)
             chosen = ((-np.inf, -np.inf) if at is None else
                       (log.get("accuracies", log["scores"])[at], log["scores"][at]))
-            results.append((chosen, epochs, log, fold_rng, these, candidate))
+            results.append((chosen, epochs, log, fold_rng, these, candidate, caught))
         best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
-        _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate = results[best]
+        _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate, caught = results[best]
+        for record in caught:
+            warn_user(str(record.message), record.category)
         if len(results) > 1:
             log["label_pairs"] = {c.label_pairs: r[0] for r, c in zip(results, candidates)}
             self.label_pairs_ = candidate.label_pairs
