@@ -401,8 +401,9 @@ class MEGMetric(_FeatureMetric):
         seen so far; see :meth:`online_bound`.
 
         A chunk of labeled points (2-D ``X``, class labels ``y``) is turned
-        into pairs as by :meth:`fit` (by ``label_pairs``, within the chunk)
-        and learned in the same way.
+        into pairs as by :meth:`fit` (by ``label_pairs``, within the chunk;
+        ``"auto"``, with no validation on-line: neighbourhood pairs unless
+        ``n_constraints`` is set) and learned in the same way.
 
         Parameters
         ----------
