@@ -40,6 +40,29 @@ def test_kernelised_pipeline_runs_our_learners(bench_itml, tmp_path):
         assert 0.5 < result["accuracy"]["1"] <= 1.0
 
 
+@pytest.mark.slow
+def test_labels_protocol_runs_nca_and_both_fits(bench_itml, tmp_path):
+    """--labels: NCA and each learner from labels and from the saved pairs;
+    the target check names every set a learner falls short on."""
+    paths = bench_itml.save_splits("wine", bench_itml.DATASETS["wine"], 1, 40, tmp_path)
+    results = bench_itml.run_ours(paths[0], labels=True)
+    assert set(results) == {"Euclidean", "NCA", "MEGMetric pairs", "MEGMetric labels",
+                            "DefiniteBoostMetric pairs", "DefiniteBoostMetric labels"}
+    for result in results.values():
+        assert 0.5 < result["accuracy"]["1"] <= 1.0
+    summary = bench_itml.summarise([results])
+    summary["NCA"]["1"] = 2.0  # a peer no learner can reach
+    text = bench_itml.check_label_targets({"wine": summary}, with_itml=False)
+    assert "labels >= best peer - 0.005 on 0/1 (short: wine" in text
+    assert len(text.splitlines()) == 2  # one line per learner
+
+
+def test_check_sets_are_labelled_and_finite(bench_itml):
+    for name in ("classification_5c2", "stretched_blobs", "quantiles_noise"):
+        X, y = bench_itml.CHECK[name]()
+        assert np.all(np.isfinite(X)) and len(np.unique(y)) >= 3, name
+
+
 def test_nystroem_map_is_fitted_on_the_training_half_only(bench_itml):
     X, y = load_iris(return_X_y=True)
     X_train, X_test = train_test_split(StandardScaler().fit_transform(X), random_state=0)
