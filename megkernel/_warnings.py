@@ -83,7 +83,8 @@ class NoImprovementWarning(UserWarning):
     """
 
 
-def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=True):
+def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=True,
+                       best_possible=None):
     """Warn when a learned model's held-out ``score`` is not better than its prior's.
 
     The warning is a :class:`NoImprovementWarning` naming both figures.
@@ -97,6 +98,10 @@ def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=Tr
     what : str
         What the score is, e.g. ``"R^2 of the held-out squared distances"``.
     higher_is_better : bool, default=True
+    best_possible : float or None, default=None
+        The score's ceiling (an AUC's 1). A tie there is no evidence against
+        the learned model: the warning then says that the held-out pairs
+        cannot show a gain, not that the units may be wrong.
 
     Returns
     -------
@@ -112,7 +117,13 @@ def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=Tr
             "the same).", UserWarning)
         return False
     better = score > prior_score if higher_is_better else score < prior_score
-    if not better:
+    if not better and best_possible is not None and score == prior_score == best_possible:
+        warn_user(
+            f"{learner}: no gain can show on the held-out pairs: the prior already "
+            f"scores the best possible there ({what}: {prior_score:.4g}, learned "
+            f"{score:.4g}); judge the kernel on other data (e.g. k-NN on your labels).",
+            NoImprovementWarning)
+    elif not better:
         warn_user(
             f"{learner}: the learned kernel is no better than its prior on held-out "
             f"pairs ({what}: learned {score:.4g}, prior {prior_score:.4g}); check the "

@@ -471,7 +471,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         if held_out is not None:
             warn_if_not_better(
                 "DefiniteBoostKernel", self.validation_score_, self.prior_score_,
-                what=f"AUC of the {held_out.description}{note}")
+                what=f"AUC of the {held_out.description}{note}", best_possible=1.0)
 
     def _split(self, pairs, signs, n_objects, *, constraints=None):
         """Training pair indices and held-out pairs (``None, None``: no split)."""

@@ -1,6 +1,8 @@
 """User-facing warnings point at the user's line (this file), not at
 ``sklearn/base.py`` (the ``_fit_context`` wrapper) or at megkernel itself."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
@@ -128,3 +130,21 @@ def test_definiteboost_metric_dropped_constraints_point_at_the_caller():
     with pytest.warns(UserWarning, match="Dropped") as record:
         metric.fit_pairs(X, pairs, pair_labels)
     _points_here(record, UserWarning, "Dropped")
+
+
+def test_a_tie_at_the_best_possible_score_is_said_as_such():
+    """Issue 19: DefiniteBoost's verdict warned "no better than its prior ...
+    check the units" when both held-out AUCs were 1: nothing could show a gain.
+    A tie at the ceiling now says so; a tie below it, or a loss, still points
+    at the units."""
+    from megkernel._warnings import NoImprovementWarning, warn_if_not_better
+
+    with pytest.warns(NoImprovementWarning, match="no gain can show") as record:
+        assert not warn_if_not_better("L", 1.0, 1.0, what="AUC", best_possible=1.0)
+    assert "units" not in str(record[0].message)
+    for score, prior in ((0.9, 0.9), (0.8, 0.9), (0.9, 1.0)):
+        with pytest.warns(NoImprovementWarning, match="check the units"):
+            assert not warn_if_not_better("L", score, prior, what="AUC", best_possible=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_if_not_better("L", 0.95, 0.9, what="AUC", best_possible=1.0)
