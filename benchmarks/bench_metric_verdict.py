@@ -145,15 +145,15 @@ def held_out_margin(Z_train, y_train, Z_test, y_test):
     return float(np.mean((d_other - d_same) / np.maximum(d_other + d_same, 1e-300)))
 
 
-def forced(name, passes, n_pairs, label_pairs):
+def forced(name, passes, n_pairs, from_labels):
     """The learner at a fixed training length of ``passes`` over its pairs.
 
-    With the kind of pairs the validated fit learned (``label_pairs_``).
+    With the kind of pairs the validated fit learned (``from_labels_``).
     """
     if name == "MEGMetric":
-        return MEGMetric(n_epochs=passes, label_pairs=label_pairs, random_state=0)
+        return MEGMetric(n_epochs=passes, from_labels=from_labels, random_state=0)
     return DefiniteBoostMetric(max_iter=max(1, int(round(passes * n_pairs))),
-                               label_pairs=label_pairs, random_state=0)
+                               from_labels=from_labels, random_state=0)
 
 
 def _sign(delta):
@@ -189,7 +189,7 @@ def run_split(name, X_train, y_train, X_test, y_test):
     for key, passes in forced_lengths:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = forced(name, passes, len(learner.pairs_), learner.label_pairs_).fit(
+            model = forced(name, passes, len(learner.pairs_), learner.from_labels_).fit(
                 X_train, y_train)
         Z = model.transform(X_train), model.transform(X_test)
         row[key] = one_nn(Z[0], y_train, Z[1], y_test)

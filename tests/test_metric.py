@@ -437,14 +437,16 @@ def test_the_loop_warns_at_its_safety_net_while_still_improving():
 
 @pytest.mark.parametrize("Metric", METRICS)
 def test_both_learners_choose_their_length_by_the_same_loop(Metric):
-    from megkernel.metric._training_length import doubling_checkpoints
+    from megkernel.metric._meg_epochs import soft_neighbor_checkpoints
+    from megkernel.metric._training_length import MAX_PASSES, doubling_checkpoints
 
     points, classes = _noisy_blobs(160, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = Metric(random_state=0).fit(points, classes)
     log = model.validation_
-    grid = doubling_checkpoints()
+    grid = (soft_neighbor_checkpoints(MAX_PASSES)  # iterations of the ascent
+            if model.from_labels_ == "soft-neighbors" else doubling_checkpoints())
     assert log["checkpoints"] == grid[:len(log["checkpoints"])]
     assert log["stopped"] == "patience"  # no learner runs to the safety net here
     best = log["checkpoints"].index(log["chosen"])
@@ -496,7 +498,7 @@ def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = Metric(label_pairs="random", n_constraints=150,
+            model = Metric(from_labels="random", n_constraints=150,
                            random_state=0).fit(points, classes)
     finally:
         module.validate_length = original

@@ -1,4 +1,4 @@
-"""Pairs from class labels: neighbor_pairs (MEGMetric's default) and the label_pairs rule."""
+"""Pairs from class labels: neighbor_pairs (MEGMetric's default) and the from_labels rule."""
 
 import warnings
 
@@ -88,22 +88,22 @@ def test_neighbor_pairs_small_classes_and_bad_input():
 
 
 def test_meg_metric_from_labels_learns_the_neighbourhood_pairs():
-    """MEGMetric.fit(X, y, label_pairs="neighbors") learns from neighbor_pairs
+    """MEGMetric.fit(X, y, from_labels="neighbors") learns from neighbor_pairs
     of X; with n_constraints set it draws random pairs as before; both at once
     is refused before any change."""
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
-    model = MEGMetric(label_pairs="neighbors", random_state=0).fit(X, y)
+    model = MEGMetric(from_labels="neighbors", random_state=0).fit(X, y)
     pairs, signs = neighbor_pairs(X, y)
     np.testing.assert_array_equal(model.pairs_, pairs)
     np.testing.assert_array_equal(model.pair_labels_, signs)
-    assert model.label_pairs_ == "neighbors" and "label_pairs" not in model.validation_
+    assert model.from_labels_ == "neighbors" and "from_labels" not in model.validation_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         drawn = MEGMetric(n_constraints=30, random_state=0).fit(X, y)
     assert len(drawn.pairs_) == 60
-    refused = MEGMetric(label_pairs="neighbors", n_constraints=30, random_state=0)
+    refused = MEGMetric(from_labels="neighbors", n_constraints=30, random_state=0)
     with pytest.raises(ValueError, match="n_constraints=30 counts random pairs"):
         refused.fit(X, y)
     assert not hasattr(refused, "components_")
@@ -116,7 +116,7 @@ def test_definiteboost_metric_draws_random_pairs_unless_told():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(max_iter=20, random_state=0).fit(X, y)
-        neighbours = DefiniteBoostMetric(max_iter=20, label_pairs="neighbors",
+        neighbours = DefiniteBoostMetric(max_iter=20, from_labels="neighbors",
                                          random_state=0).fit(X, y)
     assert len(model.pairs_) == 2 * 20 * 3**2
     np.testing.assert_array_equal(neighbours.pairs_, neighbor_pairs(X, y)[0])
@@ -130,12 +130,11 @@ def test_a_labeled_chunk_of_partial_fit_makes_neighbourhood_pairs():
     assert model.n_pairs_seen_ == len(neighbor_pairs(X[::2], y[::2])[0])
 
 
-@pytest.mark.parametrize("kind", ["neighbors", "random"])
-def test_auto_validates_both_kinds_and_learns_the_better(kind, monkeypatch):
-    """label_pairs="auto": both kinds validated on the same folds; the fit is
-    the one with the chosen kind fixed, up to the generator's state (the same
-    folds and the same final fit when the other kind's validation is made to
-    score lower)."""
+@pytest.mark.parametrize("kind", ["soft-neighbors", "neighbors", "random"])
+def test_auto_validates_every_kind_and_learns_the_best(kind, monkeypatch):
+    """from_labels="auto": every kind validated on the same folds; the fit is
+    the one with the chosen kind fixed (the same folds and the same final fit
+    when the other kinds' validations are made to score lower)."""
     import megkernel.metric._meg_epochs as meg_epochs
 
     rng = np.random.default_rng(4)
@@ -146,7 +145,7 @@ def test_auto_validates_both_kinds_and_learns_the_better(kind, monkeypatch):
 
     def rigged(*args, classes=None, **kwargs):  # the other kind always scores lower
         epochs, log = real(*args, classes=classes, **kwargs)
-        if classes is not None and classes.label_pairs != kind:
+        if classes is not None and classes.from_labels != kind:
             log = {**log, "scores": [s - 10.0 for s in log["scores"]],
                    "accuracies": [a - 10.0 for a in log["accuracies"]]}
         return epochs, log
@@ -155,16 +154,15 @@ def test_auto_validates_both_kinds_and_learns_the_better(kind, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = MEGMetric(random_state=0).fit(X, y)
-    assert auto.label_pairs_ == kind
-    assert set(auto.validation_["label_pairs"]) == {"neighbors", "random"}
-    assert (auto.validation_["label_pairs"][kind]
-            > auto.validation_["label_pairs"][{"neighbors": "random",
-                                               "random": "neighbors"}[kind]])
-    expected = neighbor_pairs(X, y)[0] if kind == "neighbors" else None
+    assert auto.from_labels_ == kind
+    scores = auto.validation_["from_labels"]
+    assert set(scores) == {"soft-neighbors", "neighbors", "random"}
+    assert all(scores[kind] > scores[other] for other in scores if other != kind)
+    expected = neighbor_pairs(X, y)[0] if kind != "random" else None
     if expected is not None:
         np.testing.assert_array_equal(auto.pairs_, expected)
     else:
         assert len(auto.pairs_) == 2 * 20 * 2**2
-    fixed = MEGMetric(label_pairs=kind, random_state=0).fit(X, y)
+    fixed = MEGMetric(from_labels=kind, random_state=0).fit(X, y)
     assert fixed.n_epochs_ == auto.n_epochs_
     np.testing.assert_array_equal(fixed.pairs_, auto.pairs_)

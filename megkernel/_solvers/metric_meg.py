@@ -120,7 +120,10 @@ class MetricExponent:
 
     def add(self, diffs, coefficients):
         """Update ``A <- A - sum_t c_t u_t u_t^T``, then re-diagonalize."""
-        exponent = self.exponent - (diffs.T * coefficients) @ diffs
+        self.assign(self.exponent - (diffs.T * coefficients) @ diffs)
+
+    def assign(self, exponent):
+        """Set ``A`` (symmetrized), then diagonalize it; non-finite refused first."""
         exponent = 0.5 * (exponent + exponent.T)
         magnitude = np.abs(exponent).max()
         if not np.isfinite(magnitude):  # LAPACK never sees a non-finite matrix

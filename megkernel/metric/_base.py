@@ -32,13 +32,14 @@ from .._numerics.validation import check_pair_indices
 from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
 from .._solvers.definiteboost import check_pair_signs
+from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .._warnings import warn_user
 from ._pairs import (
     _ClassPairs,
     draw_pairs,
     neighbor_pairs,
     pairs_from_labels,
-    resolve_label_pairs,
+    resolve_from_labels,
 )
 
 __all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
@@ -59,7 +60,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                              StrOptions({"auto"})],
         "n_constraints": [Interval(Integral, 1, None, closed="left"), None],
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        "label_pairs": [StrOptions({"auto", "neighbors", "random"})],
+        "from_labels": [StrOptions({"auto", "soft-neighbors", "neighbors", "random"})],
         "random_state": ["random_state"],
         "method": [UPDATE_METHOD_CONSTRAINT],
         "verbose": ["verbose"],
@@ -68,16 +69,18 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
     def fit(self, X, y):
-        """Learn from pairs of training points made from class labels.
+        """Learn from class labels.
 
-        ``label_pairs="neighbors"`` (MEGMetric's default): each point's neighbourhood
-        (:func:`neighbor_pairs`), its ``n_neighbors`` nearest points of its
-        own class (similar) and of the other classes (dissimilar), in the
-        Euclidean metric of ``X``. ``"random"``: ``n_constraints`` random
+        As ``from_labels`` says: ``"neighbors"``, each point's neighbourhood
+        pairs (:func:`neighbor_pairs`), its ``n_neighbors`` nearest points of
+        its own class (similar) and of the other classes (dissimilar), in the
+        Euclidean metric of ``X``; ``"random"``, ``n_constraints`` random
         similar and as many dissimilar pairs (:func:`draw_pairs`,
-        metric-learn's ``*_Supervised`` sampling). The pairs are then fitted
-        as by :meth:`fit_pairs`, with the classes as the validation's
-        labels.
+        metric-learn's ``*_Supervised`` sampling) -- both fitted as by
+        :meth:`fit_pairs`; ``"soft-neighbors"`` (MEGMetric), MEG on the
+        stochastic-neighbour objective of the labels themselves; ``"auto"``,
+        the learner's choice (validated for MEGMetric). The classes are the
+        validation's labels.
 
         Parameters
         ----------
@@ -96,7 +99,16 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         if n_classes < 2:
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
         candidates = []
-        for kind in self._label_pairs():
+        kinds = self._from_labels()
+        if "soft-neighbors" in kinds and len(X) > SOFT_NEIGHBORS_MAX_POINTS:
+            if len(kinds) == 1:
+                raise ValueError(
+                    f"from_labels='soft-neighbors' takes at most "
+                    f"{SOFT_NEIGHBORS_MAX_POINTS} training points (its n x n neighbour "
+                    f"probabilities), got {len(X)}; use from_labels='neighbors' or "
+                    "'random', or 'auto' (which then leaves it out).")
+            kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
+        for kind in kinds:
             pairs, pair_labels, n_constraints = pairs_from_labels(
                 X, y, kind, self.n_constraints, n_neighbors=self.n_neighbors,
                 random_state=self.random_state)
@@ -104,13 +116,13 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self._fit_pairs(X, candidates[0].pairs, candidates[0].signs,
                                classes=candidates)
 
-    def _label_pairs(self):
-        """``label_pairs`` resolved: the kinds to make (several: validation chooses).
+    def _from_labels(self):
+        """``from_labels`` resolved: the kinds to make (several: validation chooses).
 
-        ``"auto"``: the learner's ``_DEFAULT_LABEL_PAIRS``.
+        ``"auto"``: the learner's ``_FROM_LABELS_AUTO``.
         """
-        return resolve_label_pairs(self.label_pairs, self.n_constraints,
-                                   self._DEFAULT_LABEL_PAIRS)
+        return resolve_from_labels(self.from_labels, self.n_constraints,
+                                   self._FROM_LABELS_AUTO)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
@@ -148,13 +160,18 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         centred = X - self.mean_
         trace = _check_trace(centred)
         self.pairs_, self.pair_labels_ = pairs, pair_labels
-        self.label_pairs_ = classes[0].label_pairs if classes else None
+        self.from_labels_ = classes[0].from_labels if classes else None
         self.components_ = self._learn(centred, trace, pairs, pair_labels, classes)
         self._report(centred)
         return self
 
     def _report(self, centred):
-        """Report the learner's loss on the pairs, before and after; warn if worse."""
+        """Report the learner's loss on the pairs, before and after; warn if worse.
+
+        Not after MEG on the stochastic-neighbour objective: its pairs (the
+        neighbourhoods) are only reported on, and that ascent never lowers
+        its own objective.
+        """
         a, b = self.pairs_.T
         prior = np.sum((centred[a] - centred[b]) ** 2, axis=1)
         embedded = centred @ self.components_.T
@@ -163,7 +180,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         setattr(self, f"{self._loss_name}_", loss)
         setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
-        if loss > prior_loss * (1 + 1e-9):
+        if loss > prior_loss * (1 + 1e-9) and self.from_labels_ != "soft-neighbors":
             warn_user(
                 f"{name}: the learned metric meets the pairs worse than the Euclidean "
                 f"prior ({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "

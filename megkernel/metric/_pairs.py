@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from .._pair_estimator import check_class_labels
 from .._warnings import warn_user
 
-__all__ = ["draw_pairs", "neighbor_pairs", "pairs_from_labels", "resolve_label_pairs"]
+__all__ = ["draw_pairs", "neighbor_pairs", "pairs_from_labels", "resolve_from_labels"]
 
 #: Default neighbours per point of :func:`neighbor_pairs` (scikit-learn's
 #: ``KNeighborsClassifier`` default: the neighbourhood a k-NN user looks at).
@@ -202,9 +202,9 @@ class _ClassPairs:
     are the validation's labels.
     """
 
-    def __init__(self, y, label_pairs, n_constraints, pairs, signs):
+    def __init__(self, y, from_labels, n_constraints, pairs, signs):
         self.codes = np.unique(np.asarray(y), return_inverse=True)[1].ravel()
-        self.label_pairs, self.n_constraints = label_pairs, n_constraints
+        self.from_labels, self.n_constraints = from_labels, n_constraints
         self.pairs, self.signs = pairs, signs
 
     def draw(self, points, seed):
@@ -217,7 +217,7 @@ class _ClassPairs:
         sparser sample) and the validation said "learn" where held-out 1-NN
         fell (iris: 5 of 5 splits, 0.955 -> 0.877; issue 20).
         """
-        if self.label_pairs == "neighbors":
+        if self.from_labels in ("neighbors", "soft-neighbors"):
             return None
         with warnings.catch_warnings():  # a fold may have fewer pairs: the fit warns, not it
             warnings.simplefilter("ignore")
@@ -226,7 +226,7 @@ class _ClassPairs:
         return points[pairs], signs.astype(float)
 
 
-def resolve_label_pairs(label_pairs, n_constraints, default):
+def resolve_from_labels(from_labels, n_constraints, default):
     """Return the kinds of pairs a fit makes from labels (several: validation chooses).
 
     ``"auto"``: ``("random",)`` when ``n_constraints`` is set (it counts
@@ -234,23 +234,24 @@ def resolve_label_pairs(label_pairs, n_constraints, default):
     ``"neighbors"`` with ``n_constraints`` set is refused (one of them would
     be ignored).
     """
-    if label_pairs == "auto":
+    if from_labels == "auto":
         return ("random",) if n_constraints is not None else tuple(default)
-    if label_pairs == "neighbors" and n_constraints is not None:
+    if from_labels != "random" and n_constraints is not None:
         raise ValueError(
-            f"n_constraints={n_constraints} counts random pairs, but label_pairs="
-            "'neighbors' makes each point's neighbourhood pairs (n_neighbors); set "
-            "label_pairs='random' or n_constraints=None.")
-    return (label_pairs,)
+            f"n_constraints={n_constraints} counts random pairs, but from_labels="
+            f"{from_labels!r} draws none; set from_labels='random' or "
+            "n_constraints=None.")
+    return (from_labels,)
 
 
-def pairs_from_labels(X, y, label_pairs, n_constraints=None, *, n_neighbors=N_NEIGHBORS,
+def pairs_from_labels(X, y, from_labels, n_constraints=None, *, n_neighbors=N_NEIGHBORS,
                       random_state=None):
     """Make the metric learners' pairs from class labels: one rule for fit and chunks.
 
-    ``label_pairs="neighbors"``: :func:`neighbor_pairs` of ``X``;
-    ``"random"``: ``n_constraints`` random pairs of each kind
-    (:func:`draw_pairs`; ``None``: ``20 n_classes^2``).
+    ``from_labels="neighbors"`` (and ``"soft-neighbors"``, whose learner
+    reports on these pairs): :func:`neighbor_pairs` of ``X``; ``"random"``:
+    ``n_constraints`` random pairs of each kind (:func:`draw_pairs`;
+    ``None``: ``20 n_classes^2``).
 
     Returns
     -------
@@ -258,7 +259,7 @@ def pairs_from_labels(X, y, label_pairs, n_constraints=None, *, n_neighbors=N_NE
         The last: the number of random pairs of each kind (``None`` for
         neighbourhood pairs).
     """
-    if label_pairs == "neighbors":
+    if from_labels in ("neighbors", "soft-neighbors"):
         return (*neighbor_pairs(X, y, n_neighbors), None)
     n_constraints = n_constraints or 20 * np.unique(np.asarray(y)).size ** 2
     return (*draw_pairs(y, n_constraints, random_state=random_state), n_constraints)

@@ -137,7 +137,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         From labels (:meth:`fit`) the classes are the folds' labels; random
         pairs are drawn again in each fold (as many as the final fit draws),
         neighbourhood pairs are those among the fold's training points.
-    label_pairs : {"auto", "random", "neighbors"}, default="auto"
+    from_labels : {"auto", "random", "neighbors"}, default="auto"
         The pairs :meth:`fit` makes from labels (``"auto"``: ``"random"``):
         ``n_constraints`` random
         pairs of each kind (:func:`~megkernel.draw_pairs`), or each point's
@@ -149,9 +149,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         breast cancer 0.958 -> 0.928), where MEGMetric's one-sided loss
         gains.
     n_neighbors : int, default=5
-        Neighbours of each kind per point for ``label_pairs="neighbors"``.
+        Neighbours of each kind per point for ``from_labels="neighbors"``.
     n_constraints : int, default=None
-        Pairs of each kind for ``label_pairs="random"``; ``None``:
+        Pairs of each kind for ``from_labels="random"``; ``None``:
         ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
         Seed for drawing the pairs and the validation's folds.
@@ -181,7 +181,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         ``"stopped"`` (``"patience"`` or ``"max_length"``).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
-    label_pairs_ : str or None
+    from_labels_ : str or None
         The kind of pairs learned from labels (``"random"`` or
         ``"neighbors"``); ``None`` after :meth:`fit_pairs`.
     violated_fraction_, prior_violated_fraction_ : float
@@ -202,7 +202,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     """
 
     _loss_name = "violated_fraction"
-    _DEFAULT_LABEL_PAIRS = ("random",)
+    _FROM_LABELS_AUTO = ("random",)
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -211,11 +211,12 @@ class DefiniteBoostMetric(_FeatureMetric):
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "projection": [StrOptions({"approximate", "exact"})],
+        "from_labels": [StrOptions({"auto", "neighbors", "random"})],  # pairs only
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
                  max_iter="auto", tol=1e-2, projection="approximate", n_folds=2,
-                 label_pairs="auto", n_neighbors=5, n_constraints=None,
+                 from_labels="auto", n_neighbors=5, n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
@@ -224,7 +225,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.n_folds = n_folds
         self.tol = tol
         self.projection = projection
-        self.label_pairs = label_pairs
+        self.from_labels = from_labels
         self.n_neighbors = n_neighbors
         self.n_constraints = n_constraints
         self.random_state = random_state
@@ -312,6 +313,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         As in :class:`DefiniteBoostMetric`, over the pairs' distinct points.
     kernel_estimator_, n_iter_, validation_ : DefiniteBoostKernel, int or dict
         As in :class:`DefiniteBoostMetric`.
+    from_labels_ : None
+        As in :class:`DefiniteBoostMetric` (``None``: learned from pairs).
     violated_fraction_, prior_violated_fraction_ : float
         As in :class:`DefiniteBoostMetric`.
     constraint_loss_, prior_constraint_loss_ : float

@@ -8,9 +8,7 @@ comes from the one loop of :mod:`megkernel.metric._training_length`.
 
 from __future__ import annotations
 
-import copy
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -35,6 +33,7 @@ from .._solvers.metric_meg import (
     run_batches,
     whiten,
 )
+from .._solvers.metric_soft_neighbors import SoftNeighborAscent, prior_temperature
 from .._warnings import warn_user
 from ._base import (
     _MAX_TRACE,
@@ -46,7 +45,7 @@ from ._base import (
     _PairInput,
     pairs_from_labels,
 )
-from ._meg_epochs import validate_epochs
+from ._meg_epochs import validate_epochs, validate_kinds
 from ._training_length import MAX_PASSES
 
 __all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
@@ -116,25 +115,27 @@ class MEGMetric(_FeatureMetric):
         neighbourhood pairs are those among the fold's training points.
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
-    label_pairs : {"auto", "neighbors", "random"}, default="auto"
-        The pairs :meth:`fit` makes from labels. ``"auto"``: ``"random"`` if
-        ``n_constraints`` is set; else both kinds, validated on the same
-        folds, and the one scoring higher at its chosen length is learned
-        (with ``n_epochs="auto"``; otherwise ``"neighbors"``; see
-        ``label_pairs_`` and ``validation_["label_pairs"]``). Neither kind
-        wins everywhere: neighbourhoods where classes are local (noise
-        features, several clusters per class), random pairs where labels are
-        noisy or classes broad. ``"neighbors"``: each
-        point's ``n_neighbors`` nearest points of its class (similar) and of
-        the other classes (dissimilar), :func:`~megkernel.neighbor_pairs` --
-        the pairs that decide a k-NN vote, as many as the data are large.
+    from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
+        What :meth:`fit` learns from class labels. ``"soft-neighbors"``: MEG
+        ascent of the stochastic-neighbour objective (NCA's: each point's
+        probability that a neighbour drawn by softmax of the learned
+        distances is of its class; :mod:`megkernel._solvers.metric_soft_neighbors`),
+        ``n_epochs`` counting its iterations; ``"neighbors"``: the pairs of
+        each point's ``n_neighbors`` nearest points of its class (similar)
+        and of the others (dissimilar), :func:`~megkernel.neighbor_pairs`;
         ``"random"``: ``n_constraints`` random pairs of each kind
         (:func:`~megkernel.draw_pairs`, metric-learn's sampling).
+        ``"auto"``: ``"random"`` if ``n_constraints`` is set; else all three
+        validated on the same folds, and the one with the higher held-out
+        1-NN accuracy at its chosen length is learned (with
+        ``n_epochs="auto"``; otherwise the first; above 4000 training points
+        without ``"soft-neighbors"``, whose probabilities are ``n x n``). See
+        ``from_labels_`` and ``validation_["from_labels"]``.
     n_neighbors : int, default=5
-        Neighbours of each kind per point for ``label_pairs="neighbors"``
+        Neighbours of each kind per point for ``from_labels="neighbors"``
         (scikit-learn's default ``k``).
     n_constraints : int, default=None
-        Pairs of each kind for ``label_pairs="random"``; ``None``:
+        Pairs of each kind for ``from_labels="random"``; ``None``:
         ``20 * n_classes**2``.
     random_state : int, RandomState instance or None, default=None
         Seed for drawing the pairs, the folds and the order of the pairs.
@@ -182,13 +183,17 @@ class MEGMetric(_FeatureMetric):
         components cannot), ``"checkpoints"`` and their mean ``"scores"``,
         ``"gain_is_real"``, ``"n_repeats"`` and ``"stopped"``
         (``"patience"`` or ``"max_length"``); from labels with both kinds of
-        pairs, ``"label_pairs"``: each kind's validated score at its chosen
+        pairs, ``"from_labels"``: each kind's validated score at its chosen
         length.
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
-    label_pairs_ : str or None
-        The kind of pairs learned from labels (``"neighbors"`` or
-        ``"random"``); ``None`` after :meth:`fit_pairs`.
+    from_labels_ : str or None
+        What was learned from labels (``"soft-neighbors"``, ``"neighbors"``
+        or ``"random"``); ``None`` after :meth:`fit_pairs`.
+    soft_neighbor_objective_ : tuple of float or None
+        With ``"soft-neighbors"``: the objective (mean probability of a
+        same-class soft neighbour over the training points) under the
+        Euclidean prior and learned; else ``None``.
     pair_mse_, prior_pair_mse_ : float
         Mean of the pairs' counted squared errors against their targets
         under the learned and under the Euclidean metric (a warning says
@@ -224,7 +229,7 @@ class MEGMetric(_FeatureMetric):
     """
 
     _loss_name = "pair_mse"
-    _DEFAULT_LABEL_PAIRS = ("neighbors", "random")
+    _FROM_LABELS_AUTO = ("soft-neighbors", "neighbors", "random")
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -240,7 +245,7 @@ class MEGMetric(_FeatureMetric):
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
                  learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
-                 batch_size="auto", n_folds=2, shuffle=True, label_pairs="auto",
+                 batch_size="auto", n_folds=2, shuffle=True, from_labels="auto",
                  n_neighbors=5, n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
@@ -252,7 +257,7 @@ class MEGMetric(_FeatureMetric):
         self.batch_size = batch_size
         self.n_folds = n_folds
         self.shuffle = shuffle
-        self.label_pairs = label_pairs
+        self.from_labels = from_labels
         self.n_neighbors = n_neighbors
         self.n_constraints = n_constraints
         self.random_state = random_state
@@ -282,12 +287,20 @@ class MEGMetric(_FeatureMetric):
         if self.n_epochs != "auto":
             epochs = float(self.n_epochs)
             check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
-        exponent = MetricExponent.from_prior(prior)
-        run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
-                    n_seen=0, n_more=int(round(epochs * len(diffs))),
-                    batch_size=batch_size, rng=rng if self.shuffle else None)
+        if self.from_labels_ == "soft-neighbors":  # MEG on the labels' own objective
+            ascent = SoftNeighborAscent(
+                self.coordinates_, classes[0].codes, prior,
+                prior_temperature(self.coordinates_, prior)).advance(int(epochs))
+            exponent, self.n_iter_ = ascent.exponent, ascent.n_iter
+            self.soft_neighbor_objective_ = (ascent.objectives[0], ascent.objective)
+        else:
+            exponent = MetricExponent.from_prior(prior)
+            run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
+                        n_seen=0, n_more=int(round(epochs * len(diffs))),
+                        batch_size=batch_size, rng=rng if self.shuffle else None)
+            self.n_iter_ = int(math.ceil(epochs))
+            self.soft_neighbor_objective_ = None
         self.n_epochs_ = epochs
-        self.n_iter_ = int(math.ceil(epochs))
         self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
         if self.verbose:
             progress_detail(
@@ -300,45 +313,8 @@ class MEGMetric(_FeatureMetric):
                 else float(self.learning_rate))
 
     def _validate(self, prior, batch_size, rng, pairs, pair_labels, classes):
-        """Validate the epochs; from labels with several pair sets, keep the best.
-
-        Each candidate (:class:`~megkernel.metric._pairs._ClassPairs`) is
-        validated on the same folds (a copy of the generator); kept in
-        ``pairs_`` is the one whose chosen length has the higher held-out
-        1-NN accuracy, then margin (ties: the first, neighbourhood pairs).
-        The margins alone favoured random pairs on every split of wine and
-        digits (their dissimilar pairs spread the classes apart everywhere)
-        where the accuracy was the same or lower. ``validation_["label_pairs"]``
-        holds each kind's (accuracy, margin).
-        """
-        candidates = classes or [None]
-        results = []
-        for candidate in candidates:
-            fold_rng = copy.deepcopy(rng)
-            these = (pairs, pair_labels) if candidate is None else (candidate.pairs,
-                                                                   candidate.signs)
-            diffs = self._pair_diffs(self.coordinates_, these[0])
-            targets, sides = self._targets_and_sides(these[1])
-            with warnings.catch_warnings(record=True) as caught:  # the kept kind's only
-                warnings.simplefilter("always")
-                epochs, log = validate_epochs(
-                    self.coordinates_, these[0], targets, sides, these[1], prior,
-                    learning_rate=self._learning_rate(diffs), batch_size=batch_size,
-                    rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
-                    classes=candidate)
-            at = (log["checkpoints"].index(log["chosen"]) if log["chosen"] is not None
-                  else None)
-            chosen = ((-np.inf, -np.inf) if at is None else
-                      (log.get("accuracies", log["scores"])[at], log["scores"][at]))
-            results.append((chosen, epochs, log, fold_rng, these, candidate, caught))
-        best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
-        _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate, caught = results[best]
-        for record in caught:
-            warn_user(str(record.message), record.category)
-        if len(results) > 1:
-            log["label_pairs"] = {c.label_pairs: r[0] for r, c in zip(results, candidates)}
-            self.label_pairs_ = candidate.label_pairs
-        return epochs, log, rng
+        """Validate the length and the kind of pairs (:func:`validate_kinds`)."""
+        return validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes)
 
     def _start_space(self, centred, rng):
         """Whitened coordinates and targets of the training points."""
@@ -401,7 +377,7 @@ class MEGMetric(_FeatureMetric):
         seen so far; see :meth:`online_bound`.
 
         A chunk of labeled points (2-D ``X``, class labels ``y``) is turned
-        into pairs as by :meth:`fit` (by ``label_pairs``, within the chunk;
+        into pairs as by :meth:`fit` (by ``from_labels``, within the chunk;
         ``"auto"``, with no validation on-line: neighbourhood pairs unless
         ``n_constraints`` is set) and learned in the same way.
 
@@ -448,7 +424,7 @@ class MEGMetric(_FeatureMetric):
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
         seed = None if self.random_state is None else derived_seed(
             self.random_state) + getattr(self, "n_pairs_seen_", 0)
-        pairs, signs, _ = pairs_from_labels(X, y, self._label_pairs()[0], self.n_constraints,
+        pairs, signs, _ = pairs_from_labels(X, y, self._from_labels()[0], self.n_constraints,
                                             n_neighbors=self.n_neighbors, random_state=seed)
         return X[pairs], signs.astype(float)
 
@@ -578,6 +554,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
         As in :class:`MEGMetric`.
     n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
         As in :class:`MEGMetric`.
+    from_labels_, soft_neighbor_objective_ : None
+        As in :class:`MEGMetric` (``None``: learned from pairs).
     n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
         As in :class:`MEGMetric`.
     online_start_, online_start_log_, online_start_range_ : ndarray or float

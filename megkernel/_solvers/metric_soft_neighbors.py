@@ -1,0 +1,156 @@
+"""MEG on the stochastic-neighbour objective: a metric from class labels.
+
+Pure solver functions for :class:`megkernel.MEGMetric`'s
+``from_labels="soft-neighbors"``. In the whitened coordinates ``z`` of
+:mod:`megkernel._solvers.metric_meg` (a density matrix ``M``, squared
+distances ``u^T M u`` in trace-one units, ``u = z_i - z_k``), each point
+picks a neighbour at random with probability
+
+    p_ik = exp(-u_ik^T M u_ik / T) / sum_{l != i} exp(-u_il^T M u_il / T),
+
+and the objective is the mean probability that the pick is of the point's own
+class, ``f(M) = (1/n) sum_i sum_{j in C_i} p_ij`` -- the expected
+leave-one-out accuracy of a soft 1-NN, the objective of NCA (Goldberger et
+al., 2005). NCA ascends it over an unconstrained linear map; here ``M`` stays
+a density matrix and each step is MEG's (eqs. 2-4 with the objective's
+gradient in place of the square loss's): ``A <- A + eta G / ||G||``,
+``M = exp(A) / tr exp(A)``, with
+
+    G = df/dM = (1/(T n)) sum_{i,k} (p_i p_ik - [y_k = y_i] p_ik) u_ik u_ik^T
+               = (1/(T n)) Z^T L Z,
+
+``L`` the Laplacian of those weights (``O(n^2 r)``, never an ``n^2 x r x r``
+array). A step is taken only if it raises ``f`` (the step halves until it
+does, and grows by half after each success): the ascent is monotone. The
+trace fixes the mean squared distance, so the temperature ``T`` is fixed
+too: the mean squared distance from each training point to its nearest
+neighbour under the Euclidean prior (a soft 1-NN at the data's own scale).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .metric_meg import MetricExponent, embedding
+
+__all__ = ["MAX_POINTS", "SoftNeighborAscent", "prior_temperature",
+           "soft_neighbor_probabilities"]
+
+#: Training points up to which the objective is used (its ``n x n``
+#: probabilities take ``8 n^2`` bytes each; 4000 points: 128 MB per array).
+MAX_POINTS = 4000
+
+#: Halvings of the step before an iteration gives up (no ascent direction
+#: left at the scale of double precision: converged).
+_MAX_HALVINGS = 40
+
+
+def _sq_distances(embedded):
+    sq_norms = np.einsum("ij,ij->i", embedded, embedded)
+    return np.maximum(sq_norms[:, None] + sq_norms[None, :] - 2.0 * embedded @ embedded.T,
+                      0.0)
+
+
+def soft_neighbor_probabilities(embedded, codes, temperature):
+    """Stochastic-neighbour probabilities of the rows of ``embedded``.
+
+    Returns
+    -------
+    P : ndarray of shape (n, n)
+        ``p_ik`` (zero diagonal, rows sum to one).
+    p : ndarray of shape (n,)
+        Each point's probability of picking its own class.
+    same : ndarray of bool, shape (n, n)
+    """
+    logits = -_sq_distances(embedded) / temperature
+    np.fill_diagonal(logits, -np.inf)
+    logits -= logits.max(axis=1, keepdims=True)
+    P = np.exp(logits)
+    P /= P.sum(axis=1, keepdims=True)
+    same = codes[:, None] == codes[None, :]
+    return P, np.sum(P * same, axis=1), same
+
+
+def prior_temperature(coordinates, prior):
+    """Mean squared distance of each point to its nearest neighbour under ``prior``.
+
+    In trace-one units; the median positive squared distance if every point
+    has a duplicate (nearest distance 0).
+    """
+    sq = _sq_distances(coordinates * np.sqrt(prior))
+    np.fill_diagonal(sq, np.inf)
+    temperature = float(np.mean(sq.min(axis=1)))
+    if temperature > 0:
+        return temperature
+    positive = sq[np.isfinite(sq) & (sq > 0)]
+    return float(np.median(positive)) if positive.size else 1.0
+
+
+class SoftNeighborAscent:
+    """Monotone MEG ascent of the stochastic-neighbour objective, resumable.
+
+    Parameters
+    ----------
+    coordinates : ndarray of shape (n, r)
+        Whitened coordinates of the points it learns from.
+    codes : ndarray of int, shape (n,)
+        Their classes.
+    prior : ndarray of shape (r,)
+        Eigenvalues of the diagonal start ``M_1`` (the Euclidean metric).
+    temperature : float
+        ``T``, trace-one units.
+    """
+
+    def __init__(self, coordinates, codes, prior, temperature):
+        self.coordinates, self.codes = coordinates, np.asarray(codes)
+        self.temperature = float(temperature)
+        self.exponent = MetricExponent.from_prior(prior)
+        self.step, self.n_iter, self.converged = 1.0, 0, False
+        self.objective, self._state = self._evaluate(self.exponent)
+        self.objectives = [self.objective]
+
+    def _evaluate(self, exponent):
+        P, p, same = soft_neighbor_probabilities(
+            embedding(self.coordinates, exponent), self.codes, self.temperature)
+        return float(p.mean()), (P, p, same)
+
+    def gradient(self):
+        """``df/dM`` at the current metric (symmetric, ``r x r``)."""
+        P, p, same = self._state
+        weights = P * p[:, None] - P * same
+        laplacian_z = ((weights.sum(axis=0) + weights.sum(axis=1))[:, None] * self.coordinates
+                       - weights @ self.coordinates - weights.T @ self.coordinates)
+        n = len(self.coordinates)
+        return self.coordinates.T @ laplacian_z / (self.temperature * n)
+
+    def advance(self, n_more):
+        """Take up to ``n_more`` ascent steps (fewer once converged)."""
+        for _ in range(int(n_more)):
+            if self.converged:
+                return self
+            gradient = self.gradient()
+            gradient = 0.5 * (gradient + gradient.T)
+            scale = np.abs(np.linalg.eigvalsh(gradient)).max()
+            if not np.isfinite(scale) or scale == 0:
+                self.converged = True
+                return self
+            direction = gradient / scale
+            for _ in range(_MAX_HALVINGS):
+                trial = self.exponent.copy()
+                try:
+                    trial.assign(self.exponent.exponent + self.step * direction)
+                except ValueError:  # the step overflowed the exponent: shorter
+                    self.step *= 0.5
+                    continue
+                objective, state = self._evaluate(trial)
+                if objective > self.objective:
+                    self.exponent, self.objective, self._state = trial, objective, state
+                    self.step *= 1.5
+                    break
+                self.step *= 0.5
+            else:
+                self.converged = True
+                return self
+            self.n_iter += 1
+            self.objectives.append(self.objective)
+        return self

@@ -1,0 +1,152 @@
+"""MEG on the stochastic-neighbour objective (MEGMetric's from_labels="soft-neighbors")."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from megkernel import MEGMetric
+from megkernel._solvers.metric_meg import MetricExponent, embedding, whiten
+from megkernel._solvers.metric_soft_neighbors import (
+    SoftNeighborAscent,
+    prior_temperature,
+    soft_neighbor_probabilities,
+)
+
+
+def _data(seed=0, n=60, noise=4):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    informative = labels[:, None] * 1.5 + rng.normal(scale=0.6, size=(n, 1))
+    X = np.hstack([informative, rng.normal(scale=2.0, size=(n, noise))])
+    return X, labels
+
+
+def _naive_objective(points, labels, M, temperature):
+    """(1/n) sum_i sum_{j in C_i} p_ij by plain loops over the points."""
+    n, total = len(points), 0.0
+    for i in range(n):
+        weights = np.array([0.0 if k == i else np.exp(
+            -(points[i] - points[k]) @ M @ (points[i] - points[k]) / temperature)
+            for k in range(n)])
+        total += weights[labels == labels[i]].sum() / weights.sum()
+    return total / n
+
+
+def _start(X, labels):
+    coordinates, scales, _, trace = whiten(X - X.mean(axis=0))
+    prior = scales**2 / trace
+    return coordinates, prior, prior_temperature(coordinates, prior)
+
+
+def test_objective_equals_a_plain_loop_and_the_gradient_its_finite_difference():
+    X, labels = _data()
+    coordinates, prior, temperature = _start(X, labels)
+    ascent = SoftNeighborAscent(coordinates, labels, prior, temperature).advance(2)
+    M = ascent.exponent.density()
+    assert ascent.objective == pytest.approx(
+        _naive_objective(coordinates, labels, M, temperature), rel=1e-10)
+    rng = np.random.default_rng(1)
+    direction = rng.normal(size=M.shape)
+    direction = direction + direction.T
+    h = 1e-6
+    plus, minus = (_naive_objective(coordinates, labels, M + s * h * direction, temperature)
+                   for s in (1, -1))
+    assert np.sum(ascent.gradient() * direction) == pytest.approx(
+        (plus - minus) / (2 * h), rel=1e-5)
+
+
+def test_the_ascent_is_monotone_and_keeps_a_density_matrix():
+    X, labels = _data(seed=2)
+    coordinates, prior, temperature = _start(X, labels)
+    ascent = SoftNeighborAscent(coordinates, labels, prior, temperature).advance(25)
+    assert ascent.n_iter >= 5
+    assert np.all(np.diff(ascent.objectives) > 0)
+    weights = ascent.exponent.weights  # M's eigenvalues: exp of the exponent's, normalised
+    assert weights.sum() == pytest.approx(1.0) and weights.min() >= 0
+    assert np.trace(ascent.exponent.density()) == pytest.approx(1.0)
+
+
+def test_the_prior_temperature_is_the_mean_nearest_neighbour_distance():
+    X, labels = _data(seed=3, n=20)
+    coordinates, prior, temperature = _start(X, labels)
+    trace = np.sum((X - X.mean(axis=0)) ** 2)
+    sq = np.sum((X[:, None] - X[None]) ** 2, axis=-1)
+    np.fill_diagonal(sq, np.inf)
+    assert temperature * trace == pytest.approx(sq.min(axis=1).mean(), rel=1e-10)
+    duplicated = np.repeat(coordinates[:3], 2, axis=0)  # every nearest distance 0
+    assert prior_temperature(duplicated, prior) > 0
+
+
+def test_probabilities_rows_sum_to_one_without_self():
+    rng = np.random.default_rng(0)
+    P, p, same = soft_neighbor_probabilities(rng.normal(size=(10, 3)), rng.integers(0, 2, 10),
+                                             0.5)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    assert np.all(np.diag(P) == 0)
+    np.testing.assert_allclose(p, np.sum(P * same, axis=1))
+
+
+def test_it_finds_the_informative_direction():
+    """One informative feature among four of noise twice its spread: the metric
+    moves its weight onto it, and held-out 1-NN rises above the Euclidean."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    X, labels = _data(seed=4, n=240)
+    train, test = slice(0, 120), slice(120, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(from_labels="soft-neighbors", random_state=0).fit(X[train],
+                                                                            labels[train])
+    A = model.get_mahalanobis_matrix()
+    assert A[0, 0] / np.trace(A) > 0.5  # Euclidean: 1.5^2-ish of 1.5^2 + 4 * 4
+    learned = KNeighborsClassifier(1).fit(model.transform(X[train]), labels[train]).score(
+        model.transform(X[test]), labels[test])
+    euclid = KNeighborsClassifier(1).fit(X[train], labels[train]).score(X[test], labels[test])
+    assert learned > euclid + 0.05
+    first, last = model.soft_neighbor_objective_
+    assert last > first and model.n_iter_ >= 1
+
+
+def test_scale_and_permutation_leave_the_fit_unchanged():
+    X, labels = _data(seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = MEGMetric(from_labels="soft-neighbors", n_epochs=8).fit(X, labels)
+        scaled = MEGMetric(from_labels="soft-neighbors", n_epochs=8).fit(1e3 * X, labels)
+        order = np.random.default_rng(0).permutation(len(X))
+        permuted = MEGMetric(from_labels="soft-neighbors", n_epochs=8).fit(X[order],
+                                                                         labels[order])
+    new = np.random.default_rng(9).normal(size=(6, X.shape[1]))
+    d = base.pair_sq_distances(new, [[0, 1], [2, 3], [4, 5]])
+    np.testing.assert_allclose(scaled.pair_sq_distances(1e3 * new, [[0, 1], [2, 3], [4, 5]]),
+                               1e6 * d, rtol=1e-7)
+    np.testing.assert_allclose(permuted.pair_sq_distances(new, [[0, 1], [2, 3], [4, 5]]), d,
+                               rtol=1e-7)
+
+
+def test_soft_neighbors_refuses_what_it_cannot_take(monkeypatch):
+    import megkernel.metric._base as base
+
+    X, labels = _data(seed=6, n=30)
+    with pytest.raises(ValueError, match="n_constraints=10 counts random pairs"):
+        MEGMetric(from_labels="soft-neighbors", n_constraints=10).fit(X, labels)
+    monkeypatch.setattr(base, "SOFT_NEIGHBORS_MAX_POINTS", 20)
+    model = MEGMetric(from_labels="soft-neighbors")
+    with pytest.raises(ValueError, match="at most 20 training points"):
+        model.fit(X, labels)
+    assert not hasattr(model, "components_")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = MEGMetric(random_state=0).fit(X, labels)  # auto leaves it out
+    assert "soft-neighbors" not in auto.validation_["from_labels"]
+    with pytest.raises(ValueError, match="from_labels"):
+        from megkernel import DefiniteBoostMetric
+        DefiniteBoostMetric(from_labels="soft-neighbors").fit(X, labels)
+
+
+def test_metric_exponent_assign_refuses_non_finite():
+    exponent = MetricExponent.from_prior(np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="overflowed"):
+        exponent.assign(np.array([[np.inf, 0.0], [0.0, 1.0]]))
+    assert embedding(np.eye(2), exponent).shape == (2, 2)
