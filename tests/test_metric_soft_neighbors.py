@@ -150,3 +150,13 @@ def test_metric_exponent_assign_refuses_non_finite():
     with pytest.raises(ValueError, match="overflowed"):
         exponent.assign(np.array([[np.inf, 0.0], [0.0, 1.0]]))
     assert embedding(np.eye(2), exponent).shape == (2, 2)
+
+
+def test_far_pairs_and_a_tiny_temperature_leave_every_probability_finite():
+    """Squared distances over the temperature beyond a double's range (whitened
+    points lie within the unit ball; a subnormal temperature): clipped, so no row
+    of logits is all -inf (a NaN row)."""
+    embedded = np.array([[0.0], [1e-3], [0.5], [1.0]])
+    P, p, _ = soft_neighbor_probabilities(embedded, np.array([0, 1, 0, 1]), 1e-310)
+    assert np.all(np.isfinite(P)) and np.all(np.isfinite(p))
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)

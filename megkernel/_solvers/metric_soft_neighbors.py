@@ -62,7 +62,8 @@ def soft_neighbor_probabilities(embedded, codes, temperature):
         Each point's probability of picking its own class.
     same : ndarray of bool, shape (n, n)
     """
-    logits = -_sq_distances(embedded) / temperature
+    with np.errstate(over="ignore"):  # a far pair's -inf is clipped: no row all -inf
+        logits = np.maximum(-_sq_distances(embedded) / temperature, -1e300)
     np.fill_diagonal(logits, -np.inf)
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits)
@@ -130,8 +131,11 @@ class SoftNeighborAscent:
                 return self
             gradient = self.gradient()
             gradient = 0.5 * (gradient + gradient.T)
+            if not np.all(np.isfinite(gradient)):  # LAPACK never sees a non-finite matrix
+                self.converged = True
+                return self
             scale = np.abs(np.linalg.eigvalsh(gradient)).max()
-            if not np.isfinite(scale) or scale == 0:
+            if scale == 0:
                 self.converged = True
                 return self
             direction = gradient / scale
