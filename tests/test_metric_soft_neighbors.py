@@ -160,3 +160,26 @@ def test_far_pairs_and_a_tiny_temperature_leave_every_probability_finite():
     P, p, _ = soft_neighbor_probabilities(embedded, np.array([0, 1, 0, 1]), 1e-310)
     assert np.all(np.isfinite(P)) and np.all(np.isfinite(p))
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
+
+
+def test_given_pairs_whose_components_are_classes_validate_the_soft_objective_too():
+    """fit_pairs: when the similar pairs' connected components stand in for
+    classes (the validation's labels), the soft-neighbour objective of those
+    classes is validated beside the pairs; when they do not, the pairs alone."""
+    from megkernel import draw_pairs
+    from megkernel.metric._training_length import pair_components
+
+    X, labels = _data(seed=7, n=90)
+    pairs, signs = draw_pairs(labels, 300, random_state=0)
+    assert pair_components(len(X), pairs, signs) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(random_state=0).fit_pairs(X, pairs, signs)
+    assert set(model.validation_["from_labels"]) == {"pairs", "soft-neighbors"}
+    assert model.from_labels_ in (None, "soft-neighbors")
+    sparse = np.array([[0, 1], [2, 3], [0, 2]])  # components of two points: no classes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = MEGMetric(random_state=0).fit_pairs(X, sparse, [1, 1, -1])
+    assert alone.from_labels_ is None
+    assert alone.validation_ is None or "from_labels" not in alone.validation_

@@ -191,6 +191,7 @@ def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
     for record in caught:
         warn_user(str(record.message), record.category)
     if len(results) > 1:
-        log["from_labels"] = {c.from_labels: r[0] for r, c in zip(results, candidates)}
-        self.from_labels_ = candidate.from_labels
+        log["from_labels"] = {"pairs" if c is None else c.from_labels: r[0]
+                              for r, c in zip(results, candidates)}
+        self.from_labels_ = None if candidate is None else candidate.from_labels
     return epochs, log, rng

@@ -202,8 +202,10 @@ class _ClassPairs:
     are the validation's labels.
     """
 
-    def __init__(self, y, from_labels, n_constraints, pairs, signs):
-        self.codes = np.unique(np.asarray(y), return_inverse=True)[1].ravel()
+    def __init__(self, y, from_labels, n_constraints, pairs, signs, codes=None):
+        # codes: given class codes instead of y's (-1: a point of no class)
+        self.codes = (np.unique(np.asarray(y), return_inverse=True)[1].ravel()
+                      if codes is None else np.asarray(codes))
         self.from_labels, self.n_constraints = from_labels, n_constraints
         self.pairs, self.signs = pairs, signs
 

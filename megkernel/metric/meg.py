@@ -33,6 +33,7 @@ from .._solvers.metric_meg import (
     run_batches,
     whiten,
 )
+from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .._solvers.metric_soft_neighbors import SoftNeighborAscent, prior_temperature
 from .._warnings import warn_user
 from ._base import (
@@ -46,7 +47,8 @@ from ._base import (
     pairs_from_labels,
 )
 from ._meg_epochs import validate_epochs, validate_kinds
-from ._training_length import MAX_PASSES
+from ._pairs import _ClassPairs
+from ._training_length import MAX_PASSES, pair_components
 
 __all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
 
@@ -188,8 +190,9 @@ class MEGMetric(_FeatureMetric):
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     from_labels_ : str or None
-        What was learned from labels (``"soft-neighbors"``, ``"neighbors"``
-        or ``"random"``); ``None`` after :meth:`fit_pairs`.
+        What was learned from labels (``"soft-neighbors"``, ``"neighbors"``,
+        ``"random"``); after :meth:`fit_pairs` ``None`` (the pairs) or
+        ``"soft-neighbors"`` (of their similar pairs' components as classes).
     soft_neighbor_objective_ : tuple of float or None
         With ``"soft-neighbors"``: the objective (mean probability of a
         same-class soft neighbour over the training points) under the
@@ -277,6 +280,8 @@ class MEGMetric(_FeatureMetric):
         batch_size = (max(50, 2 * len(prior)) if self.batch_size == "auto"
                       else self.batch_size)
         self.validation_ = None
+        if classes is None and self.n_epochs == "auto":  # given pairs: their classes?
+            classes = self._pair_classes(pairs, pair_labels)
         if self.n_epochs == "auto":
             epochs, self.validation_, rng = self._validate(
                 prior, batch_size, rng, pairs, pair_labels, classes)
@@ -288,9 +293,12 @@ class MEGMetric(_FeatureMetric):
             epochs = float(self.n_epochs)
             check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
         if self.from_labels_ == "soft-neighbors":  # MEG on the labels' own objective
+            codes = next(c.codes for c in classes
+                         if c is not None and c.from_labels == "soft-neighbors")
+            labelled = self.coordinates_[codes >= 0]  # (pairs: points in a component)
             ascent = SoftNeighborAscent(
-                self.coordinates_, classes[0].codes, prior,
-                prior_temperature(self.coordinates_, prior)).advance(int(epochs))
+                labelled, codes[codes >= 0], prior,
+                prior_temperature(labelled, prior)).advance(int(epochs))
             exponent, self.n_iter_ = ascent.exponent, ascent.n_iter
             self.soft_neighbor_objective_ = (ascent.objectives[0], ascent.objective)
         else:
@@ -307,6 +315,19 @@ class MEGMetric(_FeatureMetric):
                 f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
                 + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
         return self._components()
+
+    def _pair_classes(self, pairs, signs):
+        """Return the kinds to validate for given pairs (``None``: the pairs alone).
+
+        The pairs and, if their similar pairs' connected components stand in
+        for classes (:func:`pair_components`, as the validation's labels),
+        the soft-neighbour objective of those classes beside them.
+        """
+        components = pair_components(len(self.coordinates_), pairs, signs)
+        if components is None or np.sum(components >= 0) > SOFT_NEIGHBORS_MAX_POINTS:
+            return None
+        return [None, _ClassPairs(None, "soft-neighbors", None, pairs, signs,
+                                  codes=components)]
 
     def _learning_rate(self, diffs):
         return (mean_range_learning_rate(diffs) if self.learning_rate == "auto"
