@@ -84,14 +84,16 @@ SCIPY_SUBPACKAGES = ("fft", "integrate", "interpolate", "linalg", "ndimage", "op
                      "signal", "sparse", "special", "stats")
 
 
-def docstrings(package, subpackages, max_per_class=100, n_components=100):
+def docstrings(package, subpackages, max_per_class=100, n_components=100, *,
+               skip_private=True):
     """Public docstrings of ``package``'s ``subpackages``, labelled by subpackage.
 
     Every public object of each subpackage with a docstring of more than 200
     characters is a document (at most ``max_per_class`` per subpackage, in
     name order); TF-IDF (sublinear, English stop words, terms in >= 2
     documents) reduced to ``n_components`` by TruncatedSVD, fitted on all
-    documents without labels.
+    documents without labels. ``skip_private=False`` keeps names starting
+    with ``_`` (as the SciPy set was first made).
     """
     documents, labels = [], []
     for label, name in enumerate(subpackages):
@@ -102,7 +104,8 @@ def docstrings(package, subpackages, max_per_class=100, n_components=100):
                 value = getattr(module, attribute, None)
             except ImportError:  # experimental names that need an opt-in import
                 continue
-            if value is None or inspect.ismodule(value) or attribute.startswith("_"):
+            if (value is None or inspect.ismodule(value)
+                    or (skip_private and attribute.startswith("_"))):
                 continue
             doc = inspect.getdoc(value)
             if doc and len(doc) > 200 and doc not in found:
@@ -131,23 +134,8 @@ def scipy_docstrings(max_per_class=100, n_components=100):
     to ``n_components`` by TruncatedSVD, fitted on all documents without
     labels. The data ship with SciPy, a dependency: nothing is downloaded.
     """
-    documents, labels = [], []
-    for label, name in enumerate(SCIPY_SUBPACKAGES):
-        module = importlib.import_module(f"scipy.{name}")
-        found = []
-        for attribute in sorted(getattr(module, "__all__", dir(module))):
-            value = getattr(module, attribute, None)
-            if value is None or inspect.ismodule(value):
-                continue
-            doc = inspect.getdoc(value)
-            if doc and len(doc) > 200 and doc not in found:
-                found.append(doc)
-        documents += found[:max_per_class]
-        labels += [label] * len(found[:max_per_class])
-    tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=2)
-    features = TruncatedSVD(n_components, random_state=0).fit_transform(
-        tfidf.fit_transform(documents))
-    return features, np.array(labels)
+    return docstrings("scipy", SCIPY_SUBPACKAGES, max_per_class, n_components,
+                      skip_private=False)
 
 
 DATASETS = {
