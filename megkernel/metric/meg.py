@@ -575,8 +575,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
         As in :class:`MEGMetric`.
     n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
         As in :class:`MEGMetric`.
-    from_labels_, soft_neighbor_objective_ : None
-        As in :class:`MEGMetric` (``None``: learned from pairs).
+    from_labels_, soft_neighbor_objective_ : str, tuple or None
+        As in :class:`MEGMetric` after :meth:`~MEGMetric.fit_pairs`.
     n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
         As in :class:`MEGMetric`.
     online_start_, online_start_log_, online_start_range_ : ndarray or float
