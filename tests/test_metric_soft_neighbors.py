@@ -183,3 +183,29 @@ def test_given_pairs_whose_components_are_classes_validate_the_soft_objective_to
         alone = MEGMetric(random_state=0).fit_pairs(X, sparse, [1, 1, -1])
     assert alone.from_labels_ is None
     assert alone.validation_ is None or "from_labels" not in alone.validation_
+
+
+@pytest.mark.parametrize("at_call", [1, 3])
+def test_an_interrupt_inside_the_ascent_leaves_a_fitted_model_unchanged(at_call, monkeypatch):
+    """A KeyboardInterrupt inside the soft-neighbour ascent (in a validation fold,
+    or later) leaves the fitted model byte-identical."""
+    import pickle
+
+    X, labels = _data(seed=8, n=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(from_labels="soft-neighbors", random_state=0).fit(X, labels)
+    before = pickle.dumps(model)
+    real, calls = SoftNeighborAscent.advance, []
+
+    def interrupted(self, n_more):
+        calls.append(1)
+        if len(calls) == at_call:
+            raise KeyboardInterrupt
+        return real(self, n_more)
+
+    monkeypatch.setattr(SoftNeighborAscent, "advance", interrupted)
+    with warnings.catch_warnings(), pytest.raises(KeyboardInterrupt):
+        warnings.simplefilter("ignore")
+        model.fit(X + 0.5, labels[::-1])
+    assert pickle.dumps(model) == before
