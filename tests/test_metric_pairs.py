@@ -166,3 +166,19 @@ def test_auto_validates_every_kind_and_learns_the_best(kind, monkeypatch):
     fixed = MEGMetric(from_labels=kind, random_state=0).fit(X, y)
     assert fixed.n_epochs_ == auto.n_epochs_
     np.testing.assert_array_equal(fixed.pairs_, auto.pairs_)
+
+
+def test_neighbor_pairs_of_points_near_the_double_range():
+    """CI's hypothesis run: a labeled chunk of partial_fit with entries near 1e200
+    overflowed the squared distances. Distances are taken in units of the largest
+    entry: the same pairs as for the data scaled down, no overflow."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(30, 3)), rng.integers(0, 3, 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = neighbor_pairs(1e200 * X, y, 3)
+    small = neighbor_pairs(X, y, 3)
+    np.testing.assert_array_equal(huge[0], small[0])
+    np.testing.assert_array_equal(huge[1], small[1])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        neighbor_pairs(np.r_[X[:-1], [[np.nan, 0, 0]]], y, 3)

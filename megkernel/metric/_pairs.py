@@ -128,7 +128,13 @@ def neighbor_pairs(X, labels, n_neighbors=N_NEIGHBORS):
         raise ValueError(f"n_neighbors must be an integer >= 1, got {n_neighbors!r}.")
     _, codes = np.unique(labels, return_inverse=True)
     codes = codes.ravel()
-    centred = X - X.mean(axis=0)
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or infinite values.")
+    largest = float(np.abs(X).max(initial=0.0))
+    # in units of the largest entry (the order of distances is the same): squared
+    # distances of points near 1e200 would overflow
+    centred = X / largest if largest > 0 else X
+    centred = centred - centred.mean(axis=0)
     sq_norms = np.einsum("ij,ij->i", centred, centred)
     # squared distances are compared in steps of 1e-9 of their mean, ties broken by
     # index: the same pairs for X scaled, rotated or shifted (round-off aside)
