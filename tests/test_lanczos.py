@@ -282,3 +282,53 @@ def test_quadrature_kernels(bump):
     total *= 0.5 * width
     exact = np.trace(E) - np.trace(linalg.expm(T - shift * np.eye(k)))
     assert total == pytest.approx(exact, rel=1e-13, abs=1e-15)
+
+
+@pytest.mark.parametrize("d", [5, 8, 52, 61])
+def test_dense_products_equal_sparse_ones_bit_for_bit(d):
+    """The dense product (eight rows of ``A`` per sweep) adds the same terms
+    in the same order as the column lists: switching mode changes nothing."""
+    rng = np.random.default_rng(d)
+    A = rng.standard_normal((d, d))
+    A[rng.random((d, d)) < 0.5] = 0.0
+    A = np.ascontiguousarray(A + A.T)
+    nbr, deg, _ = kernels.build_structure(A, 1.0)
+    for q in (rng.standard_normal(d), np.where(rng.random(d) < 0.7, 0.0, 1.0),
+              np.eye(d)[d - 1] - np.eye(d)[0]):
+        q = q / np.linalg.norm(q)
+        out = []
+        for dense in (True, False):
+            vectors = np.stack([rng.standard_normal(d) * 0, q, np.zeros(d)])
+            out.append((kernels._step(A, nbr, deg, dense, vectors, 0.0), vectors[2].copy()))
+        assert out[0][0] == out[1][0]
+        np.testing.assert_array_equal(out[0][1], out[1][1])
+        np.testing.assert_allclose(out[0][1], A @ q - out[0][0][0] * q, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-160, 1e-300, 1e150, 1e300])
+def test_quadrature_radius_is_hypot_at_any_scale(scale):
+    f, g = 3.0 * scale, 4.0 * scale
+    assert kernels._radius(f, g) == pytest.approx(5.0 * scale, rel=4e-16)
+    assert kernels._radius(-f, 0.0) == pytest.approx(3.0 * scale, rel=4e-16)
+    assert kernels._radius(0.0, 0.0) == 0.0
+
+
+def test_cost_model_steps_see_only_the_pairs_eigenvalues():
+    """An eigenvalue whose eigenvector is constant (a diffusion or centred
+    kernel's) has no weight on any pair ``e_a - e_b``: the quadrature never
+    sees it, and neither does the pairs' estimate of the steps."""
+    from megkernel._engines import _cost
+
+    d = 52
+    rng = np.random.default_rng(4)
+    Q = np.linalg.qr(np.column_stack([np.ones(d), rng.standard_normal((d, d - 1))]))[0]
+    lam = np.concatenate([[6.0], rng.uniform(-1.0, 0.0, d - 1)])
+    A = (Q * lam) @ Q.T
+    state = ExponentState(0.5 * (A + A.T))
+    a, b, y = _trials(d, 200)
+    stats = {}
+    _run(state.copy(), a, b, y, "lanczos", stats=stats)
+    measured = stats["steps"] / stats["trials"]
+    from_pairs = _cost.lanczos_steps(state, a, b)
+    assert from_pairs < _cost.lanczos_steps(state)
+    assert abs(from_pairs / measured - 1) < 1 / 3
