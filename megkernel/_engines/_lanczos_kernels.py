@@ -130,9 +130,11 @@ def _insert(nbr, deg, i, j):
 # -- Gauss quadrature on the tridiagonal --------------------------------------
 @_compiled
 def _radius(f, g):
-    """``sqrt(f^2 + g^2)``: by the plain formula where it cannot over- or
-    underflow (40 % faster QL sweeps than ``math.hypot`` alone), else by
-    ``math.hypot``."""
+    """Return ``sqrt(f^2 + g^2)`` without over- or underflow.
+
+    By the plain formula where it cannot (QL sweeps 40 % faster than with
+    ``math.hypot`` alone), else by ``math.hypot``.
+    """
     r2 = f * f + g * g
     if 1e-280 < r2 < 1e280:
         return math.sqrt(r2)
