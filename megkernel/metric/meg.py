@@ -232,7 +232,7 @@ class MEGMetric(_FeatureMetric):
     """
 
     _loss_name = "pair_mse"
-    _FROM_LABELS_AUTO = ("soft-neighbors", "neighbors", "random")
+    _FROM_LABELS_AUTO = ("soft-neighbors", "random")
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
