@@ -193,6 +193,43 @@ CHECK = {
     "quantiles_noise": _quantiles_with_noise,
 }
 
+#: NumPy subpackages whose public docstrings make the second check's text set.
+NUMPY_SUBPACKAGES = ("fft", "linalg", "ma", "random", "testing", "strings")
+
+
+def _diabetes_tertiles():
+    """Real: scikit-learn's diabetes data, its progression target cut at its tertiles."""
+    X, target = datasets.load_diabetes(return_X_y=True)
+    return X, np.digitize(target, np.quantile(target, [1 / 3, 2 / 3]))
+
+
+def _moons_with_noise():
+    X, y = datasets.make_moons(n_samples=400, noise=0.2, random_state=71)
+    return np.hstack([X, np.random.default_rng(71).normal(size=(len(X), 8))]), y
+
+
+def _xor_with_noise():
+    """Four blobs at (+-2, +-2), labelled by the sign of x1 x2, and 6 noise features."""
+    rng = np.random.default_rng(73)
+    corners = rng.choice([-2.0, 2.0], size=(400, 2))
+    X = corners + rng.normal(size=(400, 2))
+    y = (corners[:, 0] * corners[:, 1] > 0).astype(int)
+    return np.hstack([X, rng.normal(size=(400, 6))]), y
+
+
+#: The second check (``--check-late``): made on 2026-12-02 after MEGMetric's
+#: "soft neighbours first" rule was chosen on the sets above, and run once
+#: to check it (never used to choose anything).
+CHECK_LATE = {
+    "numpy_docs": lambda: docstrings("numpy", NUMPY_SUBPACKAGES),
+    "diabetes_tertiles": _diabetes_tertiles,
+    "classification_6c": lambda: datasets.make_classification(
+        n_samples=450, n_features=25, n_informative=6, n_redundant=4, n_classes=6,
+        random_state=57),
+    "moons_noise": _moons_with_noise,
+    "xor_noise": _xor_with_noise,
+}
+
 HELD_OUT = {
     "classification_4c": lambda: datasets.make_classification(
         n_samples=600, n_features=20, n_informative=5, n_redundant=5, n_classes=4,
@@ -399,6 +436,9 @@ def main(argv=None):
                         help="also run the held-out synthetic data sets")
     parser.add_argument("--check", action="store_true",
                         help="also run issue 20's check sets (never used to choose a default)")
+    parser.add_argument("--check-late", action="store_true",
+                        help="also run the second check sets (made after the rule of "
+                             "2026-12-02, never used to choose a default)")
     parser.add_argument("--kernelised", action="store_true",
                         help="also run the bundled sets through an RBF Nystroem map")
     parser.add_argument("--gyrb-dir", type=Path, default=GYRB_DIR,
@@ -420,6 +460,8 @@ def main(argv=None):
     groups = {"bundled": DATASETS, "real high-dimensional": REAL_HIGH_DIM,
               **({"held-out": HELD_OUT} if args.held_out else {}),
               **({"check (never tuned on)": CHECK} if args.check else {}),
+              **({"second check (made after the 2026-12-02 rule)": CHECK_LATE}
+                 if args.check_late else {}),
               **({"unseen check (gyrB set B, kernel PCA)": {
                   "gyrb_set_b": lambda: gyrb_set_b(args.gyrb_dir)}}
                  if (args.gyrb_dir / GYRB_SET_B).exists() else {}),

@@ -130,40 +130,74 @@ def test_a_labeled_chunk_of_partial_fit_makes_neighbourhood_pairs():
     assert model.n_pairs_seen_ == len(neighbor_pairs(X[::2], y[::2])[0])
 
 
-@pytest.mark.parametrize("kind", ["soft-neighbors", "neighbors", "random"])
-def test_auto_validates_every_kind_and_learns_the_best(kind, monkeypatch):
-    """from_labels="auto": every kind validated on the same folds; the fit is
-    the one with the chosen kind fixed (the same folds and the same final fit
-    when the other kinds' validations are made to score lower)."""
-    import megkernel.metric._meg_epochs as meg_epochs
-
+def _two_informative_classes():
     rng = np.random.default_rng(4)
     X = np.hstack([rng.normal(size=(80, 2)) + np.repeat([[0, 0], [3, 0]], 40, axis=0),
                    rng.normal(scale=3.0, size=(80, 3))])
-    y = np.repeat([0, 1], 40)
+    return X, np.repeat([0, 1], 40)
+
+
+def test_auto_learns_the_soft_neighbor_objective_when_its_gain_is_real(monkeypatch):
+    """from_labels="auto": the labels' own objective first; when its validated
+    gain over the Euclidean prior is real, no pairs are validated and the fit
+    is the one with from_labels="soft-neighbors" (same folds, same length)."""
+    import megkernel.metric._meg_epochs as meg_epochs
+
+    import megkernel.metric._base as base
+
+    X, y = _two_informative_classes()
+    calls, made = [], []
+    real = meg_epochs.validate_epochs
+    monkeypatch.setattr(meg_epochs, "validate_epochs",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    real_make = base.pairs_from_labels
+    monkeypatch.setattr(base, "pairs_from_labels",
+                        lambda X, y, kind, *a, **k: made.append(kind) or real_make(
+                            X, y, kind, *a, **k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = MEGMetric(random_state=0).fit(X, y)
+    assert auto.from_labels_ == "soft-neighbors"
+    assert auto.validation_["gain_is_real"] and auto.n_epochs_ > 0
+    assert set(auto.validation_["from_labels"]) == {"soft-neighbors"}
+    assert calls == []  # the pairs were not validated ...
+    assert made == ["soft-neighbors"]  # ... nor drawn
+    fixed = MEGMetric(from_labels="soft-neighbors", random_state=0).fit(X, y)
+    assert fixed.n_epochs_ == auto.n_epochs_
+    np.testing.assert_array_equal(fixed.transform(X), auto.transform(X))
+
+
+@pytest.mark.parametrize("random_wins", [True, False])
+def test_auto_falls_back_to_random_pairs_when_soft_neighbors_show_no_gain(
+        random_wins, monkeypatch):
+    """With no real gain of the soft-neighbour objective, random pairs are
+    validated on the same folds and kept if their held-out accuracy at their
+    chosen length is the higher (else the prior, by the first kind)."""
+    import megkernel.metric._meg_epochs as meg_epochs
+
+    X, y = _two_informative_classes()
     real = meg_epochs.validate_length
 
-    def rigged(*args, classes=None, **kwargs):  # the other kind always scores lower
+    def rigged(*args, classes=None, **kwargs):
         epochs, log = real(*args, classes=classes, **kwargs)
-        if classes is not None and classes.from_labels != kind:
-            log = {**log, "scores": [s - 10.0 for s in log["scores"]],
-                   "accuracies": [a - 10.0 for a in log["accuracies"]]}
+        if classes.from_labels == "soft-neighbors":  # no gain: the prior kept
+            log = {**log, "chosen": 0.0, "gain_is_real": False}
+            return 0.0, log
+        if not random_wins:
+            log = {**log, "accuracies": [a - 10.0 for a in log["accuracies"]]}
         return epochs, log
 
     monkeypatch.setattr(meg_epochs, "validate_length", rigged)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = MEGMetric(random_state=0).fit(X, y)
-    assert auto.from_labels_ == kind
-    scores = auto.validation_["from_labels"]
-    assert set(scores) == {"soft-neighbors", "neighbors", "random"}
-    assert all(scores[kind] > scores[other] for other in scores if other != kind)
-    expected = neighbor_pairs(X, y)[0] if kind != "random" else None
-    if expected is not None:
-        np.testing.assert_array_equal(auto.pairs_, expected)
-    else:
-        assert len(auto.pairs_) == 2 * 20 * 2**2
-    fixed = MEGMetric(from_labels=kind, random_state=0).fit(X, y)
+    assert set(auto.validation_["from_labels"]) == {"soft-neighbors", "random"}
+    if not random_wins:
+        assert auto.from_labels_ == "soft-neighbors" and auto.n_epochs_ == 0
+        return
+    assert auto.from_labels_ == "random"
+    assert len(auto.pairs_) == 2 * 20 * 2**2
+    fixed = MEGMetric(from_labels="random", random_state=0).fit(X, y)
     assert fixed.n_epochs_ == auto.n_epochs_
     np.testing.assert_array_equal(fixed.pairs_, auto.pairs_)
 

@@ -139,7 +139,8 @@ def test_soft_neighbors_refuses_what_it_cannot_take(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = MEGMetric(random_state=0).fit(X, labels)  # auto leaves it out
-    assert "soft-neighbors" not in auto.validation_["from_labels"]
+    assert auto.from_labels_ == "random"  # the fallback alone
+    assert "from_labels" not in auto.validation_
     with pytest.raises(ValueError, match="from_labels"):
         from megkernel import DefiniteBoostMetric
         DefiniteBoostMetric(from_labels="soft-neighbors").fit(X, labels)

@@ -205,7 +205,7 @@ def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
     _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate, caught = results[best]
     for record in caught:
         warn_user(str(record.message), record.category)
-    if len(results) > 1:
+    if len(candidates) > 1:  # each kind validated (not those the rule skipped)
         log["from_labels"] = {"pairs" if c is None else c.from_labels: r[0]
                               for r, c in zip(results, candidates)}
         self.from_labels_ = None if candidate is None else candidate.from_labels

@@ -127,12 +127,15 @@ class MEGMetric(_FeatureMetric):
         and of the others (dissimilar), :func:`~megkernel.neighbor_pairs`;
         ``"random"``: ``n_constraints`` random pairs of each kind
         (:func:`~megkernel.draw_pairs`, metric-learn's sampling).
-        ``"auto"``: ``"random"`` if ``n_constraints`` is set; else all three
-        validated on the same folds, and the one with the higher held-out
-        1-NN accuracy at its chosen length is learned (with
-        ``n_epochs="auto"``; otherwise the first; above 4000 training points
-        without ``"soft-neighbors"``, whose probabilities are ``n x n``). See
-        ``from_labels_`` and ``validation_["from_labels"]``.
+        ``"auto"``: ``"random"`` if ``n_constraints`` is set; else
+        ``"soft-neighbors"`` when its validated gain over the Euclidean
+        prior is real, otherwise random pairs are validated on the same
+        folds and the one with the higher held-out 1-NN accuracy at its
+        chosen length is learned (with ``n_epochs="auto"``; otherwise
+        ``"soft-neighbors"``; above 4000 training points, whose
+        probabilities are ``n x n``, ``"random"``). See ``from_labels_``,
+        ``validation_["from_labels"]`` and the user guide ("Learning from
+        labels").
     n_neighbors : int, default=5
         Neighbours of each kind per point for ``from_labels="neighbors"``
         (scikit-learn's default ``k``).
@@ -184,9 +187,10 @@ class MEGMetric(_FeatureMetric):
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
         components cannot), ``"checkpoints"`` and their mean ``"scores"``,
         ``"gain_is_real"``, ``"n_repeats"`` and ``"stopped"``
-        (``"patience"`` or ``"max_length"``); from labels with both kinds of
-        pairs, ``"from_labels"``: each kind's validated score at its chosen
-        length.
+        (``"patience"`` or ``"max_length"``); with several kinds to choose
+        from (``from_labels="auto"``, or given pairs whose components stand
+        in for classes), ``"from_labels"``: each kind validated and its
+        (held-out 1-NN accuracy, score) at its chosen length.
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     from_labels_ : str or None
