@@ -108,7 +108,8 @@ def test_transform_distances_are_the_learned_kernel_distances(Metric):
 def test_prior_is_the_euclidean_metric(Metric):
     """Before any update the learned distances are the Euclidean ones."""
     X, labels = _data()
-    kwargs = {"learning_rate": 1e-300} if Metric is MEGMetric else {"max_iter": 1}
+    kwargs = ({"learning_rate": 1e-300} if Metric is MEGMetric
+              else {"max_iter": 1, "init": "euclidean"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         metric = Metric(random_state=0, **kwargs).fit(X, labels)
@@ -119,6 +120,37 @@ def test_prior_is_the_euclidean_metric(Metric):
         np.testing.assert_allclose(metric.pair_sq_distances(new, pairs), expected, rtol=0.5)
     else:
         np.testing.assert_allclose(metric.pair_sq_distances(new, pairs), expected, rtol=1e-9)
+
+
+def test_definiteboost_from_labels_starts_from_the_soft_neighbor_metric():
+    """init="auto" from labels: the prior is MEGMetric's soft-neighbour metric when
+    its validated gain is real (one projection stays close to it); from pairs, or
+    with init="euclidean", the Euclidean metric (no soft-neighbour fit made)."""
+    rng = np.random.default_rng(6)
+    labels = np.repeat([0, 1, 2], 40)
+    X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
+                   rng.normal(scale=4.0, size=(120, 4))])
+    new = rng.normal(size=(7, 6))
+    pairs = np.argwhere(np.ones((7, 7)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = DefiniteBoostMetric(random_state=0, max_iter=1).fit(X, labels)
+        plain = DefiniteBoostMetric(random_state=0, max_iter=1, init="euclidean").fit(
+            X, labels)
+        given = DefiniteBoostMetric(random_state=0, max_iter=1).fit_pairs(
+            X, *draw_pairs(labels, 30, random_state=0))
+    assert auto.init_ == "soft-neighbors"
+    assert auto.prior_estimator_.validation_["gain_is_real"]
+    prior = auto.prior_estimator_.pair_sq_distances(new, pairs)
+    np.testing.assert_allclose(auto.pair_sq_distances(new, pairs), prior, rtol=0.5)
+    assert not np.allclose(prior, _sq_distances(new, pairs), rtol=0.5)
+    assert plain.init_ == given.init_ == "euclidean"
+    assert plain.prior_estimator_ is None and given.prior_estimator_ is None
+    # the pairs' report compares with the prior the projections started from
+    a, b = auto.pairs_.T
+    start = auto.prior_estimator_.transform(X)
+    before = np.sum((start[a] - start[b]) ** 2, axis=1)
+    assert auto.prior_violated_fraction_ == pytest.approx(auto._constraint_loss(before))
 
 
 @pytest.mark.parametrize("Metric", METRICS)
@@ -162,7 +194,7 @@ def test_definiteboost_metric_reports_dropped_dissimilar_pairs():
 def test_worse_than_prior_is_warned():
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
-    with pytest.warns(UserWarning, match="worse than the Euclidean"):
+    with pytest.warns(UserWarning, match="worse than its prior"):
         MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6, n_epochs=1, loss="square",
                   random_state=0).fit_pairs(X, pairs, -pair_labels)
 

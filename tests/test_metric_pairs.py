@@ -141,9 +141,8 @@ def test_auto_learns_the_soft_neighbor_objective_when_its_gain_is_real(monkeypat
     """from_labels="auto": the labels' own objective first; when its validated
     gain over the Euclidean prior is real, no pairs are validated and the fit
     is the one with from_labels="soft-neighbors" (same folds, same length)."""
-    import megkernel.metric._meg_epochs as meg_epochs
-
     import megkernel.metric._base as base
+    import megkernel.metric._meg_epochs as meg_epochs
 
     X, y = _two_informative_classes()
     calls, made = [], []

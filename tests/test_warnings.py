@@ -99,9 +99,9 @@ def test_meg_metric_worse_than_prior_points_at_the_caller():
     metric = MEGMetric(gamma=1.0, gamma_dissimilar=1.0, learning_rate=1e6, n_epochs=1,
                        loss="square",
                        random_state=0)
-    with pytest.warns(UserWarning, match="worse than the Euclidean") as record:
+    with pytest.warns(UserWarning, match="worse than its prior") as record:
         metric.fit_pairs(X, pairs, -pair_labels)
-    _points_here(record, UserWarning, "worse than the Euclidean")
+    _points_here(record, UserWarning, "worse than its prior")
 
 
 def _hard_infeasible_metric_fit():
@@ -115,7 +115,7 @@ def _hard_infeasible_metric_fit():
 
 def test_definiteboost_metric_worse_than_prior_points_at_the_caller():
     record = _hard_infeasible_metric_fit()
-    _points_here(record, UserWarning, "worse than the Euclidean")
+    _points_here(record, UserWarning, "worse than its prior")
 
 
 def test_definiteboost_metric_infeasibility_points_at_the_caller():

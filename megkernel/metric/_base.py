@@ -168,6 +168,10 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self._report(centred)
         return self
 
+    def _prior_embedding(self, centred):
+        """Return the training points under the learner's prior (the Euclidean metric)."""
+        return centred
+
     def _report(self, centred):
         """Report the learner's loss on the pairs, before and after; warn if worse.
 
@@ -176,7 +180,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         its own objective.
         """
         a, b = self.pairs_.T
-        prior = np.sum((centred[a] - centred[b]) ** 2, axis=1)
+        before = self._prior_embedding(centred)
+        prior = np.sum((before[a] - before[b]) ** 2, axis=1)
         embedded = centred @ self.components_.T
         learned = np.sum((embedded[a] - embedded[b]) ** 2, axis=1)
         loss, prior_loss = self._constraint_loss(learned), self._constraint_loss(prior)
@@ -185,14 +190,14 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         name = type(self).__name__
         if loss > prior_loss * (1 + 1e-9) and self.from_labels_ != "soft-neighbors":
             warn_user(
-                f"{name}: the learned metric meets the pairs worse than the Euclidean "
-                f"prior ({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "
+                f"{name}: the learned metric meets the pairs worse than its prior "
+                f"({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "
                 "thresholds may be jointly "
                 "infeasible (see the module docs of megkernel.metric).",
                 UserWarning)
         if self.verbose:
             progress_detail(f"[{name}] rank {self.components_.shape[0]}: {self._loss_name} "
-                  f"{loss:.4g} (Euclidean prior {prior_loss:.4g})")
+                  f"{loss:.4g} (prior {prior_loss:.4g})")
 
     @property
     def constraint_loss_(self):

@@ -128,14 +128,10 @@ class MEGMetric(_FeatureMetric):
         ``"random"``: ``n_constraints`` random pairs of each kind
         (:func:`~megkernel.draw_pairs`, metric-learn's sampling).
         ``"auto"``: ``"random"`` if ``n_constraints`` is set; else
-        ``"soft-neighbors"`` when its validated gain over the Euclidean
-        prior is real, otherwise random pairs are validated on the same
-        folds and the one with the higher held-out 1-NN accuracy at its
-        chosen length is learned (with ``n_epochs="auto"``; otherwise
-        ``"soft-neighbors"``; above 4000 training points, whose
-        probabilities are ``n x n``, ``"random"``). See ``from_labels_``,
-        ``validation_["from_labels"]`` and the user guide ("Learning from
-        labels").
+        ``"soft-neighbors"`` if its validated gain is real, otherwise the
+        higher held-out 1-NN accuracy of it and random pairs (same folds;
+        ``n_epochs`` fixed: soft neighbours; above 4000 points: random).
+        See ``from_labels_`` and the user guide ("Learning from labels").
     n_neighbors : int, default=5
         Neighbours of each kind per point for ``from_labels="neighbors"``
         (scikit-learn's default ``k``).
