@@ -10,8 +10,11 @@ Euclidean" (length 0). This script checks that verdict against the held-out
 Protocol (as ``bench_itml.py``): 5 stratified 50/50 splits; features
 standardised on the training half; each learner fitted at its defaults
 (``random_state=0``) on the training half's labels (``fit(X, y)``); 1-NN on
-the test half, embedded by ``transform``, against the Euclidean metric of
-the standardised features. Per split:
+the test half, embedded by ``transform``, against the prior the learner
+started from: the Euclidean metric of the standardised features, or for
+``DefiniteBoostMetric`` with ``init_ == "soft-neighbors"`` the soft-neighbour
+metric its projections start from (its verdict compares with that). Per
+split:
 
 * verdict "learn": did the held-out 1-NN improve (+), stay (=) or fall (-)?
 * verdict "keep Euclidean": the same learner forced to learn, refitted with a
@@ -172,7 +175,12 @@ def run_split(name, X_train, y_train, X_test, y_test):
     seconds = time.perf_counter() - start
     log = learner.validation_
     learned = (learner.transform(X_train), learner.transform(X_test))
-    row = {"euclid": euclid, "euclid_margin": euclid_margin, "seconds": seconds,
+    prior = euclid  # the verdict's reference: the prior the learner started from
+    if getattr(learner, "init_", "euclidean") != "euclidean":
+        start = learner.prior_estimator_
+        prior = one_nn(start.transform(X_train), y_train, start.transform(X_test), y_test)
+    row = {"euclid": euclid, "prior": prior, "euclid_margin": euclid_margin,
+           "seconds": seconds,
            "learned": one_nn(learned[0], y_train, learned[1], y_test),
            "learned_margin": held_out_margin(learned[0], y_train, learned[1], y_test)}
     if log is None:
@@ -222,12 +230,12 @@ def counts(rows):
            "none": 0}
     for row in rows:
         if row["verdict"] == "learn":
-            out["learn"][_sign(row["learned"] - row["euclid"])] += 1
+            out["learn"][_sign(row["learned"] - row["prior"])] += 1
             if "fold_length" in row:
-                out["fold"][_sign(row["fold_length"] - row["euclid"])] += 1
+                out["fold"][_sign(row["fold_length"] - row["prior"])] += 1
         elif row["verdict"] == "keep":
-            out["keep"][_sign(row["forced_longest"] - row["euclid"])] += 1
-            out["keep1"][_sign(row["forced_one"] - row["euclid"])] += 1
+            out["keep"][_sign(row["forced_longest"] - row["prior"])] += 1
+            out["keep1"][_sign(row["forced_one"] - row["prior"])] += 1
         else:
             out["none"] += 1
     out["agree"] = out["learn"]["+"] + out["keep"]["="] + out["keep"]["-"]
@@ -239,9 +247,10 @@ def counts(rows):
 def learner_summary(name, rows):
     """One learner over every split: per verdict, how often and how much the
     held-out 1-NN moved (learn: the default fit; keep: forced to the largest
-    candidate) against the Euclidean metric."""
-    learn = [row["learned"] - row["euclid"] for row in rows if row["verdict"] == "learn"]
-    keep = [row["forced_longest"] - row["euclid"] for row in rows
+    candidate) against the prior the learner started from (the Euclidean
+    metric, or DefiniteBoostMetric's soft-neighbour prior, ``init_``)."""
+    learn = [row["learned"] - row["prior"] for row in rows if row["verdict"] == "learn"]
+    keep = [row["forced_longest"] - row["prior"] for row in rows
             if row["verdict"] == "keep"]
     c = counts(rows)
 
@@ -249,7 +258,7 @@ def learner_summary(name, rows):
         return f"{np.mean(values):+.4f}" if values else "n/a"
 
     return (f"- {name}: 'learn' on {len(learn)} splits, 1-NN +/=/- {_pm(c['learn'])}, "
-            f"mean change {mean(learn)}; 'keep Euclidean' on {len(keep)}, forced to the "
+            f"mean change {mean(learn)}; 'keep the prior' on {len(keep)}, forced to the "
             f"largest candidate +/=/- {_pm(c['keep'])}, mean change {mean(keep)}; agree "
             f"{c['agree']}, neutral {c['neutral']}, disagree {c['disagree']}.")
 
@@ -259,7 +268,7 @@ def _pm(c):
 
 
 def markdown_table(results):
-    head = ("| data set | learner | Euclid 1-NN | default 1-NN | learn: +/=/- | "
+    head = ("| data set | learner | Euclid 1-NN | prior 1-NN | default 1-NN | learn: +/=/- | "
             "keep: forced largest +/=/- | keep: forced 1 pass +/=/- | agree / neutral / "
             "disagree | learn at chosen/4: +/=/- | margin gain (held-out) | fit s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -268,6 +277,7 @@ def markdown_table(results):
         margin = np.mean([r["learned_margin"] - r["euclid_margin"] for r in rows])
         lines.append(
             f"| {data} | {name} | {np.mean([r['euclid'] for r in rows]):.3f} | "
+            f"{np.mean([r['prior'] for r in rows]):.3f} | "
             f"{np.mean([r['learned'] for r in rows]):.3f} | {_pm(c['learn'])} | "
             f"{_pm(c['keep'])} | {_pm(c['keep1'])} | {c['agree']} / {c['neutral']} / "
             f"{c['disagree']} | {_pm(c['fold'])} | {margin:+.4f} | "

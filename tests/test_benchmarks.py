@@ -176,11 +176,16 @@ def test_metric_verdict_counts_and_margin(bench_metric_verdict):
             {"verdict": "keep", "euclid": 0.9, "learned": 0.9, "forced_longest": 0.9,
              "forced_one": 0.95},
             {"verdict": "none", "euclid": 0.9, "learned": 0.9}]
+    for row in rows:
+        row["prior"] = row["euclid"]
+    # a learner started from another prior (DefiniteBoostMetric's soft neighbours):
+    # its verdict is judged against that prior, not the Euclidean metric
+    rows.append({"verdict": "learn", "euclid": 0.8, "prior": 0.9, "learned": 0.85})
     c = bench_metric_verdict.counts(rows)
-    assert c["learn"] == {"+": 1, "=": 1, "-": 1}
+    assert c["learn"] == {"+": 1, "=": 1, "-": 2}
     assert c["keep"] == {"+": 1, "=": 1, "-": 0}
     assert c["keep1"] == {"+": 1, "=": 0, "-": 1}
-    assert (c["agree"], c["neutral"], c["disagree"], c["none"]) == (2, 1, 2, 1)
+    assert (c["agree"], c["neutral"], c["disagree"], c["none"]) == (2, 1, 3, 1)
     # the margin: (d_other - d_same) / (d_other + d_same), positive where 1-NN is right
     train, labels = np.array([[0.0], [4.0]]), np.array([0, 1])
     margin = bench_metric_verdict.held_out_margin(train, labels, np.array([[1.0], [1.0]]),
