@@ -22,8 +22,10 @@ Fitted forms (seconds):
   ``s`` products, each ``1e-10 d^2 + 2e-9 d`` (dense) or ``1.5e-8 d + 2e-9
   nnz`` (sparse lists); ``s`` is one more than the smallest ``j`` with
   ``(spread / 8)^(2 j) / (2 j)! <= 1e-16``, ``spread = lam_max - lam_min``
-  (the error of a ``j``-point Gauss quadrature of ``exp`` on an interval of
-  that width; measured 3 to 31 steps, mostly within one step of this);
+  over the eigenvalues the coming pairs have weight on (all of them
+  without trials; the error of a ``j``-point Gauss quadrature of ``exp`` on
+  an interval of that width; measured 3 to 31 steps, mostly within one
+  step of this);
 * the end of a Lanczos call: ``2e-4 + 5e-8 d^2 + 1.7e-10 d^3`` (``eigh``
   and the column lists).
 """

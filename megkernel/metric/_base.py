@@ -11,7 +11,6 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
-import functools
 from numbers import Integral, Real
 
 import numpy as np
@@ -40,7 +39,6 @@ from ._pairs import (
     draw_pairs,
     neighbor_pairs,
     pairs_from_labels,
-    random_pair_count,
     resolve_from_labels,
 )
 
@@ -110,12 +108,11 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                     f"probabilities), got {len(X)}; use from_labels='neighbors' or "
                     "'random', or 'auto' (which then leaves it out).")
             kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
-        for kind in kinds:  # each kind's pairs made when first needed
-            candidates.append(_ClassPairs(
-                y, kind, random_pair_count(y, kind, self.n_constraints),
-                make=functools.partial(pairs_from_labels, X, y, kind, self.n_constraints,
-                                       n_neighbors=self.n_neighbors,
-                                       random_state=self.random_state)))
+        for kind in kinds:
+            pairs, pair_labels, n_constraints = pairs_from_labels(
+                X, y, kind, self.n_constraints, n_neighbors=self.n_neighbors,
+                random_state=self.random_state)
+            candidates.append(_ClassPairs(y, kind, n_constraints, pairs, pair_labels))
         return self._fit_pairs(X, candidates[0].pairs, candidates[0].signs,
                                classes=candidates)
 

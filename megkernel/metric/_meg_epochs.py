@@ -151,8 +151,10 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
 def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
     """Validate :class:`~megkernel.MEGMetric` (``self``): its length; from labels, its kind.
 
-    Each candidate (:class:`~megkernel.metric._pairs._ClassPairs`: the
-    stochastic-neighbour objective, neighbourhood pairs, random pairs) is
+    Each candidate (:class:`~megkernel.metric._pairs._ClassPairs`: from
+    labels the stochastic-neighbour objective and random pairs, or an
+    explicit kind; from given pairs, the pairs and their components'
+    soft-neighbour objective) is
     validated on the same folds (a copy of the generator); kept (in
     ``pairs_``, ``from_labels_``) is the one whose chosen length has the
     higher held-out 1-NN accuracy, then margin (ties: the first).

@@ -208,31 +208,12 @@ class _ClassPairs:
     are the validation's labels.
     """
 
-    def __init__(self, y, from_labels, n_constraints, pairs=None, signs=None, codes=None,
-                 make=None):
-        # codes: given class codes instead of y's (-1: a point of no class);
-        # make: called for (pairs, signs, ...) on first use instead of given
-        # pairs (a kind the validation may never reach costs nothing)
+    def __init__(self, y, from_labels, n_constraints, pairs, signs, codes=None):
+        # codes: given class codes instead of y's (-1: a point of no class)
         self.codes = (np.unique(np.asarray(y), return_inverse=True)[1].ravel()
                       if codes is None else np.asarray(codes))
         self.from_labels, self.n_constraints = from_labels, n_constraints
-        self._pairs, self._signs, self._make = pairs, signs, make
-
-    def _made(self):
-        if self._pairs is None:
-            self._pairs, self._signs = self._make()[:2]
-            self._make = None
-        return self._pairs, self._signs
-
-    @property
-    def pairs(self):
-        """The pairs (row indices of the training points)."""
-        return self._made()[0]
-
-    @property
-    def signs(self):
-        """Their labels, ``+1`` similar, ``-1`` dissimilar."""
-        return self._made()[1]
+        self.pairs, self.signs = pairs, signs
 
     def draw(self, points, seed):
         """Pairs (row indices of all training points) among ``points`` and their signs.
@@ -288,15 +269,5 @@ def pairs_from_labels(X, y, from_labels, n_constraints=None, *, n_neighbors=N_NE
     """
     if from_labels in ("neighbors", "soft-neighbors"):
         return (*neighbor_pairs(X, y, n_neighbors), None)
-    n_constraints = random_pair_count(y, from_labels, n_constraints)
+    n_constraints = n_constraints or 20 * np.unique(np.asarray(y)).size ** 2
     return (*draw_pairs(y, n_constraints, random_state=random_state), n_constraints)
-
-
-def random_pair_count(y, from_labels, n_constraints=None):
-    """Random pairs of each kind :func:`pairs_from_labels` draws (``None``: not random).
-
-    ``n_constraints``, or ``20 n_classes^2`` when it is ``None``.
-    """
-    if from_labels in ("neighbors", "soft-neighbors"):
-        return None
-    return n_constraints or 20 * np.unique(np.asarray(y)).size ** 2

@@ -99,7 +99,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     r"""Metric from DefiniteBoost's Bregman projection with soft constraints.
 
     :class:`DefiniteBoostKernel` in low-rank mode over the training points
-    (prior: the Euclidean metric of the centered features) with similar
+    (prior: the Euclidean metric of the centered features, or from labels
+    the soft-neighbour metric, see ``init``) with similar
     pairs ``d^2 <= gamma`` and dissimilar pairs ``d^2 >= gamma_dissimilar``.
     Hard constraints from labels are usually jointly infeasible (classes
     overlap, and the trace fixes the mean squared distance ``D``), and
@@ -160,9 +161,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         Euclidean metric of the centred features (the paper's identity
         prior). ``"auto"``: from labels (:meth:`fit`, at most 4000 points),
         :class:`MEGMetric`'s soft-neighbour metric of the same labels
-        (``from_labels="soft-neighbors"``, its length validated on this
-        learner's folds) when its held-out gain over the Euclidean metric is
-        real, else the Euclidean metric; from pairs the Euclidean metric.
+        (``from_labels="soft-neighbors"``, its length validated by its own
+        folds) when its held-out gain over the Euclidean metric is real,
+        else the Euclidean metric; from pairs the Euclidean metric. (The
+        sweeps' validation refits that prior on each fold's training points,
+        so a fold scores it on labels it has not seen.)
         DefiniteBoost is the metric closest to its prior that meets the
         constraints; pair constraints cannot express classes that differ by
         radius or by several clusters each, where the soft-neighbour
@@ -181,7 +184,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         The prior used: ``"soft-neighbors"`` or ``"euclidean"``.
     prior_estimator_ : MEGMetric or None
         The soft-neighbour fit tried as the prior (``init="auto"`` from
-        labels; its ``validation_`` says whether its gain was real).
+        labels; its ``validation_`` says whether its gain was real), fitted
+        on the centred training features ``X - mean_``.
     components_ : ndarray of shape (rank, n_features)
         ``transform(X) = (X - mean_) @ components_.T``.
     n_components_ : int
@@ -263,7 +267,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         prior = self._prior_factor(centred, classes)
         max_iter = self.max_iter
         if max_iter == "auto":
-            max_iter = self._validated_max_iter(prior, trace, pairs, pair_labels, classes)
+            max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,
+                                                classes)
             if max_iter == 0:  # the prior earned its place
                 return self._keep_prior(prior, centred, trace, pairs, pair_labels)
         with warnings.catch_warnings():
@@ -280,13 +285,20 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
 
-    def _validated_max_iter(self, centred, trace, pairs, signs, classes=None):
-        """Greedy steps by cross-validation over the training points."""
+    def _validated_max_iter(self, centred, prior, trace, pairs, signs, classes=None):
+        """Greedy steps by cross-validation over the training points.
+
+        Each fold starts from its own prior: the Euclidean metric, or the
+        soft-neighbour metric refitted on the fold's training points alone
+        (:meth:`_fold_prior`; the final prior has seen the held-out labels).
+        """
         seed = derived_seed(self.random_state)
         checkpoints = doubling_checkpoints(MAX_PASSES)
 
         def make_path(scorer):
-            return _SweepPath(scorer, self, centred, trace, pairs, signs, checkpoints)
+            start = (prior if self.init_ == "euclidean"
+                     else self._fold_prior(centred, classes, scorer.references))
+            return _SweepPath(scorer, self, start, trace, pairs, signs, checkpoints)
 
         best, log = validate_length(len(centred), pairs, signs, make_path,
                                     checkpoints=checkpoints, n_folds=self.n_folds,
@@ -307,20 +319,38 @@ class DefiniteBoostMetric(_FeatureMetric):
         is real; otherwise the centred points (the Euclidean metric).
         """
         self.init_, self.prior_estimator_ = "euclidean", None
+        labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
         if (self.init != "auto" or classes is None
-                or np.unique(classes.codes[classes.codes >= 0]).size < 2
-                or len(centred) > SOFT_NEIGHBORS_MAX_POINTS):
+                or np.unique(classes.codes[labelled]).size < 2
+                or not self.n_folds <= len(labelled) <= SOFT_NEIGHBORS_MAX_POINTS):
             return centred
         with warnings.catch_warnings():  # its choice is reported in init_
             warnings.simplefilter("ignore")
             estimator = MEGMetric(from_labels="soft-neighbors", n_folds=self.n_folds,
                                   random_state=derived_seed(self.random_state)).fit(
-                centred[classes.codes >= 0], classes.codes[classes.codes >= 0])
+                centred[labelled], classes.codes[labelled])
         self.prior_estimator_ = estimator
         if not (estimator.validation_ or {}).get("gain_is_real", False):
             return centred
         self.init_ = "soft-neighbors"
         return centred @ estimator.components_.T
+
+    def _fold_prior(self, centred, classes, train):
+        """Return a validation fold's soft-neighbour prior, from its training points only.
+
+        As long as the final prior (its validated iterations), so that the
+        fold's checkpoint 0 scores the prior on labels it has not seen; the
+        Euclidean metric where the fold's points hold one class.
+        """
+        train = train[classes.codes[train] >= 0]
+        if np.unique(classes.codes[train]).size < 2:
+            return centred
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fold = MEGMetric(from_labels="soft-neighbors",
+                             n_epochs=self.prior_estimator_.n_epochs_).fit(
+                centred[train], classes.codes[train])
+        return centred @ fold.components_.T
 
     def _prior_embedding(self, centred):
         if getattr(self, "init_", "euclidean") == "euclidean":
@@ -353,7 +383,7 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     :meth:`score` the ROC AUC.
 
     Parameters are those of :class:`DefiniteBoostMetric` (``n_constraints``
-    unused).
+    and ``init`` unused: pairs start from the Euclidean metric).
 
     Attributes
     ----------
