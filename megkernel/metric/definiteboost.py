@@ -401,6 +401,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         As in :class:`DefiniteBoostMetric`.
     from_labels_ : None
         As in :class:`DefiniteBoostMetric` (``None``: learned from pairs).
+    init_, prior_estimator_ : str, None
+        ``"euclidean"`` and ``None``: pairs start from the Euclidean metric.
     violated_fraction_, prior_violated_fraction_ : float
         As in :class:`DefiniteBoostMetric`.
     constraint_loss_, prior_constraint_loss_ : float
