@@ -628,3 +628,46 @@ def test_definiteboost_soft_prior_never_needs_more_folds_than_points():
     X = np.random.default_rng(1).normal(size=(6, 3))
     model = DefiniteBoostMetric(max_iter=5, n_folds=10).fit(X, [0, 0, 0, 1, 1, 1])
     assert model.init_ == "euclidean" and model.prior_estimator_ is None
+
+
+@pytest.mark.parametrize("where", ["prior", "fold prior", "sweeps"])
+def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
+        where, monkeypatch):
+    """A refit of DefiniteBoostMetric from labels interrupted while it fits its
+    soft-neighbour prior, a fold's prior or the sweeps' validation: the fitted
+    model stays byte-identical, and a refit afterwards gives what one without
+    the interrupt gives."""
+    import pickle
+
+    import megkernel.metric.definiteboost as db
+
+    rng = np.random.default_rng(6)
+    labels = np.repeat([0, 1, 2], 40)
+    X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
+                   rng.normal(scale=4.0, size=(120, 4))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostMetric(random_state=0).fit(X, labels)
+        reference = DefiniteBoostMetric(random_state=0).fit(2 * X, labels).transform(X)
+    assert model.init_ == "soft-neighbors"
+    before = pickle.dumps(model)
+    target = {"prior": (db.MEGMetric, "fit", 1), "fold prior": (db.MEGMetric, "fit", 2),
+              "sweeps": (db, "fit_pair_constraints", 1)}[where]
+    owner, name, nth = target
+    real, calls = getattr(owner, name), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted)
+    with warnings.catch_warnings(), pytest.raises(KeyboardInterrupt):
+        warnings.simplefilter("ignore")
+        model.fit(2 * X, labels)
+    assert pickle.dumps(model) == before
+    monkeypatch.setattr(owner, name, real)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_array_equal(model.fit(2 * X, labels).transform(X), reference)
