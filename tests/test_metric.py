@@ -671,3 +671,28 @@ def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         np.testing.assert_array_equal(model.fit(2 * X, labels).transform(X), reference)
+
+
+def test_verbose_says_what_was_learned_from_labels(capsys):
+    """verbose=1: MEGMetric names the objective it learned (iterations of the
+    soft-neighbour ascent, or epochs of pairs at a learning rate) and
+    DefiniteBoostMetric the prior its projections started from."""
+    rng = np.random.default_rng(6)
+    labels = np.repeat([0, 1, 2], 40)
+    X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
+                   rng.normal(scale=4.0, size=(120, 4))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        soft = MEGMetric(random_state=0, verbose=1).fit(X, labels)
+        err = capsys.readouterr().err
+        assert soft.from_labels_ == "soft-neighbors"
+        assert f"soft-neighbour objective, {soft.n_epochs_:g} iterations" in err
+        assert "learning rate" not in err
+        MEGMetric(random_state=0, verbose=1, from_labels="random").fit(X, labels)
+        assert "random pairs" in capsys.readouterr().err
+        boost = DefiniteBoostMetric(random_state=0, verbose=1, max_iter=3).fit(X, labels)
+        assert boost.init_ == "soft-neighbors"
+        assert "prior: the soft-neighbour metric" in capsys.readouterr().err
+        DefiniteBoostMetric(random_state=0, verbose=1, max_iter=3, init="euclidean").fit(
+            X, labels)
+        assert "prior:" not in capsys.readouterr().err  # no soft-neighbour fit tried

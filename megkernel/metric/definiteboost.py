@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._numerics.seeding import derived_seed
 from .._numerics.state import ExponentState
+from .._progress import detail as progress_detail
 from .._solvers.definiteboost import (
     fit_pair_constraints,
     pair_thresholds,
@@ -265,6 +266,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         classes = classes[0] if classes else None  # one kind of pairs: no choice
         self.validation_ = None
         prior = self._prior_factor(centred, classes)
+        if self.verbose and self.prior_estimator_ is not None:  # the prior tried
+            progress_detail("[DefiniteBoostMetric] prior: " + (
+                f"the soft-neighbour metric ({self.prior_estimator_.n_epochs_:g} "
+                "iterations; its validated gain is real)" if self.init_ != "euclidean" else
+                "the Euclidean metric (the soft-neighbour metric showed no real gain)"))
         max_iter = self.max_iter
         if max_iter == "auto":
             max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,

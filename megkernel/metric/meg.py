@@ -1,9 +1,8 @@
 """MEGMetric: a metric learned with MEG from similar / dissimilar pairs.
 
-The estimator of :mod:`megkernel.metric` (see its docs for the coordinates
-and the loss); the MEG arithmetic is the solver
-:mod:`megkernel._solvers.metric_meg`, and the validated number of epochs
-comes from the one loop of :mod:`megkernel.metric._training_length`.
+The estimator of :mod:`megkernel.metric` (see its docs for the coordinates and the loss);
+the MEG arithmetic is the solver :mod:`megkernel._solvers.metric_meg`, and the validated
+number of epochs comes from the one loop of :mod:`megkernel.metric._training_length`.
 """
 
 from __future__ import annotations
@@ -310,18 +309,20 @@ class MEGMetric(_FeatureMetric):
             self.soft_neighbor_objective_ = None
         self.n_epochs_ = epochs
         self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
-        if self.verbose:
-            progress_detail(
-                f"[MEGMetric] {epochs:g} epochs at learning rate {self.learning_rate_:.4g}"
-                + (f" ({self.validation_['score']} validation)" if self.validation_ else ""))
+        if self.verbose:  # what was learned, and how long
+            what = (f"soft-neighbour objective, {epochs:g} iterations"
+                    if self.soft_neighbor_objective_ is not None else
+                    f"{self.from_labels_ or 'given'} pairs, {epochs:g} epochs at learning rate "
+                    f"{self.learning_rate_:.4g}") + (
+                f" ({self.validation_['score']} validation)" if self.validation_ else "")
+            progress_detail(f"[MEGMetric] {what}")
         return self._components()
 
     def _pair_classes(self, pairs, signs):
         """Return the kinds to validate for given pairs (``None``: the pairs alone).
 
-        The pairs and, if their similar pairs' connected components stand in
-        for classes (:func:`pair_components`, as the validation's labels),
-        the soft-neighbour objective of those classes beside them.
+        The pairs and, if their similar pairs' components stand in for classes
+        (:func:`pair_components`), those classes' soft-neighbour objective.
         """
         components = pair_components(len(self.coordinates_), pairs, signs)
         if components is None or np.sum(components >= 0) > SOFT_NEIGHBORS_MAX_POINTS:
@@ -470,9 +471,8 @@ class MEGMetric(_FeatureMetric):
     def _stream_diffs(self, pairs_of_points):
         """Whitened differences of the pairs and their ranges ``||u||^2``.
 
-        Raises before any state changes when a pair lies so far outside the
-        coordinates' scale that its squared distance (in X's units) or its
-        squared loss would leave double precision.
+        Raises before any state changes when a pair is so far outside the
+        coordinates' scale that its squared distance or loss leaves doubles.
         """
         with np.errstate(all="ignore"):
             diffs = (self._whiten_points(pairs_of_points[:, 0])
