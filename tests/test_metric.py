@@ -122,14 +122,22 @@ def test_prior_is_the_euclidean_metric(Metric):
         np.testing.assert_allclose(metric.pair_sq_distances(new, pairs), expected, rtol=1e-9)
 
 
-def test_definiteboost_from_labels_starts_from_the_soft_neighbor_metric():
-    """init="auto" from labels: the prior is MEGMetric's soft-neighbour metric when
-    its validated gain is real (one projection stays close to it); from pairs, or
-    with init="euclidean", the Euclidean metric (no soft-neighbour fit made)."""
+def _three_informative_classes():
+    """Three classes apart along two of six features (four of them noise): the
+    soft-neighbour objective learns there. Returns ``X``, the labels and the
+    generator that drew them (for more draws)."""
     rng = np.random.default_rng(6)
     labels = np.repeat([0, 1, 2], 40)
     X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
                    rng.normal(scale=4.0, size=(120, 4))])
+    return X, labels, rng
+
+
+def test_definiteboost_from_labels_starts_from_the_soft_neighbor_metric():
+    """init="auto" from labels: the prior is MEGMetric's soft-neighbour metric when
+    its validated gain is real (one projection stays close to it); from pairs, or
+    with init="euclidean", the Euclidean metric (no soft-neighbour fit made)."""
+    X, labels, rng = _three_informative_classes()
     new = rng.normal(size=(7, 6))
     pairs = np.argwhere(np.ones((7, 7)))
     with warnings.catch_warnings():
@@ -641,10 +649,7 @@ def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
 
     import megkernel.metric.definiteboost as db
 
-    rng = np.random.default_rng(6)
-    labels = np.repeat([0, 1, 2], 40)
-    X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
-                   rng.normal(scale=4.0, size=(120, 4))])
+    X, labels, _ = _three_informative_classes()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit(X, labels)
@@ -677,10 +682,7 @@ def test_verbose_says_what_was_learned_from_labels(capsys):
     """verbose=1: MEGMetric names the objective it learned (iterations of the
     soft-neighbour ascent, or epochs of pairs at a learning rate) and
     DefiniteBoostMetric the prior its projections started from."""
-    rng = np.random.default_rng(6)
-    labels = np.repeat([0, 1, 2], 40)
-    X = np.hstack([rng.normal(size=(120, 2)) + 2.5 * np.eye(3)[labels][:, :2],
-                   rng.normal(scale=4.0, size=(120, 4))])
+    X, labels, _ = _three_informative_classes()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         soft = MEGMetric(random_state=0, verbose=1).fit(X, labels)
