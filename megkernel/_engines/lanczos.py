@@ -192,3 +192,103 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
         stats["dense"] = bool(dense)
         stats["log_z_drift"] = log_z - float(log_trace_exp(state.eigenvalues))
     return t if declined else n
+
+
+class PairSteps:
+    """DefiniteBoost's evaluations and steps on a dense state by Lanczos quadrature.
+
+    Matrix-free counterpart of the rank-one engine's ``pair_update`` for
+    pair constraints ``v = e_a - e_b``: squared distances ``v^T W v`` of any
+    pairs (:meth:`values`) and steps ``A <- A + scale v v^T``
+    (:meth:`update`), each a run of the compiled trial kernel (an
+    evaluation is a trial at learning rate 0; a step, a trial whose target
+    is chosen so that the MEG rule takes the wanted step). ``log Z`` is
+    carried as in :func:`pair_trials` and re-anchored on ``eigh`` every
+    :data:`ANCHOR_EVERY` steps; the eigendecomposition is otherwise stale
+    until :meth:`finish`.
+
+    A quadrature the kernel declines (it does not converge, or its
+    round-off level is too high) raises :class:`Declined` after the state's
+    eigendecomposition is refreshed; the exponent is then exactly as after
+    the last step taken.
+
+    Parameters
+    ----------
+    state : ExponentState
+        Dense state (``basis is None``) with a current eigendecomposition;
+        its exponent is updated in place.
+    """
+
+    def __init__(self, state):
+        self.state = state
+        state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
+        self.log_z, self.since = _start(state)
+        self.since = int(self.since)
+        self.nbr, self.deg, self.dense = kernels.build_structure(state.exponent,
+                                                                 float(DENSE_FRACTION))
+        self.dense = bool(self.dense)
+        self.settings = _settings()
+        self.vectors, self.coefficients = kernels.make_workspace(state.size,
+                                                                 int(MAX_STEPS))
+        self.counters = kernels.make_counters()
+        self.anchors = 0
+
+    def _run(self, a, b, y, learning_rate, out):
+        status, t, log_z, since, dense = kernels.pair_trials(
+            self.state.exponent, self.nbr, self.deg, a, b, y, learning_rate, 1.0, out, 0,
+            float(self.log_z), self.since, self.dense, *self.settings, self.vectors,
+            self.coefficients, self.counters)
+        self.dense = bool(dense)
+        return status, t, log_z, since
+
+    def _anchor(self):
+        self.state.refresh()
+        self.log_z, self.since = float(log_trace_exp(self.state.eigenvalues)), 0
+        self.anchors += 1
+
+    def values(self, a, b):
+        """Return ``v^T W v`` (trace-one ``W``) for the pairs ``(a[i], b[i])``."""
+        a = np.ascontiguousarray(a, dtype=np.intp)
+        b = np.ascontiguousarray(b, dtype=np.intp)
+        out = np.empty(a.size)
+        status, t, _, _ = self._run(a, b, np.zeros(a.size), 0.0, out)
+        if status != kernels.DONE or t < a.size:
+            self._anchor()
+            raise Declined(int(a[t]), int(b[t]))
+        return out
+
+    def update(self, a, b, scale, value):
+        """Take ``A <- A + scale' v v^T`` for the pair ``(a, b)``.
+
+        ``value`` is the pair's ``v^T W v`` from :meth:`values` on the
+        current state. Returns ``scale'``, the step taken: ``scale`` up to
+        round-off (the kernel's MEG rule ``-2 (yhat - y)`` with the target
+        ``y = value + scale / 2``), computed by the same operations.
+        """
+        target = value + 0.5 * scale
+        y = np.array([target])
+        out = np.empty(1)
+        status, t, log_z, since = self._run(np.array([a], dtype=np.intp),
+                                            np.array([b], dtype=np.intp), y, 1.0, out)
+        if t == 0:  # declined before the step
+            self._anchor()
+            raise Declined(int(a), int(b))
+        taken = -2.0 * 1.0 * (out[0] - target) / 1.0
+        self.log_z, self.since = log_z, since
+        if status == kernels.REANCHOR:
+            self._anchor()
+        return taken
+
+    def log_partition(self):
+        """``log tr exp(A)`` (carried)."""
+        return self.log_z
+
+    def finish(self):
+        """Refresh the eigendecomposition and store the carried ``log Z`` on the state."""
+        self.state.refresh()
+        self.state.partition_anchor = PartitionAnchor(self.log_z, self.since,
+                                                      _stamp(self.state))
+
+
+class Declined(Exception):
+    """A quadrature :class:`PairSteps` could not trust (the pair is in ``args``)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy import linalg, optimize
+from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engines import pair_sq_distances, select
@@ -31,7 +31,9 @@ from .._numerics.spectral import (
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .._warnings import warn_user
-from .bounds import _log_rho, definiteboost_step
+from .bounds import _log_rho
+from .definiteboost_choice import choose, step
+from .definiteboost_lazy import lazy_applies, run_lazy
 
 __all__ = [
     "run_definiteboost",
@@ -169,48 +171,10 @@ class PairConstraints:
         return float(self.signs[j] * (sq_distance - self.thresholds[j]))
 
 
-def _exact_step(constraints, state, j, alpha_guess, engine, direction=1.0,
-                limit=np.inf):
-    """Eq. 11: the step where constraint ``j`` holds with equality.
-
-    Moves ``A <- A - direction * alpha * C_j`` with ``0 <= alpha <= limit``
-    (``direction = -1`` undoes part of an earlier step, see ``corrective``).
-    """
-    def residual(alpha):
-        return direction * constraints.value_after(state, j, direction * alpha, engine)
-
-    high = min(max(alpha_guess, 1e-12), limit)
-    for _ in range(200):
-        if residual(high) <= 0:
-            break
-        if high >= limit:
-            return limit
-        high = min(2.0 * high, limit)
-    else:
-        return high
-    return optimize.brentq(residual, 0.0, high, xtol=1e-300,
-                           rtol=4 * np.finfo(float).eps, maxiter=500)
-
-
 #: Entries per block of the pairs' coordinates in :meth:`PairConstraints.values`
 #: (512 KB): larger temporaries are mapped and faulted in again at every
 #: iteration (see ``megkernel._numerics.spectral._FACTOR_BLOCK_ENTRIES``).
 _VALUES_BLOCK_ENTRIES = 1 << 16
-
-#: Scores within this relative distance of the largest count as tied.
-_TIE_RTOL = 1e-9
-
-
-def _most_violated(scores):
-    """Index of the largest score; ties (up to round-off) go to the first.
-
-    Under the identity prior every similar pair is violated by the same
-    amount; breaking such ties by index rather than by round-off keeps the
-    greedy path the same for every engine.
-    """
-    top = scores.max()
-    return int(np.argmax(scores >= top - _TIE_RTOL * abs(top)))
-
 
 class _Settings(NamedTuple):
     """How :func:`run_definiteboost` runs (the algorithm's options)."""
@@ -270,46 +234,12 @@ def _check_settings(settings, n_constraints):
         raise ValueError("No constraints: give at least one.")
 
 
-def _scores(values, multipliers, cap, settings):
-    """How much projecting on each constraint is called for (``> 0``: it is)."""
-    scores = values
-    if settings.corrective:
-        scores = np.where((values < 0) & (multipliers > 0), -values, values)
-    if settings.max_multiplier is not None:
-        scores = np.where((values > 0) & (multipliers >= cap), 0.0, scores)
-    return scores
-
-
-def _choose(values, multipliers, cap, settings):
-    """The constraint to project on: ``(j, violation, direction, scores)``.
-
-    ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective
-    step how far the constraint is inside its threshold) and ``direction =
-    -1`` for a corrective step.
-    """
-    scores = _scores(values, multipliers, cap, settings)
-    j = _most_violated(scores)
-    return j, float(scores[j]), (-1.0 if values[j] < 0 else 1.0), scores
-
-
 def _working_set(scores, n_candidates):
     """Indices (ascending: ties still go to the first) of the largest scores."""
     if n_candidates >= scores.size:
         return None
     top = np.argpartition(-scores, n_candidates - 1)[:n_candidates]
     return np.sort(top)
-
-
-def _step(constraints, state, j, violation, direction, limit, projection, engine):
-    """Step size ``alpha`` along ``direction * C_j``, at most ``limit``, and the
-    eigenvalue range of ``direction * C_j``."""
-    lam_max, lam_min = constraints.eigen_range(j)
-    if direction < 0:
-        lam_max, lam_min = -lam_min, -lam_max
-    alpha = float(definiteboost_step(violation, lam_max, lam_min))
-    if projection == "exact":
-        alpha = _exact_step(constraints, state, j, alpha, engine, direction, limit)
-    return min(alpha, limit), lam_max, lam_min
 
 
 def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None):
@@ -373,6 +303,8 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                                          else "update"))
     scan_every = (_scan_interval(len(constraints), state.size)
                   if settings.scan_every is None else int(settings.scan_every))
+    if method == "auto" and lazy_applies(constraints, state, settings, scan_every):
+        return run_lazy(constraints, state, settings, callback)
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)
     candidates, last_scan = None, 0
     multipliers = np.zeros(len(constraints))
@@ -391,14 +323,14 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
             scan = candidates is None or t - last_scan >= scan_every
             if not scan:  # the most violated of the working set
                 values = constraints.values(state, candidates)
-                k, violation, direction, _ = _choose(
+                k, violation, direction, _ = choose(
                     values, multipliers[candidates], cap[candidates], settings)
                 j = int(candidates[k])
                 scan = violation <= settings.tol or violation <= 0  # confirm by a scan
             if scan:
                 values = constraints.values(state)
                 largest = float(values.max())
-                j, violation, direction, scores = _choose(values, multipliers, cap,
+                j, violation, direction, scores = choose(values, multipliers, cap,
                                                           settings)
                 if scan_every > 1:
                     candidates, last_scan = _working_set(scores, n_candidates), t
@@ -413,7 +345,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
             if t == settings.max_iter or infeasible:
                 break
             limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
-            alpha, lam_max, lam_min = _step(constraints, state, j, violation, direction,
+            alpha, lam_max, lam_min = step(constraints, state, j, violation, direction,
                                             limit, settings.projection, engine)
             offset += constraints.project(state, j, direction * alpha, engine)
             multipliers[j] += direction * alpha

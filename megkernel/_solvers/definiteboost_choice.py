@@ -1,0 +1,90 @@
+"""DefiniteBoost's choice of constraint and step (shared by both runs).
+
+The greedy choice (:func:`choose`: the most violated constraint, ties to
+the first), its scores (:func:`scores`, with corrections and multiplier
+caps) and the step along the chosen constraint (:func:`_step`: eq. 13's
+approximate projection or eq. 11's exact one), used by
+:func:`~.definiteboost_projections.run_definiteboost` and
+:func:`~.definiteboost_lazy.run_lazy`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize
+
+from .bounds import definiteboost_step
+
+__all__ = ["TIE_RTOL", "choose", "exact_step", "most_violated", "scores", "step"]
+
+
+#: Scores within this relative distance of the largest count as tied.
+TIE_RTOL = 1e-9
+
+
+def most_violated(found):
+    """Index of the largest score; ties (up to round-off) go to the first.
+
+    Under the identity prior every similar pair is violated by the same
+    amount; breaking such ties by index rather than by round-off keeps the
+    greedy path the same for every engine.
+    """
+    top = found.max()
+    return int(np.argmax(found >= top - TIE_RTOL * abs(top)))
+
+
+def exact_step(constraints, state, j, alpha_guess, engine, direction=1.0,
+               limit=np.inf):
+    """Eq. 11: the step where constraint ``j`` holds with equality.
+
+    Moves ``A <- A - direction * alpha * C_j`` with ``0 <= alpha <= limit``
+    (``direction = -1`` undoes part of an earlier step, see ``corrective``).
+    """
+    def residual(alpha):
+        return direction * constraints.value_after(state, j, direction * alpha, engine)
+
+    high = min(max(alpha_guess, 1e-12), limit)
+    for _ in range(200):
+        if residual(high) <= 0:
+            break
+        if high >= limit:
+            return limit
+        high = min(2.0 * high, limit)
+    else:
+        return high
+    return optimize.brentq(residual, 0.0, high, xtol=1e-300,
+                           rtol=4 * np.finfo(float).eps, maxiter=500)
+
+
+def scores(values, multipliers, cap, settings):
+    """How much projecting on each constraint is called for (``> 0``: it is)."""
+    found = values
+    if settings.corrective:
+        found = np.where((values < 0) & (multipliers > 0), -values, values)
+    if settings.max_multiplier is not None:
+        found = np.where((values > 0) & (multipliers >= cap), 0.0, found)
+    return found
+
+
+def choose(values, multipliers, cap, settings):
+    """The constraint to project on: ``(j, violation, direction, scores)``.
+
+    ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective
+    step how far the constraint is inside its threshold) and ``direction =
+    -1`` for a corrective step.
+    """
+    found = scores(values, multipliers, cap, settings)
+    j = most_violated(found)
+    return j, float(found[j]), (-1.0 if values[j] < 0 else 1.0), found
+
+
+def step(constraints, state, j, violation, direction, limit, projection, engine):
+    """Step size ``alpha`` along ``direction * C_j``, at most ``limit``, and the
+    eigenvalue range of ``direction * C_j``."""
+    lam_max, lam_min = constraints.eigen_range(j)
+    if direction < 0:
+        lam_max, lam_min = -lam_min, -lam_max
+    alpha = float(definiteboost_step(violation, lam_max, lam_min))
+    if projection == "exact":
+        alpha = exact_step(constraints, state, j, alpha, engine, direction, limit)
+    return min(alpha, limit), lam_max, lam_min
