@@ -1,29 +1,33 @@
 """DefiniteBoost's iteration rate as a fit proceeds, at d = 500 ... 2000 objects.
 
-The issue (19): at 2000 objects a fit slowed from 44 to 1.7 iterations / s.
-Two costs make an iteration:
+The issues (19, 21): at 2000 objects a fit slowed from 44 to 1.7 iterations
+/ s. What grows: each rank-one eigen-update costs ``O(d k^2)`` for the ``k``
+eigenpairs that do not deflate. From the identity prior almost all deflate;
+once the pairs touch every object (after about ``d / 2`` projections) none
+do, and an update costs a d x d x d product.
 
-* the greedy choice: evaluating every pair constraint, ``O(m d)`` (``m``
-  constraints), the same at every iteration;
-* the projection: a rank-one eigen-update, ``O(d k^2)`` for the ``k``
-  eigenvalues that do not deflate. From the identity prior almost all
-  deflate; once the similar pairs' graph connects the objects (after about
-  ``d`` projections) almost none do, and an update costs a d x d x d product.
+Two runs of the same problem in the same process, one BLAS thread:
 
-"before": the greedy choice scans every constraint at every iteration (the
-paper's choice exactly, ``scan_every=1``); "after": the default, a scan
-every ``ceil(m / d)`` iterations with a working set in between (see
-``megkernel._solvers.definiteboost_projections._scan_interval``). Both run the same
-pairs in the same process, one thread. Printed: iterations / s in windows of
-the run, and the ratio after / before.
+* ``eigen``: rank-one eigen-updates (``method="rank-one"``) with the working
+  set between scans (``megkernel._solvers.definiteboost_projections``);
+* ``auto``: what ``method="auto"`` runs there, the lazy greedy choice with
+  values and steps by Lanczos quadrature on the (sparse) exponent
+  (``megkernel._solvers.definiteboost_lazy``).
 
-Data: family-structured sequences (``_family_data.py``), 10^5 observed pairs
-(all of them below 448 objects), the closest 10 % as similar pairs, the
-identity prior, ``gamma`` 0.1 of its mean squared distance.
+Printed: iterations / s in windows of the run and the ratio auto / eigen
+(window by window); with ``--converge``, the ``auto`` run continued to
+convergence (iterations, seconds, largest violation / gamma, leave-one-out
+1-NN accuracy of the families under the learned kernel).
+
+Data: family-structured sequences (``_family_data.py``, 8 families), a
+random ``5 d`` pairs labelled similar (same family) or dissimilar, as a user's
+0/1 table; the identity prior; the thresholds of
+``megkernel._solvers.definiteboost_rules.pair_thresholds``; ``tol`` 1 % of gamma.
 
 Usage::
 
-    python benchmarks/bench_definiteboost_scale.py [--sizes 500 1000 2000] [--iterations 1500]
+    python benchmarks/bench_definiteboost_scale.py [--sizes 500 1000 2000]
+        [--iterations 1500] [--converge]
 """
 
 from __future__ import annotations
@@ -43,46 +47,54 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _family_data import family_sequences, observed_pairs  # noqa: E402
+from _family_data import family_sequences  # noqa: E402
 
 from megkernel._numerics.state import ExponentState  # noqa: E402
 from megkernel._solvers import definiteboost_projections as solver  # noqa: E402
 from megkernel._solvers.definiteboost_rules import pair_thresholds  # noqa: E402
 
-N_OBSERVED = 100_000
+PAIRS_PER_OBJECT = 5
 
 
 def problem(d, seed=1):
-    ids, _, distances = family_sequences(d, seed=seed)
-    n_all = d * (d - 1) // 2
-    table = observed_pairs(ids, distances, min(1.0, N_OBSERVED / n_all), seed=seed)
-    close = table.nsmallest(max(1, len(table) // 10), "distance")
-    position = {name: k for k, name in enumerate(ids)}
-    return np.column_stack([close["a"].map(position), close["b"].map(position)])
+    """Pairs ``(a, b)`` and their signs (+1 same family, -1 not)."""
+    _, labels, _ = family_sequences(d, n_families=8, mutation=0.3, seed=seed)
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, d, size=(2, PAIRS_PER_OBJECT * d))
+    keep = a != b
+    a, b = a[keep], b[keep]
+    return a, b, np.where(labels[a] == labels[b], 1.0, -1.0), labels
 
 
-def rates(d, pairs, n_iter, window, scan_every):
+def rates(d, a, b, signs, n_iter, window, method):
     """Iterations / s in consecutive windows of one run from ``I / d``."""
     state = ExponentState.identity(d)
-    signs = np.ones(len(pairs))
     thresholds, gamma, _ = pair_thresholds(state, signs)
-    constraints = solver.PairConstraints(pairs[:, 0], pairs[:, 1], signs, thresholds,
-                                         state)
+    constraints = solver.PairConstraints(a, b, signs, thresholds, state)
     stamps = []
 
     def callback(t, record):
         if t % window == 0:
             stamps.append(time.perf_counter())
 
-    settings = solver._Settings(max_iter=n_iter, tol=0.005 * gamma, keep="last",
-                                scan_every=scan_every)
+    settings = solver._Settings(max_iter=n_iter, tol=0.01 * gamma, keep="last")
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        log = solver.run_definiteboost(constraints, state, settings, method="auto",
+        log = solver.run_definiteboost(constraints, state, settings, method=method,
                                        callback=callback)
+    seconds = time.perf_counter() - start
     times = np.diff([start, *stamps])
-    return window / times, log["n_iter"]
+    return window / times, log, seconds, state, gamma
+
+
+def loo_accuracy(state, labels):
+    """Leave-one-out 1-NN accuracy of the families under the learned kernel."""
+    W = state.matrix()
+    diagonal = np.diag(W)
+    distances = diagonal[:, None] + diagonal[None, :] - 2 * W
+    np.fill_diagonal(distances, np.inf)
+    return float(np.mean(labels[np.argmin(distances, axis=1)] == labels))
 
 
 def main():
@@ -90,22 +102,30 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--window", type=int, default=250)
+    parser.add_argument("--converge", action="store_true",
+                        help="also run auto to convergence (up to 400,000 iterations)")
     args = parser.parse_args()
-    print(f"{'d':>5} {'pairs':>6} {'scan every':>10} {'mode':>7}  iterations / s by window of "
-          f"{args.window}")
+    print(f"{'d':>5} {'pairs':>6} {'method':>7}  iterations / s by window of {args.window}")
     for d in args.sizes:
-        pairs = problem(d)
-        interval = solver._scan_interval(len(pairs), d)
+        a, b, signs, labels = problem(d)
         results = {}
-        for mode, scan_every in (("before", 1), ("after", None)):
-            results[mode], n_iter = rates(d, pairs, args.iterations, args.window,
-                                          scan_every)
-            shown = " ".join(f"{r:7.1f}" for r in results[mode])
-            print(f"{d:5d} {len(pairs):6d} {1 if scan_every else interval:10d} {mode:>7}  "
-                  f"{shown}   ({n_iter} iterations)", flush=True)
-        n = min(len(results["before"]), len(results["after"]))
-        ratio = " ".join(f"{r:7.2f}" for r in results["after"][:n] / results["before"][:n])
-        print(f"{'':5} {'':6} {'':10} {'ratio':>7}  {ratio}", flush=True)
+        for method in ("rank-one", "auto"):
+            results[method] = rates(d, a, b, signs, args.iterations, args.window, method)[0]
+            shown = " ".join(f"{r:7.1f}" for r in results[method])
+            print(f"{d:5d} {len(a):6d} {method:>7}  {shown}", flush=True)
+        n = min(len(results["rank-one"]), len(results["auto"]))
+        ratio = " ".join(f"{r:7.2f}" for r in results["auto"][:n] / results["rank-one"][:n])
+        print(f"{'':5} {'':6} {'ratio':>7}  {ratio}", flush=True)
+        if args.converge:
+            window = 5000
+            per_window, log, seconds, state, gamma = rates(d, a, b, signs, 400_000, window,
+                                                           "auto")
+            shown = " ".join(f"{r:.0f}" for r in per_window)
+            print(f"{'':5} {'':6} {'auto':>7}  to convergence: {log['n_iter']} iterations in "
+                  f"{seconds:.1f} s, converged {log['converged']}, largest violation "
+                  f"{log['max_violation'] / gamma:.4f} gamma, LOO 1-NN "
+                  f"{loo_accuracy(state, labels):.3f}; iterations / s by {window}: {shown}",
+                  flush=True)
 
 
 if __name__ == "__main__":

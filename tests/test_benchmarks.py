@@ -194,3 +194,15 @@ def test_metric_verdict_counts_and_margin(bench_metric_verdict):
     margin = bench_metric_verdict.held_out_margin(train, labels, np.array([[1.0], [3.5]]),
                                                   np.array([0, 1]))
     assert margin == pytest.approx(((3 - 1) / 4 + (3.5 - 0.5) / 4) / 2)
+
+
+def test_definiteboost_scale_benchmark_runs_both_methods():
+    """bench_definiteboost_scale's runs (tiny: the eigen-updates and auto)."""
+    bench = _load("bench_definiteboost_scale")
+    a, b, signs, labels = bench.problem(60)
+    assert len(a) > 250 and set(np.unique(signs)) == {-1.0, 1.0}
+    for method in ("rank-one", "auto"):
+        per_window, log, seconds, state, gamma = bench.rates(60, a, b, signs, 100, 50, method)
+        assert per_window.shape == (2,) and np.all(per_window > 0)
+        assert log["n_iter"] == 100 and gamma > 0
+        assert 0.0 <= bench.loo_accuracy(state, labels) <= 1.0

@@ -292,14 +292,14 @@ def test_dense_products_equal_sparse_ones_bit_for_bit(d):
     A = rng.standard_normal((d, d))
     A[rng.random((d, d)) < 0.5] = 0.0
     A = np.ascontiguousarray(A + A.T)
-    nbr, deg, _ = kernels.build_structure(A, 1.0)
+    nbr, deg, _, values = kernels.build_structure(A, 1.0)
     for q in (rng.standard_normal(d), np.where(rng.random(d) < 0.7, 0.0, 1.0),
               np.eye(d)[d - 1] - np.eye(d)[0]):
         q = q / np.linalg.norm(q)
         out = []
         for dense in (True, False):
             vectors = np.stack([rng.standard_normal(d) * 0, q, np.zeros(d)])
-            out.append((kernels._step(A, nbr, deg, dense, vectors, 0.0), vectors[2].copy()))
+            out.append((kernels._step(A, values, nbr, deg, dense, vectors, 0.0), vectors[2].copy()))
         assert out[0][0] == out[1][0]
         np.testing.assert_array_equal(out[0][1], out[1][1])
         np.testing.assert_allclose(out[0][1], A @ q - out[0][0][0] * q, atol=1e-12)
@@ -332,3 +332,28 @@ def test_cost_model_steps_see_only_the_pairs_eigenvalues():
     from_pairs = _cost.lanczos_steps(state, a, b)
     assert from_pairs < _cost.lanczos_steps(state)
     assert abs(from_pairs / measured - 1) < 1 / 3
+
+
+def test_sparse_lists_keep_their_entries_equal_to_the_exponent():
+    """The column lists' entries (read by sparse products) follow every update of A."""
+    d = 200
+    rng = np.random.default_rng(7)
+    A = np.ascontiguousarray(-np.log(d) * np.eye(d))
+    nbr, deg, dense, values = kernels.build_structure(A, 0.5)
+    assert not dense
+    n = 300
+    a, b = rng.integers(0, d, size=(2, n))
+    b[:5] = a[:5]  # a == b trials too
+    y = rng.uniform(0.0, 0.2, size=n)
+    vectors, coefficients = kernels.make_workspace(d, _lanczos.MAX_STEPS)
+    out = kernels.pair_trials(A, values, nbr, deg, a, b, y, 0.3, 1.0, np.empty(n), 0,
+                              float(np.log(np.exp(np.diag(A)).sum())), 0, False,
+                              *_lanczos._settings(), vectors, coefficients,
+                              kernels.make_counters())
+    assert out[1] == n and not out[4]  # every trial run, still sparse
+    assert deg.sum() > 2 * d  # the lists grew
+    for i in range(d):
+        np.testing.assert_array_equal(values[i, :deg[i]], A[i, nbr[i, :deg[i]]])
+        listed = np.zeros(d, dtype=bool)
+        listed[nbr[i, :deg[i]]] = True
+        assert not np.any(A[i, ~listed])  # every nonzero entry listed

@@ -92,18 +92,26 @@ def build_structure(A, dense_fraction):
     dense : bool
         True when the lists would hold more than ``dense_fraction * d^2``
         entries (they are then not filled).
+    values : ndarray of shape (d, d), or (d, 1) in dense mode
+        ``values[i, p] = A[i, nbr[i, p]]``: the listed entries of each row,
+        contiguous (a sparse product reading them from ``A`` itself touches
+        one cache line per entry: 85 against 24 us per product at d = 2000
+        with 20,700 entries). Kept equal to ``A`` by :func:`pair_trials`.
     """
     d = A.shape[0]
     mask = A != 0.0
     mask[np.diag_indices(d)] = True
     deg = np.ascontiguousarray(mask.sum(axis=1), dtype=np.intp)
     if deg.sum() > dense_fraction * d * d:
-        return np.zeros((d, 1), dtype=np.int32), deg, True
+        return np.zeros((d, 1), dtype=np.int32), deg, True, np.zeros((d, 1))
     rows, cols = np.nonzero(mask)  # row-major: ascending columns in each row
     starts = np.concatenate([[0], np.cumsum(deg)[:-1]])
     nbr = np.zeros((d, d), dtype=np.int32)
-    nbr[rows, np.arange(rows.size) - starts[rows]] = cols
-    return nbr, deg, False
+    values = np.zeros((d, d))
+    slots = np.arange(rows.size) - starts[rows]
+    nbr[rows, slots] = cols
+    values[rows, slots] = A[rows, cols]
+    return nbr, deg, False, values
 
 
 @_compiled
@@ -235,12 +243,13 @@ def gauss_legendre_count(x, target, most):
 
 # -- one Lanczos step ---------------------------------------------------------
 @_compiled
-def _step(A, nbr, deg, dense, vectors, beta_prev):
+def _step(A, values, nbr, deg, dense, vectors, beta_prev):
     """``w = A q - beta_prev q_prev - alpha q``; returns ``(alpha, ||w||)``.
 
     ``q_prev, q, w`` are the rows of ``vectors``. ``A q`` (``A``
     symmetric) is summed over ascending columns: by rows of ``A`` in dense
-    mode, otherwise through the column lists ``nbr[i, :deg[i]]``.
+    mode, otherwise through the column lists ``nbr[i, :deg[i]]`` and their
+    entries ``values[i, :deg[i]]``.
     """
     q_prev = vectors[0]
     q = vectors[1]
@@ -290,10 +299,8 @@ def _step(A, nbr, deg, dense, vectors, beta_prev):
     else:
         for i in range(d):
             acc = 0.0
-            row = A[i]
             for p in range(deg[i]):
-                j = nbr[i, p]
-                acc += row[j] * q[j]
+                acc += values[i, p] * q[nbr[i, p]]
             w[i] = acc
     alpha = 0.0
     for i in range(d):
@@ -313,7 +320,7 @@ _BROKE = 64.0 * 2.220446049250313e-16
 
 # -- the trials -----------------------------------------------------------------
 @_compiled
-def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
+def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 t, log_z, since_anchor, dense, anchor_every, kmax, tol, noise,
                 max_tol, ratio_min, gl_limit, panel_half, gl_nodes, gl_weights,
                 dense_fraction, vectors, coefficients, counters):
@@ -328,9 +335,9 @@ def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
     ----------
     A : ndarray of shape (d, d)
         The exponent (C-contiguous, symmetric), updated in place.
-    nbr, deg : ndarray
-        Its column lists (from :func:`build_structure`), kept current in
-        sparse mode.
+    values, nbr, deg : ndarray
+        Its column lists and their entries (from :func:`build_structure`),
+        kept current in sparse mode.
     a, b, y, learning_rate, trace, predictions
         The trials and the output, as for every engine
         (:mod:`megkernel._engines`).
@@ -391,6 +398,9 @@ def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 A[ib, ib] += scale
                 A[ia, ib] -= scale
                 A[ib, ia] -= scale
+                if not dense:  # round-off may leave A[ia, ia] changed
+                    for p in range(deg[ia]):
+                        values[ia, p] = A[ia, nbr[ia, p]]
                 since_anchor += 1
             t += 1
             if since_anchor >= anchor_every:
@@ -410,7 +420,7 @@ def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
         spread = 0.0  # ||T_k - log_z I||, bounds the round-off of a quadrature
         tol_k = tol
         while k < kmax:
-            al, be = _step(A, nbr, deg, dense, vectors, beta_prev)
+            al, be = _step(A, values, nbr, deg, dense, vectors, beta_prev)
             alpha[k] = al
             beta[k] = be
             k += 1
@@ -460,7 +470,7 @@ def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 for i in range(d):
                     q_prev[i] = q[i]
                     q[i] = w[i] / beta_prev
-                al, be = _step(A, nbr, deg, dense, vectors, beta_prev)
+                al, be = _step(A, values, nbr, deg, dense, vectors, beta_prev)
                 alpha[k] = al
                 beta[k] = be
                 k += 1
@@ -518,6 +528,11 @@ def pair_trials(A, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 nnz += 2
                 if nnz > dense_fraction * d * d:
                     dense = True
+            if not dense:  # the two rows' entries, copied from A (O(deg))
+                for p in range(deg[ia]):
+                    values[ia, p] = A[ia, nbr[ia, p]]
+                for p in range(deg[ib]):
+                    values[ib, p] = A[ib, nbr[ib, p]]
         log_z = new_log_z
         since_anchor += 1
         t += 1

@@ -160,14 +160,15 @@ def pair_trials(state, a, b, y, learning_rate, trace, predictions, start=0,
     state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
     settings = _settings()
     log_z, since = _start(state)
-    nbr, deg, dense = kernels.build_structure(state.exponent, float(DENSE_FRACTION))
+    nbr, deg, dense, values = kernels.build_structure(state.exponent,
+                                                      float(DENSE_FRACTION))
     t = int(start)
     since = int(since)
     vectors, coefficients = kernels.make_workspace(state.size, int(MAX_STEPS))
     counters = kernels.make_counters()
     while True:
         status, t, log_z, since, dense = kernels.pair_trials(
-            state.exponent, nbr, deg, a, b, y, learning_rate, trace, predictions,
+            state.exponent, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
             t, float(log_z), since, bool(dense), *settings, vectors, coefficients,
             counters,
         )
@@ -224,8 +225,8 @@ class PairSteps:
         state.exponent = np.ascontiguousarray(state.exponent, dtype=float)
         self.log_z, self.since = _start(state)
         self.since = int(self.since)
-        self.nbr, self.deg, self.dense = kernels.build_structure(state.exponent,
-                                                                 float(DENSE_FRACTION))
+        self.nbr, self.deg, self.dense, self.entries = kernels.build_structure(
+            state.exponent, float(DENSE_FRACTION))
         self.dense = bool(self.dense)
         self.settings = _settings()
         self.vectors, self.coefficients = kernels.make_workspace(state.size,
@@ -235,7 +236,8 @@ class PairSteps:
 
     def _run(self, a, b, y, learning_rate, out):
         status, t, log_z, since, dense = kernels.pair_trials(
-            self.state.exponent, self.nbr, self.deg, a, b, y, learning_rate, 1.0, out, 0,
+            self.state.exponent, self.entries, self.nbr, self.deg, a, b, y, learning_rate,
+            1.0, out, 0,
             float(self.log_z), self.since, self.dense, *self.settings, self.vectors,
             self.coefficients, self.counters)
         self.dense = bool(dense)
