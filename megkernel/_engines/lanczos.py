@@ -54,7 +54,8 @@ from .._numerics.spectral import log_trace_exp
 from .._numerics.state import PartitionAnchor
 from . import _lanczos_kernels as kernels
 
-__all__ = ["ANCHOR_EVERY", "MAX_STEPS", "TOL", "pair_trials"]
+__all__ = ["ANCHOR_EVERY", "MAX_STEPS", "STEPS_ANCHOR_EVERY", "TOL", "Declined", "PairSteps",
+           "pair_trials"]
 
 #: Relative change of the quadrature below which the Lanczos run stops.
 TOL = 1e-15
@@ -68,6 +69,11 @@ MAX_TOL = 1e-11
 MAX_STEPS = 60
 #: Updates between two exact re-anchorings of ``log Z`` on ``eigh(A)``.
 ANCHOR_EVERY = 5000
+#: ... and between two of :class:`PairSteps` (DefiniteBoost): an anchor is an
+#: ``eigh`` (4 s at d = 2000, one thread), which every 5000 steps cost about
+#: a quarter of a run there; ``log Z`` drifts by round-off only (the test of
+#: the lazy run compares it with the exact one).
+STEPS_ANCHOR_EVERY = 25_000
 #: A step with ``Z'/Z`` below this re-anchors ``log Z`` (cancellation).
 RATIO_MIN = 1.0 / 16.0
 #: Steps ``|2 s|`` up to this integrate by Gauss-Legendre panels (longer
@@ -205,8 +211,8 @@ class PairSteps:
     evaluation is a trial at learning rate 0; a step, a trial whose target
     is chosen so that the MEG rule takes the wanted step). ``log Z`` is
     carried as in :func:`pair_trials` and re-anchored on ``eigh`` every
-    :data:`ANCHOR_EVERY` steps; the eigendecomposition is otherwise stale
-    until :meth:`finish`.
+    :data:`STEPS_ANCHOR_EVERY` steps; the eigendecomposition is otherwise
+    stale until :meth:`finish`.
 
     A quadrature the kernel declines (it does not converge, or its
     round-off level is too high) raises :class:`Declined` after the state's
@@ -228,7 +234,7 @@ class PairSteps:
         self.nbr, self.deg, self.dense, self.entries = kernels.build_structure(
             state.exponent, float(DENSE_FRACTION))
         self.dense = bool(self.dense)
-        self.settings = _settings()
+        self.settings = (int(STEPS_ANCHOR_EVERY), *_settings()[1:])
         self.vectors, self.coefficients = kernels.make_workspace(state.size,
                                                                  int(MAX_STEPS))
         self.counters = kernels.make_counters()
