@@ -16,11 +16,12 @@ The choice is the lazy form of the greedy one (as in lazy greedy
 maximisation): the constraint with the largest score of the last full scan
 is evaluated exactly; if it is still the largest, it is projected on, else
 its score is updated and the next is looked at (at most :data:`MAX_LOOKS`
-per iteration; then the largest exactly evaluated one). A full scan of every
-constraint (``m`` quadratures) runs every :data:`SCAN_FRACTION` ``m``
-iterations and whenever the chosen constraint is satisfied; the run only
-stops after a scan. Each step's violation ``r_t`` is exact, so the dual
-objective's decrease and Theorem 4.1's bound hold as for the greedy choice.
+per iteration once a violated one was seen; then the most violated of those).
+A full scan of every constraint (on one ``eigh`` of the state, which also
+re-anchors ``log Z``) runs every :data:`SCAN_FRACTION` ``m`` iterations and
+whenever no stale score is above ``tol``; the run only stops after a scan.
+Each step's violation ``r_t`` is exact, so the dual objective's decrease and
+Theorem 4.1's bound hold as for the greedy choice.
 """
 
 from __future__ import annotations
@@ -117,24 +118,48 @@ class _Oracle:
     def log_partition(self):
         return self.steps.log_partition()
 
+    def scan(self, constraints):
+        """Every constraint's value, exactly, on a fresh ``eigh`` of the state.
+
+        An ``eigh`` and the compiled walk over the eigenvectors cost less
+        than ``m`` quadratures (measured at d = 1000 with 5000 pairs: 0.5 s
+        against 1.2 s; the same at d = 2000 with 10,000), and re-anchor
+        ``log Z`` exactly.
+        """
+        self.state.refresh()
+        if isinstance(self.steps, lanczos.PairSteps):
+            self.steps = lanczos.PairSteps(self.state)
+        return constraints.values(self.state)
+
 
 def _lazy_choice(oracle, constraints, stale, multipliers, cap, settings):
     """The constraint to project on by the lazy greedy rule.
 
+    Looks at the largest stale score until the one looked at stays the
+    largest, or :data:`MAX_LOOKS` looks found a violated constraint (then
+    the most violated of those); while none looked at is violated it goes
+    on until no stale score is (the caller then scans: near convergence a
+    few stale scores above ``tol`` would otherwise cost a full scan each).
     Returns ``(j, violation, direction, sq_distance)`` (see
     :func:`~.definiteboost_choice.choose`); updates ``stale`` with the
     exact scores looked at.
     """
     found = None
-    for _ in range(MAX_LOOKS):
+    threshold = max(settings.tol, 0.0)
+    for looks in range(1, stale.size + 1):
         j = most_violated(stale)
         sq = float(oracle.values(constraints.a[j:j + 1], constraints.b[j:j + 1])[0])
         value = constraints.signs[j] * (sq - constraints.thresholds[j])
         stale[j] = scores(np.array([value]), multipliers[j:j + 1], cap[j:j + 1],
-                             settings)[0]
+                          settings)[0]
         if found is None or stale[j] > found[1]:
             found = (j, float(stale[j]), -1.0 if value < 0 else 1.0, sq)
         if most_violated(stale) == j:
+            break
+        if found[1] > threshold:
+            if looks >= MAX_LOOKS:
+                break
+        elif stale.max() <= threshold:
             break
     return found
 
@@ -169,13 +194,12 @@ def run_lazy(constraints, state, settings, callback=None):
                     oracle, constraints, stale, multipliers, cap, settings)
                 scan = violation <= settings.tol or violation <= 0
             if scan:
-                sq_all = oracle.values(constraints.a, constraints.b)
-                values = constraints.signs * (sq_all - constraints.thresholds)
+                values = oracle.scan(constraints)
                 largest = float(values.max())
                 j, violation, direction, stale = choose(values, multipliers, cap,
-                                                         settings)
+                                                        settings)
                 stale = np.array(stale, dtype=float)
-                sq = float(sq_all[j])
+                sq = float(constraints.signs[j] * values[j] + constraints.thresholds[j])
                 last_scan = t
                 quality = violation if settings.corrective else largest
                 if settings.keep == "best" and (best is None or quality < best[0]):
