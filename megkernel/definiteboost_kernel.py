@@ -453,7 +453,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     def _run(self, state, pairs, signs, gamma, gamma_dissimilar, trace, max_iter, *,
              train=None, held_out=None):
         """One call of :func:`fit_labelled_pairs` (with the progress bar)."""
-        with self._progress(state, max_iter) as callback:
+        with self._progress(state, max_iter, len(pairs)) as callback:
             return fit_labelled_pairs(
                 state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
                 trace=trace, max_iter=max_iter, train=train, held_out=held_out,
@@ -544,14 +544,14 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self.converged_ = log["converged"]
 
     @contextmanager
-    def _progress(self, state, max_iter):
+    def _progress(self, state, max_iter, n_constraints=None):
         """The fit's progress callback (``None`` unless ``verbose``): a bar
         over iterations (at most ``max_iter``) on stderr; ``verbose=2`` adds
         a detail line at every 20th of ``max_iter``."""
         if not self.verbose:
             yield None
             return
-        progress.note_compiling([update_engine(self.method, state)])
+        progress.note_compiling([update_engine(self.method, state, n_constraints, self.projection)])
         every = max(1, max_iter // 20)
         with progress.bar(total=max_iter, desc="DefiniteBoostKernel",
                           unit="iter") as iterations:

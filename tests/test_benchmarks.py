@@ -196,9 +196,17 @@ def test_metric_verdict_counts_and_margin(bench_metric_verdict):
     assert margin == pytest.approx(((3 - 1) / 4 + (3.5 - 0.5) / 4) / 2)
 
 
-def test_definiteboost_scale_benchmark_runs_both_methods():
-    """bench_definiteboost_scale's runs (tiny: the eigen-updates and auto)."""
+def test_definiteboost_scale_benchmark_runs_both_methods(monkeypatch):
+    """bench_definiteboost_scale's runs (tiny: the eigen-updates and auto, which
+    is the lazy run once the greedy scan is not made at every step)."""
+    from megkernel._solvers import definiteboost_projections as solver
+
     bench = _load("bench_definiteboost_scale")
+    monkeypatch.setattr(solver, "_SCAN_ALWAYS_UP_TO", 1000)
+    lazy_runs = []
+    original = solver.run_lazy
+    monkeypatch.setattr(solver, "run_lazy",
+                        lambda *args, **kw: lazy_runs.append(1) or original(*args, **kw))
     a, b, signs, labels = bench.problem(60)
     assert len(a) > 250 and set(np.unique(signs)) == {-1.0, 1.0}
     for method in ("rank-one", "auto"):
@@ -206,3 +214,4 @@ def test_definiteboost_scale_benchmark_runs_both_methods():
         assert per_window.shape == (2,) and np.all(per_window > 0)
         assert log["n_iter"] == 100 and gamma > 0
         assert 0.0 <= bench.loo_accuracy(state, labels) <= 1.0
+        assert len(lazy_runs) == (method == "auto")

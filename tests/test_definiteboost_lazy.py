@@ -178,3 +178,34 @@ def test_reanchoring_log_z_changes_nothing_but_round_off(monkeypatch):
     np.testing.assert_array_equal(first["constraint"], second["constraint"])
     np.testing.assert_allclose(first["dual_objective"], second["dual_objective"], rtol=1e-11)
     np.testing.assert_allclose(first["alpha"], second["alpha"], rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [3, 4, 7, 10])
+def test_multipliers_clipped_at_their_cap_stay_there(seed):
+    """A step clipped at ``max_multiplier`` leaves the multiplier exactly at it
+    (a few ulps short, the constraint was chosen again and again for steps
+    rounding to zero), so a capped run converges as the eigen-update run does."""
+    results = {}
+    for method in ("lazy", "rank-one"):
+        state, constraints, gamma = _problem(d=60, n_pairs=300, seed=seed)
+        settings = solver._Settings(max_iter=4000, tol=1e-3 * gamma, keep="last",
+                                    max_multiplier=0.05)
+        if method == "lazy":
+            log = lazy.run_lazy(constraints, state, settings)
+        else:
+            log = solver.run_definiteboost(constraints, state, settings, method="rank-one")
+        results[method] = log
+        assert log["converged"]
+        assert np.all(log["multipliers"] <= 0.05)
+    assert np.count_nonzero(results["lazy"]["alpha"] == 0) == 0
+    assert results["lazy"]["n_iter"] <= 2 * results["rank-one"]["n_iter"]
+
+
+def test_compile_note_names_the_engine_of_the_lazy_run():
+    from megkernel._solvers.definiteboost import update_engine
+
+    state = ExponentState.identity(2000)
+    assert update_engine("auto", state, n_constraints=10_000) == "lanczos"
+    assert update_engine("auto", state, n_constraints=100) == "rank-one"
+    assert update_engine("auto", state, n_constraints=10_000, projection="exact") == "rank-one"
+    assert update_engine("rank-one", state, n_constraints=10_000) == "rank-one"

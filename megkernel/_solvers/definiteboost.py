@@ -18,9 +18,11 @@ import numpy as np
 
 from .._engines import select
 from .._numerics.state import ExponentState
+from .definiteboost_lazy import lazy_state
 from .definiteboost_projections import (
     MatrixConstraints,
     PairConstraints,
+    _scan_interval,
     _Settings,
     _warn_outcome,
     run_definiteboost,
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 
-def update_engine(method, state):
+def update_engine(method, state, n_constraints=None, projection="approximate"):
     """Name of the engine ``method`` makes DefiniteBoost's updates on ``state`` with.
 
     Parameters
@@ -59,12 +61,20 @@ def update_engine(method, state):
         included).
     state : ExponentState
         The state the fit starts from.
+    n_constraints : int, optional
+        Pair constraints of the fit: with ``"auto"``, many of them on a dense
+        state make the lazy run (:mod:`.definiteboost_lazy`), whose steps are
+        the Lanczos engine's.
+    projection : {"approximate", "exact"}, default="approximate"
 
     Returns
     -------
     name : str
         The engine's registry name (for the progress bar's compile note).
     """
+    if (method == "auto" and n_constraints is not None and projection == "approximate"
+            and lazy_state(state, _scan_interval(n_constraints, state.size))):
+        return "lanczos"
     return select(method, state, need="update").name
 
 

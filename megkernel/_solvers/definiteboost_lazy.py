@@ -36,7 +36,7 @@ from .._numerics.threads import blas_threads
 from .bounds import _log_rho
 from .definiteboost_choice import choose, most_violated, scores, step
 
-__all__ = ["lazy_applies", "run_lazy", "MAX_LOOKS", "SCAN_FRACTION"]
+__all__ = ["lazy_applies", "lazy_state", "run_lazy", "MAX_LOOKS", "SCAN_FRACTION"]
 
 #: Exact evaluations per iteration of the lazy choice, at most.
 MAX_LOOKS = 8
@@ -50,14 +50,20 @@ MAX_DECLINED = 4
 def lazy_applies(constraints, state, settings, scan_interval):
     """Tell whether ``method="auto"`` runs DefiniteBoost by :func:`run_lazy`.
 
-    For approximate projections on pair constraints ``e_a - e_b`` on a dense
-    state, when the greedy choice is already not made at every iteration
-    (``scan_interval > 1``: large problems) and the Lanczos quadrature can
-    run on the state (the spread of its eigenvalues).
+    For approximate projections on pair constraints ``e_a - e_b``
+    (:func:`lazy_state`), with the default scans.
     """
-    return (type(state) is ExponentState and state.basis is None
-            and getattr(constraints, "vectors", True) is None
+    return (getattr(constraints, "vectors", True) is None
             and settings.projection == "approximate" and settings.scan_every is None
+            and lazy_state(state, scan_interval))
+
+
+def lazy_state(state, scan_interval):
+    """Whether the lazy run suits ``state``: a dense state on which the
+    Lanczos quadrature can run (the spread of its eigenvalues), when the
+    greedy choice is already not made at every iteration (``scan_interval >
+    1``: large problems)."""
+    return (type(state) is ExponentState and state.basis is None
             and scan_interval > 1 and _lanczos_runs(state))
 
 
@@ -83,53 +89,67 @@ class _EigenSteps:
 
 
 class _Oracle:
-    """Values and steps by Lanczos, by eigen-updates after repeated declines."""
+    """Values and steps by Lanczos, by eigen-updates after repeated declines.
+
+    ``fresh``: whether the state's eigendecomposition is current (it is when
+    the run starts, after a scan, and always once eigen-updates run).
+    """
 
     def __init__(self, state):
         self.state = state
         self.steps = lanczos.PairSteps(state)
         self.declined = 0
+        self.fresh = True
 
-    def _fallback(self):
+    def _declined(self):
+        """After a decline (the state was refreshed) or an eigen-update."""
         self.declined += 1
-        if self.declined >= MAX_DECLINED:
-            self.steps = _EigenSteps(self.state)  # the state was just refreshed
-            return None
-        return lanczos.PairSteps(self.state)
+        self.fresh = True
+        self.steps = (_EigenSteps(self.state) if self.declined >= MAX_DECLINED
+                      else lanczos.PairSteps(self.state))
 
     def values(self, a, b):
         try:
             return self.steps.values(a, b)
         except lanczos.Declined:
             out = self.state.pair_sq_distances(a, b)  # refreshed by the decline
-            self.steps = self._fallback() or self.steps
+            self._declined()
             return out
 
     def update(self, a, b, scale, value):
         try:
-            return self.steps.update(a, b, scale, value)
+            taken = self.steps.update(a, b, scale, value)
         except lanczos.Declined:
             ENGINES["rank-one"].pair_update(self.state, a, b, scale)
-            self.steps = self._fallback() or self.steps
-            if isinstance(self.steps, lanczos.PairSteps):
-                self.steps = lanczos.PairSteps(self.state)  # the exponent changed
+            self._declined()
             return scale
+        self.fresh = isinstance(self.steps, _EigenSteps)
+        return taken
 
     def log_partition(self):
         return self.steps.log_partition()
 
     def scan(self, constraints):
-        """Every constraint's value, exactly, on a fresh ``eigh`` of the state.
+        """Every constraint's value, exactly, on a current ``eigh`` of the state.
 
         An ``eigh`` and the compiled walk over the eigenvectors cost less
         than ``m`` quadratures (measured at d = 1000 with 5000 pairs: 0.5 s
         against 1.2 s; the same at d = 2000 with 10,000), and re-anchor
         ``log Z`` exactly.
         """
-        self.state.refresh()
-        if isinstance(self.steps, lanczos.PairSteps):
-            self.steps = lanczos.PairSteps(self.state)
+        if not self.fresh:
+            self.state.refresh()
+            self.fresh = True
+            if isinstance(self.steps, lanczos.PairSteps):
+                self.state.partition_anchor = None  # log Z from the new eigh
+                self.steps = lanczos.PairSteps(self.state)
         return constraints.values(self.state)
+
+    def finish(self):
+        """Leave the state's eigendecomposition current."""
+        if not self.fresh:
+            self.steps.finish()
+            self.fresh = True
 
 
 def _lazy_choice(oracle, constraints, stale, multipliers, cap, settings):
@@ -217,7 +237,11 @@ def run_lazy(constraints, state, settings, callback=None):
                                   -direction * alpha * sign, sq)
             signed = -taken * sign  # the step taken, to round-off direction * alpha
             offset += signed * sign * constraints.thresholds[j]
-            multipliers[j] = min(max(multipliers[j] + signed, 0.0), cap[j])
+            if alpha < limit:
+                multipliers[j] = min(max(multipliers[j] + signed, 0.0), cap[j])
+            else:  # clipped at its bound: exactly there (a few ulps short would
+                # leave the constraint chosen again for steps that round to 0)
+                multipliers[j] = 0.0 if direction < 0 else cap[j]
             log_dual = oracle.log_partition() + offset
             if alpha < limit:
                 log_bound += float(_log_rho(violation, lam_max, lam_min))
@@ -228,13 +252,12 @@ def run_lazy(constraints, state, settings, callback=None):
                 callback(t + 1, {"constraint": j, "violation": violation, "alpha": signed,
                                  "dual_objective": np.exp(log_dual),
                                  "dual_bound": np.exp(log_bound)})
-        if settings.keep == "best":
+        if settings.keep == "best":  # a copy made at a scan: its eigh is current
             _, max_violation, best_state = best
             state.assign(best_state)
-            state.refresh()
             state.partition_anchor = None
         else:
-            oracle.steps.finish()
+            oracle.finish()
             max_violation = float(constraints.values(state).max())
         n_violated = (0 if converged else
                       int(np.count_nonzero(constraints.values(state) > settings.tol)))
