@@ -15,7 +15,8 @@ from scipy import optimize
 
 from .bounds import definiteboost_step
 
-__all__ = ["TIE_RTOL", "choose", "exact_step", "most_violated", "scores", "step"]
+__all__ = ["TIE_RTOL", "choose", "exact_step", "most_violated", "run_bounds", "run_log",
+           "scores", "step"]
 
 
 #: Scores within this relative distance of the largest count as tied.
@@ -88,3 +89,36 @@ def step(constraints, state, j, violation, direction, limit, projection, engine)
     if projection == "exact":
         alpha = exact_step(constraints, state, j, alpha, engine, direction, limit)
     return min(alpha, limit), lam_max, lam_min
+
+
+def run_bounds(settings, n_constraints):
+    """A run's multiplier caps and the floor of its log-dual objective.
+
+    The floor: the log of the prior's smallest eigenvalue (a dual objective
+    below it certifies infeasibility by weak duality); ``-inf`` without one
+    (a zero, underflowed eigenvalue gives no certificate either).
+    """
+    cap = np.broadcast_to(np.inf if settings.max_multiplier is None
+                          else settings.max_multiplier, (n_constraints,))
+    log_floor = -np.inf
+    if settings.min_prior_eigenvalue is not None and settings.min_prior_eigenvalue > 0:
+        log_floor = np.log(settings.min_prior_eigenvalue) - 1e-9
+    return cap, log_floor
+
+
+def run_log(record, multipliers, max_violation, converged, infeasible, n_violated):
+    """The log a run returns (see
+    :func:`~.definiteboost_projections.run_definiteboost`) from its records."""
+    return {
+        "n_violated": n_violated,
+        "constraint": np.asarray(record["constraint"], dtype=np.intp),
+        "violation": np.asarray(record["violation"], dtype=float),
+        "alpha": np.asarray(record["alpha"], dtype=float),
+        "multipliers": multipliers,
+        "dual_objective": np.exp(record["dual_objective"]),
+        "dual_bound": np.exp(record["dual_bound"]),
+        "max_violation": max_violation,
+        "converged": converged,
+        "infeasible": infeasible,
+        "n_iter": len(record["constraint"]),
+    }

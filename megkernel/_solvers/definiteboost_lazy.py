@@ -34,7 +34,7 @@ from .._engines import ENGINES, _lanczos_runs, lanczos
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .bounds import _log_rho
-from .definiteboost_choice import choose, most_violated, scores, step
+from .definiteboost_choice import choose, most_violated, run_bounds, run_log, scores, step
 
 __all__ = ["lazy_applies", "lazy_state", "run_lazy", "MAX_LOOKS", "SCAN_FRACTION"]
 
@@ -194,11 +194,7 @@ def run_lazy(constraints, state, settings, callback=None):
     m = len(constraints)
     scan_every = max(1, math.ceil(SCAN_FRACTION * m))
     multipliers = np.zeros(m)
-    cap = np.broadcast_to(np.inf if settings.max_multiplier is None
-                          else settings.max_multiplier, multipliers.shape)
-    log_floor = -np.inf
-    if settings.min_prior_eigenvalue is not None and settings.min_prior_eigenvalue > 0:
-        log_floor = np.log(settings.min_prior_eigenvalue) - 1e-9
+    cap, log_floor = run_bounds(settings, len(constraints))
     offset = log_bound = 0.0
     best = stale = None
     last_scan = 0
@@ -261,16 +257,4 @@ def run_lazy(constraints, state, settings, callback=None):
             max_violation = float(constraints.values(state).max())
         n_violated = (0 if converged else
                       int(np.count_nonzero(constraints.values(state) > settings.tol)))
-    return {
-        "n_violated": n_violated,
-        "constraint": np.asarray(record["constraint"], dtype=np.intp),
-        "violation": np.asarray(record["violation"], dtype=float),
-        "alpha": np.asarray(record["alpha"], dtype=float),
-        "multipliers": multipliers,
-        "dual_objective": np.exp(record["dual_objective"]),
-        "dual_bound": np.exp(record["dual_bound"]),
-        "max_violation": max_violation,
-        "converged": converged,
-        "infeasible": infeasible,
-        "n_iter": len(record["constraint"]),
-    }
+    return run_log(record, multipliers, max_violation, converged, infeasible, n_violated)

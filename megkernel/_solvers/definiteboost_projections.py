@@ -32,7 +32,7 @@ from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .._warnings import warn_user
 from .bounds import _log_rho
-from .definiteboost_choice import choose, step
+from .definiteboost_choice import choose, run_bounds, run_log, step
 from .definiteboost_lazy import lazy_applies, run_lazy
 
 __all__ = [
@@ -308,11 +308,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)
     candidates, last_scan = None, 0
     multipliers = np.zeros(len(constraints))
-    cap = np.broadcast_to(np.inf if settings.max_multiplier is None
-                          else settings.max_multiplier, multipliers.shape)
-    log_floor = -np.inf  # no certificate: a zero (underflowed) eigenvalue gives none either
-    if settings.min_prior_eigenvalue is not None and settings.min_prior_eigenvalue > 0:
-        log_floor = np.log(settings.min_prior_eigenvalue) - 1e-9
+    cap, log_floor = run_bounds(settings, len(constraints))
     offset = log_bound = 0.0
     record = {"constraint": [], "violation": [], "alpha": [],
               "dual_objective": [state.log_partition()], "dual_bound": [0.0]}
@@ -368,19 +364,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         max_violation = float(constraints.values(state).max())
     n_violated = (0 if converged else
                   int(np.count_nonzero(constraints.values(state) > settings.tol)))
-    return {
-        "n_violated": n_violated,
-        "constraint": np.asarray(record["constraint"], dtype=np.intp),
-        "violation": np.asarray(record["violation"], dtype=float),
-        "alpha": np.asarray(record["alpha"], dtype=float),
-        "multipliers": multipliers,
-        "dual_objective": np.exp(record["dual_objective"]),
-        "dual_bound": np.exp(record["dual_bound"]),
-        "max_violation": max_violation,
-        "converged": converged,
-        "infeasible": infeasible,
-        "n_iter": len(record["constraint"]),
-    }
+    return run_log(record, multipliers, max_violation, converged, infeasible, n_violated)
 
 
 def _warn_outcome(log, max_iter, units=""):
