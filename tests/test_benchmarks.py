@@ -199,10 +199,12 @@ def test_metric_verdict_counts_and_margin(bench_metric_verdict):
 def test_definiteboost_scale_benchmark_runs_both_methods(monkeypatch):
     """bench_definiteboost_scale's runs (tiny: the eigen-updates and auto, which
     is the lazy run once the greedy scan is not made at every step)."""
+    from megkernel._solvers import definiteboost_lazy as lazy
     from megkernel._solvers import definiteboost_projections as solver
 
     bench = _load("bench_definiteboost_scale")
     monkeypatch.setattr(solver, "_SCAN_ALWAYS_UP_TO", 1000)
+    monkeypatch.setattr(lazy, "LAZY_FROM", 10)
     lazy_runs = []
     original = solver.run_lazy
     monkeypatch.setattr(solver, "run_lazy",

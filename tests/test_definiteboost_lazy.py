@@ -105,7 +105,8 @@ def test_declined_quadratures_fall_back_to_eigen_updates(monkeypatch):
     np.testing.assert_allclose(state.matrix(), reference.matrix(), atol=1e-13)
 
 
-def test_auto_runs_the_lazy_choice_only_where_the_greedy_scan_is_not_every_step():
+def test_auto_runs_the_lazy_choice_only_where_the_greedy_scan_is_not_every_step(monkeypatch):
+    monkeypatch.setattr(lazy, "LAZY_FROM", 10)
     state, constraints, gamma = _problem()
     settings = solver._Settings(max_iter=10, tol=1e-3 * gamma)
     interval = solver._scan_interval(len(constraints), state.size)
@@ -116,6 +117,10 @@ def test_auto_runs_the_lazy_choice_only_where_the_greedy_scan_is_not_every_step(
     # general constraint matrices and low-rank states keep the eigen-updates
     general = solver.MatrixConstraints([_pair_matrix(3, 0, 1) - 0.1 * np.eye(3)])
     assert not lazy.lazy_applies(general, ExponentState.identity(3), settings, 5)
+    # fewer objects than LAZY_FROM: eigen-updates
+    monkeypatch.setattr(lazy, "LAZY_FROM", 400)
+    assert not lazy.lazy_applies(constraints, state, settings, 5)
+    assert lazy.lazy_state(ExponentState.identity(400), 5)
 
 
 def test_auto_many_objects_uses_the_lazy_run(monkeypatch):
@@ -129,6 +134,7 @@ def test_auto_many_objects_uses_the_lazy_run(monkeypatch):
 
     monkeypatch.setattr(solver, "run_lazy", spy)
     monkeypatch.setattr(solver, "_SCAN_ALWAYS_UP_TO", 1000)
+    monkeypatch.setattr(lazy, "LAZY_FROM", 10)
     state, constraints, gamma = _problem()
     settings = solver._Settings(max_iter=5000, tol=1e-3 * gamma)
     log = solver.run_definiteboost(constraints, state, settings, method="auto")
@@ -150,6 +156,7 @@ def test_interrupt_in_the_lazy_run_leaves_the_estimator_unchanged(monkeypatch):
     est = DefiniteBoostKernel(n_objects=d).fit(pairs, y)
     before = est.kernel_.copy()
     monkeypatch.setattr(solver, "_SCAN_ALWAYS_UP_TO", 100)
+    monkeypatch.setattr(lazy, "LAZY_FROM", 10)
     n = []
 
     def interrupt(*args, **kwargs):
