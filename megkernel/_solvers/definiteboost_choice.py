@@ -15,8 +15,8 @@ from scipy import optimize
 
 from .bounds import definiteboost_step
 
-__all__ = ["TIE_RTOL", "choose", "exact_step", "most_violated", "run_bounds", "run_log",
-           "scores", "step"]
+__all__ = ["TIE_RTOL", "choose", "exact_step", "kept_best", "most_violated", "run_bounds",
+           "run_log", "scores", "step"]
 
 
 #: Scores within this relative distance of the largest count as tied.
@@ -122,3 +122,13 @@ def run_log(record, multipliers, max_violation, converged, infeasible, n_violate
         "infeasible": infeasible,
         "n_iter": len(record["constraint"]),
     }
+
+
+def kept_best(best, settings, violation, largest, state):
+    """``keep="best"`` at a scan: ``(quality, largest violation, state copy)``
+    of the iterate nearest the answer so far (with corrections the
+    projection's KKT score ``violation``, else the largest violation)."""
+    quality = violation if settings.corrective else largest
+    if settings.keep == "best" and (best is None or quality < best[0]):
+        return quality, largest, state.copy()
+    return best

@@ -34,7 +34,15 @@ from .._engines import ENGINES, _lanczos_runs, lanczos
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .bounds import _log_rho
-from .definiteboost_choice import choose, most_violated, run_bounds, run_log, scores, step
+from .definiteboost_choice import (
+    choose,
+    kept_best,
+    most_violated,
+    run_bounds,
+    run_log,
+    scores,
+    step,
+)
 
 __all__ = ["lazy_applies", "lazy_state", "run_lazy", "LAZY_FROM", "MAX_LOOKS", "SCAN_FRACTION"]
 
@@ -202,7 +210,7 @@ def run_lazy(constraints, state, settings, callback=None):
     m = len(constraints)
     scan_every = max(1, math.ceil(SCAN_FRACTION * m))
     multipliers = np.zeros(m)
-    cap, log_floor = run_bounds(settings, len(constraints))
+    cap, log_floor = run_bounds(settings, m)
     offset = log_bound = 0.0
     best = stale = None
     last_scan = 0
@@ -225,9 +233,7 @@ def run_lazy(constraints, state, settings, callback=None):
                 stale = np.array(stale, dtype=float)
                 sq = float(constraints.signs[j] * values[j] + constraints.thresholds[j])
                 last_scan = t
-                quality = violation if settings.corrective else largest
-                if settings.keep == "best" and (best is None or quality < best[0]):
-                    best = (quality, largest, state.copy())
+                best = kept_best(best, settings, violation, largest, state)
                 if violation <= settings.tol or violation <= 0:
                     converged = True
                     break
@@ -241,14 +247,13 @@ def run_lazy(constraints, state, settings, callback=None):
                                   -direction * alpha * sign, sq)
             signed = -taken * sign  # the step taken, to round-off direction * alpha
             offset += signed * sign * constraints.thresholds[j]
-            if alpha < limit:
+            if alpha < limit:  # a clipped step has no Theorem 4.1 factor
                 multipliers[j] = min(max(multipliers[j] + signed, 0.0), cap[j])
+                log_bound += float(_log_rho(violation, lam_max, lam_min))
             else:  # clipped at its bound: exactly there (a few ulps short would
                 # leave the constraint chosen again for steps that round to 0)
                 multipliers[j] = 0.0 if direction < 0 else cap[j]
             log_dual = oracle.log_partition() + offset
-            if alpha < limit:
-                log_bound += float(_log_rho(violation, lam_max, lam_min))
             for key, value in zip(record, (j, violation, signed, log_dual, log_bound)):
                 record[key].append(value)
             infeasible = log_dual < log_floor

@@ -32,7 +32,7 @@ from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .._warnings import warn_user
 from .bounds import _log_rho
-from .definiteboost_choice import choose, run_bounds, run_log, step
+from .definiteboost_choice import choose, kept_best, run_bounds, run_log, step
 from .definiteboost_lazy import lazy_applies, run_lazy
 
 __all__ = [
@@ -330,11 +330,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                                                           settings)
                 if scan_every > 1:
                     candidates, last_scan = _working_set(scores, n_candidates), t
-                # "best": the iterate nearest the answer; with corrections the
-                # projection's (KKT) score, else the largest violation
-                quality = violation if settings.corrective else largest
-                if settings.keep == "best" and (best is None or quality < best[0]):
-                    best = (quality, largest, state.copy())
+                best = kept_best(best, settings, violation, largest, state)
                 if violation <= settings.tol or violation <= 0:  # nothing left to project
                     converged = True
                     break
