@@ -54,11 +54,12 @@ _compiled = njit(cache=True, error_model="numpy")
 #: ``trials`` run here, Lanczos ``steps`` in total, ``max_steps`` of one
 #: trial, ``breakdowns`` (invariant Krylov spaces), ``too_long`` steps (not
 #: integrated: re-anchored), quadrature ``nodes`` evaluated, and
-#: ``endpoint_steps`` (extra steps for the updated exponent's quadrature).
+#: ``endpoint_steps`` (extra steps for the updated exponent's quadrature),
+#: ``trace_steps`` (changes of ``Z`` read off two traces, not integrated).
 COUNTERS = ("trials", "steps", "max_steps", "breakdowns", "too_long", "nodes",
-            "endpoint_steps")
+            "endpoint_steps", "trace_steps")
 (_TRIALS, _STEPS, _MAX_STEPS, _BREAKDOWNS, _TOO_LONG, _NODES,
- _ENDPOINT_STEPS) = range(len(COUNTERS))
+ _ENDPOINT_STEPS, _TRACE_STEPS) = range(len(COUNTERS))
 
 
 def make_workspace(d, kmax):
@@ -323,13 +324,15 @@ _BROKE = 64.0 * 2.220446049250313e-16
 def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 t, log_z, since_anchor, dense, anchor_every, kmax, tol, noise,
                 max_tol, ratio_min, gl_limit, panel_half, gl_nodes, gl_weights,
-                dense_fraction, vectors, coefficients, counters):
+                dense_fraction, ql_from, trace_tol, vectors, coefficients, counters):
     """MEG trials from ``t`` on; returns at the end or when Python must act.
 
-    A Lanczos run stops when its quadrature changes by at most
-    ``max(tol, noise * ||T_k - log_z I||)`` relative: eigenvalues of ``T_k``
-    carry absolute round-off of about ``eps ||T_k - log_z I||``, which no
-    further step removes.
+    A Lanczos run stops when Gauss's error bound ``prod beta_j^2 / (2k)!``
+    or (from step ``ql_from`` on) the change of its quadrature from the
+    previous step is at most ``max(tol, noise * ||T_k - log_z I||)`` of the
+    quadrature (a lower bound of it: Jensen's, or the last Gauss value):
+    eigenvalues of ``T_k`` carry absolute round-off of about
+    ``eps ||T_k - log_z I||``, which no further step removes.
 
     Parameters
     ----------
@@ -355,6 +358,11 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
         of a Gauss-Legendre panel; the Gauss-Legendre tables (row ``n - 1``:
         the ``n`` nodes / weights on ``[-1, 1]``); the fraction of ``d^2``
         entries beyond which products switch to dense mode.
+    ql_from, trace_tol
+        The first step at which consecutive quadratures are compared
+        (before, only Gauss's error bound stops a run); the largest
+        round-off, relative to ``Z``, of a change of ``Z`` taken as a
+        difference of traces (else by Gauss-Legendre).
     vectors, coefficients
         Scratch, from :func:`make_workspace` with ``d`` and ``kmax``.
     counters : ndarray of int64
@@ -415,10 +423,14 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
         k = 0
         quad_old = -1.0
         quad = 0.0
+        trace0 = 0.0
         broke = False
         converged = False
         spread = 0.0  # ||T_k - log_z I||, bounds the round-off of a quadrature
         tol_k = tol
+        log_error = 0.0  # log of the Gauss error bound prod beta_j^2 / (2k)!
+        log_lower = -math.inf  # log of a lower bound of the exact quadrature
+        quad_k = 0  # steps of the last evaluated quadrature
         while k < kmax:
             al, be = _step(A, values, nbr, deg, dense, vectors, beta_prev)
             alpha[k] = al
@@ -426,17 +438,27 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
             k += 1
             spread = max(spread, abs(al - log_z) + be + beta_prev)
             tol_k = max(tol, noise * spread)
-            quad, _, ok = tridiag_exp(alpha, beta, k, log_z, 0.0, dd, ee, zz)
-            if not ok:
-                return QL_FAILED, t, log_z, since_anchor, dense
+            if k == 1:  # Jensen: e1^T exp(T - log_z) e1 >= exp(alpha_1 - log_z)
+                log_lower = al - log_z
             if be <= _BROKE * (abs(al) + beta_prev + 1e-300):
                 broke = True
                 converged = True
                 break
-            if k >= 2 and abs(quad - quad_old) <= tol_k * quad:
+            log_error += 2.0 * math.log(be) - math.log((2.0 * k - 1.0) * (2.0 * k))
+            if log_error <= math.log(tol_k) + log_lower:
                 converged = True
                 break
-            quad_old = quad
+            if k >= ql_from - 1:
+                quad, trace0, ok = tridiag_exp(alpha, beta, k, log_z, 0.0, dd, ee, zz)
+                if not ok:
+                    return QL_FAILED, t, log_z, since_anchor, dense
+                quad_k = k
+                if quad > 0.0:  # Gauss quadratures of exp are lower bounds
+                    log_lower = max(log_lower, math.log(quad))
+                if k >= ql_from and abs(quad - quad_old) <= tol_k * quad:
+                    converged = True
+                    break
+                quad_old = quad
             for i in range(d):  # q_prev <- q, q <- w / beta
                 q_prev[i] = q[i]
                 q[i] = w[i] / be
@@ -444,7 +466,13 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
         # exp(A - log Z) has eigenvalues <= 1, so quad <= 1; a run whose
         # round-off level is too high (exponents of enormous spread) is
         # left to eigh as well
-        if not converged or not quad <= 1.0 + 1e-9 or tol_k > max_tol:
+        if not converged:
+            return NOT_CONVERGED, t, log_z, since_anchor, dense
+        if quad_k != k:
+            quad, trace0, ok = tridiag_exp(alpha, beta, k, log_z, 0.0, dd, ee, zz)
+            if not ok:
+                return QL_FAILED, t, log_z, since_anchor, dense
+        if not quad <= 1.0 + 1e-9 or tol_k > max_tol:
             return NOT_CONVERGED, t, log_z, since_anchor, dense
         y_hat = trace * 2.0 * quad
         scale = -2.0 * learning_rate * (y_hat - y[t]) / trace
@@ -455,14 +483,18 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
             counters[_STEPS] += k
             continue
         bump = 2.0 * scale  # ||u||^2 scale: T_k + bump e1 e1^T
-        shift_end = log_z + max(bump, 0.0)
-        # the Gauss quadrature of the updated exponent must have converged too
-        if not broke:
-            h_old, _, ok1 = tridiag_exp(alpha, beta, k - 1, shift_end, bump, dd, ee, zz)
-            h, _, ok2 = tridiag_exp(alpha, beta, k, shift_end, bump, dd, ee, zz)
-            if not (ok1 and ok2):
+        shift = log_z + max(bump, 0.0)  # >= the largest eigenvalue after the step
+        # the Gauss quadrature of the updated exponent must have converged too:
+        # the same bound (same beta_j), else consecutive quadratures
+        h, trace1, ok = tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz)
+        if not ok:
+            return QL_FAILED, t, log_z, since_anchor, dense
+        tol_k = max(tol_k, noise * (spread + abs(bump)))
+        if not broke and not (h > 0.0 and log_error <= math.log(tol_k * h)):
+            k_start = k
+            h_old, _, ok = tridiag_exp(alpha, beta, k - 1, shift, bump, dd, ee, zz)
+            if not ok:
                 return QL_FAILED, t, log_z, since_anchor, dense
-            tol_k = max(tol_k, noise * (spread + abs(bump)))
             while not abs(h - h_old) <= tol_k * h:
                 if k >= kmax:
                     return NOT_CONVERGED, t, log_z, since_anchor, dense
@@ -478,34 +510,45 @@ def pair_trials(A, values, nbr, deg, a, b, y, learning_rate, trace, predictions,
                 spread = max(spread, abs(al - log_z) + be + beta_prev)
                 tol_k = max(tol_k, noise * (spread + abs(bump)))
                 h_old = h
-                h, _, ok = tridiag_exp(alpha, beta, k, shift_end, bump, dd, ee, zz)
+                h, trace1, ok = tridiag_exp(alpha, beta, k, shift, bump, dd, ee, zz)
                 if not ok:
                     return QL_FAILED, t, log_z, since_anchor, dense
                 if be <= _BROKE * (abs(al) + beta_prev + 1e-300):
                     break
-            if not h <= 1.0 + 1e-9 or tol_k > max_tol:
-                return NOT_CONVERGED, t, log_z, since_anchor, dense
+            if k != k_start:  # tr exp(T_k - log_z) of the same T_k
+                _, trace0, ok = tridiag_exp(alpha, beta, k, log_z, 0.0, dd, ee, zz)
+                if not ok:
+                    return QL_FAILED, t, log_z, since_anchor, dense
+        if not h <= 1.0 + 1e-9 or tol_k > max_tol:
+            return NOT_CONVERGED, t, log_z, since_anchor, dense
         predictions[t] = y_hat
-        # change of Z = tr exp(A): integral of the quadratic form over the step
+        # change of Z = tr exp(A): int_0^bump e1^T exp(T_k + tau e1 e1^T) e1 dtau,
+        # shifted by the largest possible eigenvalue (values <= 1)
         if abs(bump) <= gl_limit:
-            # shifted by the largest possible eigenvalue: values <= 1
-            shift = log_z + max(bump, 0.0)
-            half = 0.5 * abs(bump)
-            panels = max(1, int(math.ceil(half / panel_half)))
-            width = bump / panels
-            nodes = gauss_legendre_count(0.5 * abs(width), target,
-                                         gl_nodes.shape[0])
-            integral = 0.0
-            for p in range(panels):
-                centre = (p + 0.5) * width
-                for r in range(nodes):
-                    tau = centre + 0.5 * width * gl_nodes[nodes - 1, r]
-                    val, _, ok = tridiag_exp(alpha, beta, k, shift, tau, dd, ee, zz)
-                    if not ok:
-                        return QL_FAILED, t, log_z, since_anchor, dense
-                    integral += gl_weights[nodes - 1, r] * val
-            counters[_NODES] += panels * nodes
-            integral *= 0.5 * width
+            before = trace0 * math.exp(log_z - shift)  # tr exp(T_k - shift)
+            # = tr exp(T_k + bump e1 e1^T - shift) - tr exp(T_k - shift) exactly,
+            # each eigenvalue's round-off (noise * spread) weighted by its exp
+            if noise * (spread + abs(bump)) * (before + trace1) <= (
+                    trace_tol * math.exp(log_z - shift)):
+                integral = trace1 - before
+                counters[_TRACE_STEPS] += 1
+            else:  # by Gauss-Legendre panels: immune to round-off of many Ritz values
+                half = 0.5 * abs(bump)
+                panels = max(1, int(math.ceil(half / panel_half)))
+                width = bump / panels
+                nodes = gauss_legendre_count(0.5 * abs(width), target,
+                                             gl_nodes.shape[0])
+                integral = 0.0
+                for p in range(panels):
+                    centre = (p + 0.5) * width
+                    for r in range(nodes):
+                        tau = centre + 0.5 * width * gl_nodes[nodes - 1, r]
+                        val, _, ok = tridiag_exp(alpha, beta, k, shift, tau, dd, ee, zz)
+                        if not ok:
+                            return QL_FAILED, t, log_z, since_anchor, dense
+                        integral += gl_weights[nodes - 1, r] * val
+                counters[_NODES] += panels * nodes
+                integral *= 0.5 * width
             if bump > 0.0:
                 new_log_z = shift + math.log(math.exp(log_z - shift) + integral)
                 ratio = 1.0

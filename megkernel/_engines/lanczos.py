@@ -11,16 +11,31 @@ changes ``T_k`` in its corner, by ``sigma ||u||^2``),
   ``= int_0^{2s} e1^T exp(T_k + tau e1 e1^T) e1 dtau``,
 
 both exact to round-off once ``k`` is large enough. ``k`` is adaptive: the
-Lanczos run stops when the quadrature of ``exp(A)`` and of the updated
-exponent both change by less than :data:`TOL` (relative; raised to the
-round-off level ``NOISE * ||T_k - log Z||`` of the quadrature itself) from
-one step to the next, or when the Krylov space is invariant. The integral over the step
-is taken by Gauss-Legendre on panels of length at most 2 in ``tau`` (the
-integrand is entire of exponential type one, so a few nodes reach 1e-18 of
-``Z``); panels of half-length up to :data:`PANEL_HALF` for longer steps
-(``tr exp(T + 2s e1 e1^T) - tr exp(T)`` would be exact in exact arithmetic,
-but the ghost copies of converged Ritz values that plain Lanczos produces
-count fully in a trace, while quadratic forms are immune to them).
+Lanczos run stops when Gauss's error bound ``prod_j beta_j^2 / (2k)!``
+(times ``exp(eta - log Z) <= 1``: every even derivative of ``exp`` is
+positive and at most 1 on the shifted spectrum) is below :data:`TOL`
+(relative; raised to the round-off level ``NOISE * ||T_k - log Z||`` of the
+quadrature itself) of a lower bound of the quadrature (Jensen's
+``exp(alpha_1 - log Z)``, or the last Gauss value: Gauss quadratures of
+``exp`` are lower bounds); from step :data:`QL_FROM` on also when two
+consecutive quadratures agree to that tolerance (wide spectra, where the
+bound is pessimistic), or when the Krylov space is invariant. The updated
+exponent's quadrature must pass the same test (same ``beta_j``). The bound
+needs no evaluation: a trial evaluates the quadrature once, at its last
+step, and once for the updated exponent.
+
+The change of ``Z`` is ``tr exp(T_k + 2s e1 e1^T) - tr exp(T_k)``, exact in
+exact arithmetic for any symmetric ``T_k`` (the integral of the quadratic
+form over the step), and read off the two evaluations at no extra cost;
+each Ritz value's round-off (``NOISE * ||T_k - log Z||``) counts in it
+weighted by its exponential, so where that exceeds :data:`TRACE_TOL` of
+``Z`` (wide spectra, many Ritz values near the top: plain Lanczos repeats
+converged ones) the integral is taken by Gauss-Legendre on panels of
+length at most 2 in ``tau`` (the integrand is entire of exponential type
+one, so a few nodes reach 1e-18 of ``Z``; panels of half-length up to
+:data:`PANEL_HALF` for longer steps), whose nodes are quadratic forms,
+immune to repeated Ritz values.
+
 Everything runs shifted by ``log Z`` (eq. 7), so a huge learning rate
 cannot overflow.
 
@@ -86,6 +101,14 @@ PANEL_HALF = 8.0
 #: a dense one 0.1 ns per entry; at d = 500 with 8 % nonzero entries, 0.25
 #: gave 194 us per trial against 136 us; both give bit-identical products).
 DENSE_FRACTION = 0.05
+#: Consecutive quadratures are compared (one ``O(k^2)`` QL evaluation per
+#: step) only from this step on; before, a run stops on Gauss's error bound
+#: alone (no evaluation).
+QL_FROM = 8
+#: ``Z' - Z`` is taken as ``tr exp(T_k + 2s e1 e1^T) - tr exp(T_k)`` when the
+#: round-off of the Ritz values it sums is below this fraction of ``Z``;
+#: otherwise by Gauss-Legendre panels.
+TRACE_TOL = 1e-15
 
 #: Counters :func:`pair_trials` adds to its ``stats``: those of the compiled
 #: kernel (:data:`._lanczos_kernels.COUNTERS`), then ``fallbacks`` (trials
@@ -114,7 +137,7 @@ def _settings():
     """
     return (int(ANCHOR_EVERY), int(MAX_STEPS), float(TOL), float(NOISE), float(MAX_TOL),
             float(RATIO_MIN), float(GL_LIMIT), float(PANEL_HALF), _GL_NODES, _GL_WEIGHTS,
-            float(DENSE_FRACTION))
+            float(DENSE_FRACTION), int(QL_FROM), float(TRACE_TOL))
 
 
 def _stamp(state):

