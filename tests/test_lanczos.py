@@ -159,6 +159,40 @@ def test_same_object_pairs_match_eigh():
     assert np.max(np.abs(p_fast - p_slow)) < 1e-12
 
 
+@pytest.mark.parametrize("spread", [0.3, 3.0, 30.0])
+def test_stopping_rules_and_changes_of_z_agree(monkeypatch, spread):
+    """The three ways a trial may end agree with eigh and with each other:
+    the default (Gauss's error bound, consecutive quadratures from
+    ``QL_FROM``, ``Z' - Z`` as a difference of traces where its round-off
+    is small), the bound alone (``QL_FROM`` beyond ``MAX_STEPS``) and
+    consecutive quadratures from step 2 with every ``Z' - Z`` by
+    Gauss-Legendre (``TRACE_TOL = 0``, the engine before the bound)."""
+    a, b, y = _trials(52, 400)
+    reference = _spread_state(52, spread)
+    p_eigh = _run(reference.copy(), a, b, y, "eigh")
+    runs = {}
+    for name, ql_from, trace_tol in [("default", _lanczos.QL_FROM, _lanczos.TRACE_TOL),
+                                     ("bound only", _lanczos.MAX_STEPS + 1,
+                                      _lanczos.TRACE_TOL),
+                                     ("before", 2, 0.0)]:
+        monkeypatch.setattr(_lanczos, "QL_FROM", ql_from)
+        monkeypatch.setattr(_lanczos, "TRACE_TOL", trace_tol)
+        stats = {}
+        runs[name] = _run(reference.copy(), a, b, y, "lanczos", stats=stats), stats
+    scale = np.max(np.abs(y))
+    for name, (predictions, stats) in runs.items():
+        assert np.max(np.abs(predictions - p_eigh)) <= 1e-11 * scale, name
+        assert abs(stats["log_z_drift"]) < 1e-12, name
+    assert runs["before"][1]["trace_steps"] == 0
+    default = runs["default"][1]
+    assert default["fallbacks"] == 0
+    assert default["steps"] <= runs["before"][1]["steps"]
+    if spread < 1:  # narrow spectra: traces give Z' - Z
+        assert default["trace_steps"] == default["trials"]
+    else:  # wider: their round-off would exceed 1e-15 of Z, Gauss-Legendre
+        assert default["trace_steps"] == 0 and default["nodes"] > 0
+
+
 @pytest.mark.parametrize("prior", ["identity", "dense"])
 def test_huge_learning_rate(prior):
     """eta = 100: exponent spread in the hundreds, steps of |2s| >> 1."""

@@ -278,8 +278,9 @@ def auto_plan(state, a=None, b=None, n_trials=None, done=0):
     if not _lanczos_runs(state):
         return "rank-one", rank_one_length, {"rank-one": rank_one_seconds}
     nnz = int(np.count_nonzero(state.exponent))
-    per_trial = _cost.lanczos_trial(d, _cost.lanczos_steps(state, a, b), nnz,
-                                    lanczos.DENSE_FRACTION)
+    spread = _cost.lanczos_spread(state, a, b)
+    per_trial = _cost.lanczos_trial(d, _cost.steps_for_spread(spread), nnz,
+                                    lanczos.DENSE_FRACTION, spread)
     end = _cost.lanczos_call(d)
     shortest = max(AUTO_LANCZOS_SEGMENT, int(np.ceil(20.0 * end / per_trial)))
     if n_trials is None:

@@ -14,13 +14,21 @@ their ratios matter, so a uniformly faster or slower machine picks the same.
 
 Fitted forms (seconds):
 
-* rank-one trial: ``2.6e-6 + 6.07e-9 k^2 + 3.75e-11 k^2 m`` (the secular
+* rank-one trial: ``2.6e-6 + 6.07e-9 k^2 + 5.2e-11 k^2 m`` (the secular
   equation and Gu-Eisenstat's eigenvectors, ``O(k^2)``; the eigenvector
   product, a ``k x k`` by ``k x m`` GEMM);
-* Lanczos trial of ``s`` steps: ``1e-6 + 2.06e-7 s^2 + 5.7e-9 s^3`` (the
-  tridiagonal quadratures, one per step and per Gauss-Legendre node) plus
-  ``s`` products, each ``1e-10 d^2 + 2e-9 d`` (dense) or ``1.5e-8 d + 2e-9
-  nnz`` (sparse lists); ``s`` is one more than the smallest ``j`` with
+* Lanczos trial of ``s`` steps: ``1e-6 + 3e-8 n s^2`` for its ``n``
+  evaluations of an ``s x s`` tridiagonal quadrature (QL, ``O(s^2)``): two
+  (the quadrature and the updated exponent's, at the last step) while
+  Gauss's error bound stops the run before step ``QL_FROM``, one more per
+  step from ``QL_FROM - 1`` on (consecutive quadratures compared), and four
+  Gauss-Legendre nodes where the change of ``Z`` as a difference of traces
+  would be too noisy (estimated as the engine does, ``4 eps ||T_s - log Z||
+  (tr exp(T_s - log Z) + ...) > TRACE_TOL``, with ``||T_s - log Z|| ~ log d
+  + spread`` and the Ritz values' weights ``~ 2 s / d``); plus ``s``
+  products, each ``1e-10 d^2 + 2e-9 d`` (dense) or ``1.5e-8 d + 2e-9 nnz``
+  (sparse lists); ``s`` is one more than
+  the smallest ``j`` with
   ``(spread / 8)^(2 j) / (2 j)! <= 1e-16``, ``spread = lam_max - lam_min``
   over the eigenvalues the coming pairs have weight on (all of them
   without trials; the error of a ``j``-point Gauss quadrature of ``exp`` on
@@ -36,8 +44,8 @@ import math
 
 import numpy as np
 
-__all__ = ["kept_eigenpairs", "lanczos_steps", "rank_one_trial", "lanczos_trial",
-           "lanczos_call", "SAMPLES"]
+__all__ = ["kept_eigenpairs", "lanczos_spread", "lanczos_steps", "steps_for_spread",
+           "rank_one_trial", "lanczos_trial", "lanczos_call", "SAMPLES"]
 
 #: Trials of the call looked at to estimate ``k`` (their ``z = V^T v``).
 SAMPLES = 4
@@ -45,9 +53,15 @@ SAMPLES = 4
 _EPS = np.finfo(float).eps
 
 #: Rank-one trial: seconds ``R0 + R1 k^2 + R2 k^2 m``.
-R0, R1, R2 = 2.6e-6, 6.07e-9, 3.75e-11
-#: Lanczos trial: ``L0 + Q2 s^2 + Q3 s^3`` plus ``s`` products.
-L0, Q2, Q3 = 1e-6, 2.06e-7, 5.7e-9
+R0, R1, R2 = 2.6e-6, 6.07e-9, 5.2e-11
+#: Lanczos trial: ``L0 + QL n s^2`` (``n`` evaluations) plus ``s`` products.
+L0, QL = 1e-6, 3e-8
+#: The engine's first step comparing consecutive quadratures
+#: (:data:`.lanczos.QL_FROM`) and the Gauss-Legendre nodes of a trial past it.
+QL_FROM, GL_NODES = 8, 4
+#: ... and its largest round-off of ``Z' - Z`` as a difference of traces
+#: (:data:`.lanczos.TRACE_TOL`) and its round-off factor (``NOISE``).
+TRACE_TOL, NOISE = 1e-15, 4 * _EPS
 #: A dense product: ``DENSE_ENTRY d^2 + DENSE_ROW d``; a sparse one:
 #: ``SPARSE_ROW d + SPARSE_ENTRY nnz``.
 DENSE_ENTRY, DENSE_ROW, SPARSE_ROW, SPARSE_ENTRY = 1e-10, 2e-9, 1.5e-8, 2e-9
@@ -91,8 +105,8 @@ def kept_eigenpairs(state, a=None, b=None):
     return float(np.maximum.reduceat(big, starts, axis=1).sum(axis=1).mean())
 
 
-def lanczos_steps(state, a=None, b=None, most=200):
-    """Estimate the Lanczos steps per trial from the spread of the eigenvalues.
+def lanczos_spread(state, a=None, b=None):
+    """Spread of the eigenvalues the Krylov spaces of the coming trials see.
 
     With trials ``a, b``: the largest spread, over the first :data:`SAMPLES`
     of them, of the eigenvalues ``u = e_a - e_b`` has a weight on
@@ -100,7 +114,8 @@ def lanczos_steps(state, a=None, b=None, most=200):
     from ``u`` sees only those (a diffusion or centred kernel's constant
     eigenvector, often its extreme eigenvalue, has no weight on any pair;
     k-NN graph kernel at d = 52: spread 5.5, 7.7 steps measured, 10
-    estimated from the whole spectrum, 9 from the pairs'). At most ``most``.
+    estimated from the whole spectrum, 9 from the pairs'). Without trials,
+    the whole spectrum's.
     """
     lam = np.asarray(state.eigenvalues)
     if a is not None and len(a) > 0:
@@ -110,17 +125,40 @@ def lanczos_steps(state, a=None, b=None, most=200):
         high = np.where(seen, lam, -np.inf).max(axis=1)
         low = np.where(seen, lam, np.inf).min(axis=1)
         spreads = np.where(seen.any(axis=1), high - low, 0.0)
-        spread = float(spreads.max())
-    else:
-        spread = float(lam[-1] - lam[0])
+        return float(spreads.max())
+    return float(lam[-1] - lam[0])
+
+
+def steps_for_spread(spread, most=200):
+    """Lanczos steps per trial on eigenvalues of that spread (at most ``most``).
+
+    One more than the real ``j`` (``lgamma`` for the factorial) solving
+    ``(spread / STEPS_SCALE)^(2 j) / (2 j)! = STEPS_TOL``: a mean over trials,
+    not a whole number (the cost of a trial grows as the steps squared).
+    """
     if not spread > 0.0:
         return 2.0
     log_x = math.log(spread / STEPS_SCALE)
     target = math.log(STEPS_TOL)
-    for j in range(1, most):
-        if 2 * j * log_x - math.lgamma(2 * j + 1) <= target:
-            return float(j + 1)
-    return float(most)
+
+    def excess(j):
+        return 2 * j * log_x - math.lgamma(2 * j + 1) - target
+
+    if excess(most - 1) > 0:
+        return float(most)
+    low, high = 0.0, float(most - 1)  # excess(0) = -target > 0
+    for _ in range(50):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if excess(mid) > 0 else (low, mid)
+    return high + 1.0
+
+
+def lanczos_steps(state, a=None, b=None, most=200):
+    """Estimate the Lanczos steps per trial from the spread of the eigenvalues.
+
+    :func:`steps_for_spread` of :func:`lanczos_spread`.
+    """
+    return steps_for_spread(lanczos_spread(state, a, b), most)
 
 
 def rank_one_trial(k, m):
@@ -128,17 +166,23 @@ def rank_one_trial(k, m):
     return R0 + (R1 + R2 * m) * k * k
 
 
-def lanczos_trial(d, steps, nnz, dense_fraction):
+def lanczos_trial(d, steps, nnz, dense_fraction, spread=0.0):
     """Estimate the seconds of one Lanczos trial of ``steps`` steps.
 
     On an exponent with ``nnz`` nonzero entries (dense products beyond
-    ``dense_fraction d^2``).
+    ``dense_fraction d^2``) whose eigenvalues seen by the trials spread over
+    ``spread``.
     """
     if nnz > dense_fraction * d * d:
         product = DENSE_ENTRY * d * d + DENSE_ROW * d
     else:
         product = SPARSE_ROW * d + SPARSE_ENTRY * nnz
-    return L0 + (Q2 + Q3 * steps) * steps * steps + steps * product
+    evaluations = 2.0
+    if steps >= QL_FROM:
+        evaluations += steps - QL_FROM + 2.0
+    if NOISE * (math.log(d) + spread) * 2.0 * min(1.0, 2.0 * steps / d) > TRACE_TOL:
+        evaluations += GL_NODES
+    return L0 + QL * evaluations * steps * steps + steps * product
 
 
 def lanczos_call(d):
