@@ -217,3 +217,19 @@ def test_definiteboost_scale_benchmark_runs_both_methods(monkeypatch):
         assert log["n_iter"] == 100 and gamma > 0
         assert 0.0 <= bench.loo_accuracy(state, labels) <= 1.0
         assert len(lazy_runs) == (method == "auto")
+
+
+@pytest.fixture(scope="module")
+def bench_speed():
+    return _load("bench_speed")
+
+
+def test_speed_tables_run(bench_speed, capsys):
+    """The paper-sized run (tiny here) and the DefiniteBoost iteration table,
+    which patches the solver's constraint values by name: the name exists and
+    both ways choose the same constraints."""
+    bench_speed.paper_and_exactness(600, 200, 100)
+    bench_speed.definiteboost_step_table(60, 60, 5, 0)
+    out = capsys.readouterr().out
+    assert "| ratio lean numpy loop / Lanczos |" in out
+    assert "Same constraints chosen at every iteration: True" in out
