@@ -46,7 +46,7 @@ from sklearn.utils._param_validation import Options, StrOptions
 
 from .._numerics.threads import blas_threads
 from . import _cost, _lanczos_kernels, _rank_one_kernels, eigh, lanczos, rank_one
-from ._distances import pair_sq_distances
+from ._distances import factor_rows_sq_distances, pair_sq_distances
 
 __all__ = [
     "Engine",
@@ -56,6 +56,7 @@ __all__ = [
     "MethodOptions",
     "methods",
     "methods_doc",
+    "factor_rows_sq_distances",
     "pair_sq_distances",
     "select",
     "auto_plan",

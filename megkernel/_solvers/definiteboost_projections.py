@@ -21,11 +21,10 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from .._engines import pair_sq_distances, select
+from .._engines import factor_rows_sq_distances, pair_sq_distances, select
 from .._numerics.limits import MAX_SCALE, MIN_SCALE
 from .._numerics.spectral import (
     check_symmetric,
-    factor_pair_sq_distances,
     normalized_exp_weights,
 )
 from .._numerics.state import ExponentState
@@ -141,7 +140,7 @@ class PairConstraints:
         elif type(state) is ExponentState and len(a) > state.n_objects:
             # more pairs than points: the points' factor P V sqrt(w) once (n r^2),
             # then a gather per pair (r), not every pair's r x r product (n_pairs r^2)
-            sq_distances = factor_pair_sq_distances(state.factor(), a, b)
+            sq_distances = factor_rows_sq_distances(state.factor(), a, b)
         else:
             vectors = self.vectors if subset is None else self.vectors[subset]
             weights = state.density_eigenvalues()
