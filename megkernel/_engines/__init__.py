@@ -201,8 +201,12 @@ AUTO_RANK_ONE_SEGMENT = (16, 4096)
 #: ... a Lanczos segment ends with one ``eigh``: it runs as many trials as
 #: the call has run so far, at least this many and enough trials for the
 #: ``eigh`` to cost at most 1/20 of the segment (by the cost model), at most
-#: 16 times that; and the rest of the call when less than that would be left.
+#: 16 times that; and the rest of the call when less than that would be left,
+#: or when Lanczos is at least :data:`AUTO_LANCZOS_MARGIN` times cheaper per
+#: trial (each segment's end, an ``eigh`` and a new choice, cost 1-2 us per
+#: trial of 6-8 us at d = 52: 25 % against Lanczos run alone).
 AUTO_LANCZOS_SEGMENT = 256
+AUTO_LANCZOS_MARGIN = 2.0
 
 #: With "auto", after this many declined trials in one call the rest of the
 #: call runs by the rank-one engine (at a learning rate of 1e6, Lanczos
@@ -288,7 +292,8 @@ def auto_plan(state, a=None, b=None, n_trials=None, done=0):
         lanczos_length, lanczos_seconds = None, per_trial
     else:
         lanczos_length = max(shortest, min(done, 16 * shortest))
-        if n_trials - lanczos_length < shortest:  # no short last segment
+        if (n_trials - lanczos_length < shortest  # no short last segment
+                or AUTO_LANCZOS_MARGIN * (per_trial + end / n_trials) <= rank_one_seconds):
             lanczos_length = n_trials
         lanczos_seconds = per_trial + end / lanczos_length
     seconds = {"rank-one": rank_one_seconds, "lanczos": lanczos_seconds}

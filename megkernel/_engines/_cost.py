@@ -10,11 +10,15 @@ each a product with the exponent (sparse or dense), plus one ``eigh`` at the
 end of every call. The constants are CPU seconds measured on one BLAS
 thread (2-core AMD EPYC, numpy with OpenBLAS; ``benchmarks/bench_spectra.py``
 checks the choices: within 1.25x of the fastest engine on every row). Only
-their ratios matter, so a uniformly faster or slower machine picks the same.
+their ratios matter, so a uniformly faster or slower machine picks the same
+(the rank-one constants were refitted on 2026-12-02 from that script's rows
+on a machine where its GEMM and secular loops ran 1.3-1.4x slower against
+the Lanczos kernels than on the first: ``R1`` from d = 52, ``R2`` from d =
+500 and 2000).
 
 Fitted forms (seconds):
 
-* rank-one trial: ``2.6e-6 + 6.07e-9 k^2 + 5.2e-11 k^2 m`` (the secular
+* rank-one trial: ``2.6e-6 + 9.8e-9 k^2 + 6.7e-11 k^2 m`` (the secular
   equation and Gu-Eisenstat's eigenvectors, ``O(k^2)``; the eigenvector
   product, a ``k x k`` by ``k x m`` GEMM);
 * Lanczos trial of ``s`` steps: ``1e-6 + 3e-8 n s^2`` for its ``n``
@@ -53,7 +57,7 @@ SAMPLES = 4
 _EPS = np.finfo(float).eps
 
 #: Rank-one trial: seconds ``R0 + R1 k^2 + R2 k^2 m``.
-R0, R1, R2 = 2.6e-6, 6.07e-9, 5.2e-11
+R0, R1, R2 = 2.6e-6, 9.8e-9, 6.7e-11
 #: Lanczos trial: ``L0 + QL n s^2`` (``n`` evaluations) plus ``s`` products.
 L0, QL = 1e-6, 3e-8
 #: The engine's first step comparing consecutive quadratures
@@ -147,7 +151,7 @@ def steps_for_spread(spread, most=200):
     if excess(most - 1) > 0:
         return float(most)
     low, high = 0.0, float(most - 1)  # excess(0) = -target > 0
-    for _ in range(50):
+    for _ in range(30):  # to 2e-7 of a step
         mid = 0.5 * (low + high)
         low, high = (mid, high) if excess(mid) > 0 else (low, mid)
     return high + 1.0
