@@ -31,8 +31,8 @@ Fitted forms (seconds):
   (tr exp(T_s - log Z) + ...) > TRACE_TOL``, with ``||T_s - log Z|| ~ log d
   + spread`` and the Ritz values' weights ``~ 2 s / d``); plus ``s``
   products, each ``1e-10 d^2 + 2e-9 d`` (dense) or ``1.5e-8 d + 2e-9 nnz``
-  (sparse lists); ``s`` is one more than
-  the smallest ``j`` with
+  (sparse lists); ``s`` is one more than the real ``j`` (a mean over
+  trials) with
   ``(spread / 8)^(2 j) / (2 j)! <= 1e-16``, ``spread = lam_max - lam_min``
   over the eigenvalues the coming pairs have weight on (all of them
   without trials; the error of a ``j``-point Gauss quadrature of ``exp`` on
@@ -48,6 +48,8 @@ import math
 
 import numpy as np
 
+from . import lanczos
+
 __all__ = ["kept_eigenpairs", "lanczos_spread", "lanczos_steps", "steps_for_spread",
            "rank_one_trial", "lanczos_trial", "lanczos_call", "SAMPLES"]
 
@@ -60,12 +62,10 @@ _EPS = np.finfo(float).eps
 R0, R1, R2 = 2.6e-6, 9.8e-9, 6.7e-11
 #: Lanczos trial: ``L0 + QL n s^2`` (``n`` evaluations) plus ``s`` products.
 L0, QL = 1e-6, 3e-8
-#: The engine's first step comparing consecutive quadratures
-#: (:data:`.lanczos.QL_FROM`) and the Gauss-Legendre nodes of a trial past it.
-QL_FROM, GL_NODES = 8, 4
-#: ... and its largest round-off of ``Z' - Z`` as a difference of traces
-#: (:data:`.lanczos.TRACE_TOL`) and its round-off factor (``NOISE``).
-TRACE_TOL, NOISE = 1e-15, 4 * _EPS
+#: Gauss-Legendre nodes of a trial whose ``Z' - Z`` is integrated (the
+#: engine's ``QL_FROM``, ``TRACE_TOL`` and ``NOISE`` are read from
+#: :mod:`.lanczos` itself).
+GL_NODES = 4
 #: A dense product: ``DENSE_ENTRY d^2 + DENSE_ROW d``; a sparse one:
 #: ``SPARSE_ROW d + SPARSE_ENTRY nnz``.
 DENSE_ENTRY, DENSE_ROW, SPARSE_ROW, SPARSE_ENTRY = 1e-10, 2e-9, 1.5e-8, 2e-9
@@ -182,9 +182,10 @@ def lanczos_trial(d, steps, nnz, dense_fraction, spread=0.0):
     else:
         product = SPARSE_ROW * d + SPARSE_ENTRY * nnz
     evaluations = 2.0
-    if steps >= QL_FROM:
-        evaluations += steps - QL_FROM + 2.0
-    if NOISE * (math.log(d) + spread) * 2.0 * min(1.0, 2.0 * steps / d) > TRACE_TOL:
+    if steps >= lanczos.QL_FROM:
+        evaluations += steps - lanczos.QL_FROM + 2.0
+    noise = lanczos.NOISE * (math.log(d) + spread) * 2.0 * min(1.0, 2.0 * steps / d)
+    if noise > lanczos.TRACE_TOL:
         evaluations += GL_NODES
     return L0 + QL * evaluations * steps * steps + steps * product
 
