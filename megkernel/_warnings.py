@@ -84,7 +84,7 @@ class NoImprovementWarning(UserWarning):
 
 
 def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=True,
-                       best_possible=None):
+                       best_possible=None, hint=None):
     """Warn when a learned model's held-out ``score`` is not better than its prior's.
 
     The warning is a :class:`NoImprovementWarning` naming both figures.
@@ -102,6 +102,9 @@ def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=Tr
         The score's ceiling (an AUC's 1). A tie there is no evidence against
         the learned model: the warning then says that the held-out pairs
         cannot show a gain, not that the units may be wrong.
+    hint : str or None, default=None
+        What to do, if the learner knows better than the default advice
+        (check the units of the targets and the parameters).
 
     Returns
     -------
@@ -126,6 +129,7 @@ def warn_if_not_better(learner, score, prior_score, *, what, higher_is_better=Tr
     elif not better:
         warn_user(
             f"{learner}: the learned kernel is no better than its prior on held-out "
-            f"pairs ({what}: learned {score:.4g}, prior {prior_score:.4g}); check the "
-            "units of the targets and the parameters.", NoImprovementWarning)
+            f"pairs ({what}: learned {score:.4g}, prior {prior_score:.4g}); "
+            f"{hint or 'check the units of the targets and the parameters.'}",
+            NoImprovementWarning)
     return better

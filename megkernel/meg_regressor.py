@@ -36,7 +36,12 @@ from ._pair_estimator import (
     validate_pairs,
 )
 from ._solvers.meg import auto_trace as auto_trace
-from ._warnings import warn_if_not_better, warn_user
+from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
+
+#: A held-out R^2 below this, learned and prior alike, means the held-out
+#: distances are barely predictable from the others: the verdict's warning
+#: then says so and points at the observed distances alone.
+WEAK_R2 = 0.1
 
 __all__ = ["MEGKernelRegressor"]
 
@@ -156,17 +161,22 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         short with the same 1-NN, 0.946 vs 0.947); reaching it warns
         (``ConvergenceWarning``).
     tol : float, default=1e-4
-        Batch: an iteration improves when the monitored loss (held-out with
-        ``early_stopping``, else training) falls by more than ``tol`` times
-        the prior's.
+        Batch: an iteration improves when the training loss falls by more
+        than ``tol`` times the prior's.
     n_iter_no_change : int, default=5
-        Batch: stop after this many iterations without improvement.
+        Batch: converged after this many iterations without improvement;
+        with ``early_stopping``, also stop after this many iterations in a
+        row that overfit.
     early_stopping : bool, default=True
-        Batch: hold out ``validation_fraction`` of the pairs, monitor their
-        loss and return the best iterate. The held-out pairs also choose the
-        spectral prior's rank and give ``validation_score_``. With fewer
-        than 10 held-out pairs nothing is held out (a ``UserWarning`` says
-        so) and the training loss is monitored.
+        Batch: hold out ``validation_fraction`` of the pairs and watch their
+        loss: an iterate overfits when the held-out minimum so far beats it
+        by more than two standard errors of the pairs' paired differences.
+        The fit returns its converged iterate unless that one overfits or
+        scores no better than the prior (then the held-out minimum, possibly
+        the prior). The held-out pairs also
+        choose the spectral prior's rank and give ``validation_score_``.
+        With fewer than 10 held-out pairs nothing is held out (a
+        ``UserWarning`` says so) and the converged iterate is returned.
     validation_fraction : float, default=0.1
         Batch: share of the pairs held out when ``early_stopping``.
     n_epochs : int, default=1
@@ -374,8 +384,18 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
                 f"{name}: the batch fit stopped at max_iter={self.max_iter} iterations "
                 "before its loss settled; raise max_iter.", ConvergenceWarning)
         if self._verdict:
-            warn_if_not_better(name, self.validation_score_, self.prior_score_,
-                               what="R^2 of the held-out squared distances")
+            weak = max(self.validation_score_, self.prior_score_) < WEAK_R2
+            advice = (f"the held-out distances are barely predictable from the others "
+                      f"(R^2 below {WEAK_R2}): too few or too noisy pairs to learn from. "
+                      "Compare with the observed distances alone (KernelDistances("
+                      "pairs=..., targets=...) without a learner), e.g. in the same grid.")
+            better = warn_if_not_better(name, self.validation_score_, self.prior_score_,
+                                        what="R^2 of the held-out squared distances",
+                                        hint=advice if weak else None)
+            if better and weak:
+                warn_user(f"{name}: the learned kernel beats its prior on held-out pairs "
+                          f"(R^2 {self.validation_score_:.4g} against "
+                          f"{self.prior_score_:.4g}), but {advice}", NoImprovementWarning)
 
     def partial_fit(self, X, y):
         """Continue the on-line sequence with the trials of ``(X, y)``.

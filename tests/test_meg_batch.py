@@ -13,11 +13,13 @@ from sklearn.exceptions import ConvergenceWarning
 from megkernel import MEGKernelRegressor, NoImprovementWarning
 from megkernel._numerics.state import ExponentState
 from megkernel._solvers.meg_batch import (
+    OVERFIT_Z,
     PairLoss,
     SubspacePairLoss,
     minimize_pair_loss,
     spectral_prior,
 )
+from megkernel.meg_regressor import WEAK_R2
 
 
 def _points(d=30, dim=3, seed=0, clusters=3):
@@ -98,21 +100,66 @@ def test_every_accepted_step_lowers_the_loss_and_realizable_targets_are_fitted()
     assert result.n_eigh >= result.n_iter > 0
 
 
-def test_early_stopping_returns_the_best_held_out_iterate():
-    points, _ = _points(d=25, seed=6)
-    pairs = _pairs(25, 300, seed=7)
-    rng = np.random.default_rng(8)
-    y = _sq(points, pairs) * np.exp(0.5 * rng.normal(size=len(pairs)))  # noisy
+def _noisy_task(n_train, n_held, noise, seed):
+    points, _ = _points(d=25, seed=seed)
+    pairs = _pairs(25, n_train + n_held, seed=seed + 1)
+    rng = np.random.default_rng(seed + 2)
+    y = _sq(points, pairs) * np.exp(noise * rng.normal(size=len(pairs)))
     z = y / (25 * y.mean() / 2)
     state = ExponentState.identity(25)
-    train = PairLoss(state, pairs[:200, 0], pairs[:200, 1], z[:200])
-    held = PairLoss(state, pairs[200:, 0], pairs[200:, 1], z[200:])
+    train = PairLoss(state, pairs[:n_train, 0], pairs[:n_train, 1], z[:n_train])
+    held = PairLoss(state, pairs[n_train:, 0], pairs[n_train:, 1], z[n_train:])
+    return state, train, held
+
+
+def _iterate(state, train, k):
+    """The ``k``-th iterate of the same run, by a run stopped there (no early stopping)."""
+    return minimize_pair_loss(state, train, max_iter=k, tol=0.0, n_iter_no_change=k + 1).state
+
+
+def _excess_z(held, last, best):
+    """Paired excess held-out loss of ``last`` over ``best``, in standard errors."""
+    errors = [(held.predictions(s.eigenvalues, s.eigenvectors) - held.z) ** 2
+              for s in (last, best)]
+    excess = errors[0] - errors[1]
+    return excess.mean() / (excess.std(ddof=1) / np.sqrt(len(excess)))
+
+
+def test_early_stopping_keeps_the_converged_iterate_within_noise():
+    # a held-out minimum earlier than the last iterate, but not significantly
+    # lower: the fit is the converged one (issue 19: an early noisy minimum
+    # returned a kernel at chance)
+    state, train, held = _noisy_task(200, 100, 0.5, seed=6)
     result = minimize_pair_loss(state, train, validation=held, early_stopping=True)
+    assert result.converged and result.best_iter == result.n_iter
+    first_best = int(np.argmin(result.validation_curve))
+    assert first_best < result.n_iter  # the case the rule is for
+    assert _excess_z(held, result.state, _iterate(state, train, first_best)) <= OVERFIT_Z
+    chosen = held.loss(held.predictions(result.state.eigenvalues, result.state.eigenvectors))
+    assert chosen == pytest.approx(result.validation_curve[-1], rel=1e-12)
+    # the same kernel as the run without validation pairs, stopped on the training loss
+    plain = minimize_pair_loss(state, train)
+    assert plain.n_iter == result.n_iter
+    np.testing.assert_allclose(plain.state.exponent, result.state.exponent, atol=1e-12)
+    with pytest.raises(ValueError, match="validation pairs"):
+        minimize_pair_loss(state, train, early_stopping=True)
+
+
+def test_early_stopping_returns_the_best_iterate_when_the_fit_overfits():
+    # few, very noisy training pairs, many held-out ones: the held-out loss
+    # rises significantly, the run stops and returns its held-out minimum
+    state, train, held = _noisy_task(40, 600, 1.5, seed=16)
+    result = minimize_pair_loss(state, train, validation=held, early_stopping=True,
+                                max_iter=2000)
+    assert result.converged and result.best_iter < result.n_iter
     assert result.best_iter == int(np.argmin(result.validation_curve))
     chosen = held.loss(held.predictions(result.state.eigenvalues, result.state.eigenvectors))
     assert chosen == pytest.approx(result.validation_curve.min(), rel=1e-12)
-    with pytest.raises(ValueError, match="validation pairs"):
-        minimize_pair_loss(state, train, early_stopping=True)
+    last = _iterate(state, train, result.n_iter)
+    assert _excess_z(held, last, result.state) > OVERFIT_Z
+    # it stopped on that evidence, before the training loss converged
+    plain = minimize_pair_loss(state, train, max_iter=2000)
+    assert plain.n_iter > result.n_iter
 
 
 # -- the spectral prior ----------------------------------------------------------
@@ -211,10 +258,28 @@ def test_plain_distances_with_squared_false():
 def test_noise_targets_warn_that_nothing_was_learned():
     rng = np.random.default_rng(3)
     pairs = _pairs(30, 800, seed=4)
-    with pytest.warns(NoImprovementWarning, match="no better than its prior"):
+    with pytest.warns(NoImprovementWarning, match="no better than its prior") as record:
         model = MEGKernelRegressor(n_objects=30, random_state=0).fit(
             pairs, rng.random(len(pairs)))
     assert not model.validation_score_ > model.prior_score_
+    # noise is unpredictable: the warning says so and names the raw baseline
+    assert max(model.validation_score_, model.prior_score_) < WEAK_R2
+    message = str(record[0].message)
+    assert "barely predictable" in message and "KernelDistances(pairs=" in message
+    assert "check the units" not in message
+
+
+def test_weak_held_out_fit_says_so_even_when_better_than_its_prior():
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(40, 3))
+    points[:20] += 2.0
+    pairs = rng.integers(0, 40, size=(600, 2))
+    y = _sq(points, pairs) * np.exp(1.0 * rng.normal(size=600))  # very noisy
+    with pytest.warns(NoImprovementWarning, match="beats its prior") as record:
+        model = MEGKernelRegressor(n_objects=40, random_state=0).fit(pairs, y)
+    assert model.prior_score_ < model.validation_score_ < WEAK_R2
+    assert "barely predictable" in str(record[0].message)
+    assert "KernelDistances(pairs=" in str(record[0].message)
 
 
 def test_max_iter_reached_warns():
