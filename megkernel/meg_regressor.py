@@ -171,9 +171,10 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         Batch: hold out ``validation_fraction`` of the pairs and watch their
         loss: an iterate overfits when the held-out minimum so far beats it
         by more than two standard errors of the pairs' paired differences.
-        The fit returns its converged iterate unless that one overfits or
-        scores no better than the prior (then the held-out minimum, possibly
-        the prior). The held-out pairs also
+        The fit returns its converged iterate unless that one overfits (then
+        the held-out minimum, possibly the prior); a converged iterate no
+        better than the prior on the held-out pairs warns
+        (``NoImprovementWarning``). The held-out pairs also
         choose the spectral prior's rank and give ``validation_score_``.
         With fewer than 10 held-out pairs nothing is held out (a
         ``UserWarning`` says so) and the converged iterate is returned.

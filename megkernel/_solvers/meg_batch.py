@@ -184,9 +184,8 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
         Watch the validation loss: an iterate overfits when the held-out
         minimum so far beats it by more than ``OVERFIT_Z`` standard errors of
         the pairs' paired differences of squared error. The run returns its
-        last iterate unless that one overfits or its validation loss is no
-        lower than the prior's; then it returns the held-out minimum
-        (possibly the prior).
+        last iterate unless that one overfits; then it returns the held-out
+        minimum (possibly the prior).
     callback : callable, optional
         Called as ``callback(iteration, train_loss, validation_loss, step)``
         after every accepted iteration.
@@ -378,10 +377,8 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             previous = None
             growth.append(iteration)
             no_change, gained_since_growth = 0, False
-    # the last iterate unless it overfits, or does no better than the prior
-    if not early_stopping or not (
-            _overfits(validation, best_val_predictions, val_predictions)
-            or val_losses[-1] >= val_losses[0]):
+    if not early_stopping or not _overfits(validation, best_val_predictions,
+                                           val_predictions):
         best = (train, exponent, lam, vecs)
         best_iter = iteration
     best_train = best[0]
