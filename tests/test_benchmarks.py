@@ -136,6 +136,17 @@ def test_own_data_scale_quick(bench_own_data, capsys):
     assert "40 objects" in out and "Target fit <= 60 s: met on" in out
 
 
+@pytest.mark.slow
+def test_own_data_grid_quick(bench_own_data, capsys):
+    bench_own_data.main(["--grid", "--quick"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 0 |")]
+    assert len(rows) == 1
+    raw, meg, db = (float(cell) for cell in rows[0].strip("|").split("|")[3:6])
+    assert all(0.0 < a <= 1.0 for a in (raw, meg, db))
+    assert "MEG: >= raw on" in out and "DB: >= raw on" in out
+
+
 @pytest.fixture(scope="module")
 def bench_metric_verdict():
     return _load("bench_metric_verdict")
