@@ -60,8 +60,9 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     relative-smoothness condition, so no learning rate needs tuning and
     every accepted step lowers the training loss). It starts from a prior
     fitted to the data (``init="auto"``: classical scaling of the observed
-    distances) and stops early on held-out pairs, which also give the
-    verdict ``validation_score_`` against ``prior_score_``. See
+    distances) and runs to convergence unless held-out pairs show it
+    overfitting; they also give the verdict ``validation_score_`` against
+    ``prior_score_``. See
     :func:`megkernel._solvers.meg_batch.minimize_pair_loss`.
 
     **partial_fit (on-line, the paper's algorithm)** and ``fit`` with
@@ -234,8 +235,8 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
     loss_curve_ : ndarray
         Batch: root mean square training error of the squared distances
         (in the units of ``y``) of the prior and of each iterate of the returned
-        kernel's run (the refit on every pair, when early stopping chose an
-        iterate). On-line ``fit``: the prior's and the final kernel's.
+        kernel's run (the refit on every pair, when held-out pairs were
+        monitored). On-line ``fit``: the prior's and the final kernel's.
     validation_scores_ : ndarray
         Batch: ``R^2`` of the held-out squared distances for the prior and
         each iterate (empty without held-out pairs).

@@ -277,10 +277,10 @@ def _meg_batch_curve(ax, model, bound):
         score_ax.axhline(model.prior_score_, linestyle=":", color="black",
                          label=f"prior's held-out $R^2$ ({model.prior_score_:.3f})")
         chosen = np.flatnonzero(scores == model.validation_score_)
-        if len(chosen):
-            score_ax.plot(chosen[0], scores[chosen[0]], marker="*", markersize=13,
+        if len(chosen):  # the converged iterate unless overfitting stopped the fit
+            score_ax.plot(chosen[-1], scores[chosen[-1]], marker="*", markersize=13,
                           color="tab:red", linestyle="none",
-                          label=f"chosen by early stopping ({model.validation_score_:.3f})")
+                          label=f"returned ({model.validation_score_:.3f})")
         score_ax.set_ylabel("$R^2$ of the held-out squared distances")
         others.append(score_ax)
     ax.set_title(f"MEGKernelRegressor, batch: {model.n_iter_} iterations"
@@ -321,7 +321,8 @@ def plot_learning_curve(model, ax=None, *, target=None):
       square training error of the squared distances at each iteration (the
       prior at 0; log scale), and on a right-hand axis ``validation_scores_``,
       the held-out :math:`R^2` of each iterate, with ``prior_score_`` as a
-      dotted line and the iterate early stopping chose as a star.
+      dotted line and the iterate returned as a star (the converged one,
+      unless the held-out pairs showed the fit overfitting).
     - :class:`~megkernel.MEGKernelRegressor` after on-line trials
       (:meth:`~megkernel.MEGKernelRegressor.partial_fit`, or ``fit`` with
       ``solver="online"``): the total loss ``losses_.cumsum()`` against the

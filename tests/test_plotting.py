@@ -159,9 +159,11 @@ def test_batch_curve_loss_and_held_out_scores(stream):
     np.testing.assert_allclose(_line(scores_ax, "held-out").get_ydata(),
                                model.validation_scores_)
     assert _line(scores_ax, "prior").get_ydata()[0] == model.prior_score_
-    star = _line(scores_ax, "chosen by early stopping")
+    star = _line(scores_ax, "returned")
     assert star.get_ydata()[0] == model.validation_score_
     assert model.validation_scores_[int(star.get_xdata()[0])] == model.validation_score_
+    # the converged iterate, as the fit returns unless it overfits
+    assert int(star.get_xdata()[0]) == len(model.validation_scores_) - 1
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
     assert len(labels) == 4  # one legend for both axes
 

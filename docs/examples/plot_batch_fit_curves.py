@@ -7,9 +7,11 @@ the total square loss of the observed squared distances over the kernels of
 its trace, by MEG updates on the whole loss (mirror descent with a
 step that needs no tuning). It starts from a spectral prior (classical
 scaling of the observed distances, its rank chosen on held-out pairs), holds
-out ``validation_fraction`` of the pairs, stops when their loss has not
-improved for ``n_iter_no_change`` iterations, and refits the chosen number of
-iterations on every pair. The fitted model keeps the record:
+out ``validation_fraction`` of the pairs, runs until the training loss has
+not improved for ``n_iter_no_change`` iterations (or until the held-out pairs
+show it overfitting: then it returns their best iterate), and refits the
+chosen number of iterations on every pair. The fitted model keeps the
+record:
 
 * ``validation_scores_``: R² of the held-out squared distances for the prior
   and each iterate of the run on the training pairs;
@@ -17,7 +19,7 @@ iterations on every pair. The fitted model keeps the record:
   each iterate of the returned kernel's run (the refit on every pair), in
   the units of ``y``;
 * ``prior_score_`` and ``validation_score_``: the verdict, prior against the
-  iterate early stopping chose.
+  iterate returned.
 
 Here: 120 objects with a hidden 4-dimensional configuration, a quarter of
 the pairs observed, each squared distance off by a random factor of about
@@ -40,7 +42,7 @@ sq_distances = (np.sum((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2, axis=1)
                 * rng.lognormal(0.0, 0.2, size=len(pairs)))
 
 model = MEGKernelRegressor(random_state=0).fit(pairs, sq_distances)
-chosen = int(np.argmax(model.validation_scores_))
+chosen = int(np.flatnonzero(model.validation_scores_ == model.validation_score_)[-1])
 print(f"{len(pairs)} pairs; prior of rank {model.prior_rank_}; "
       f"{model.n_iter_} iterations in all, converged: {model.converged_}")
 print(f"held-out R^2: prior {model.prior_score_:.3f}, "
@@ -52,9 +54,10 @@ print(f"held-out R^2: prior {model.prior_score_:.3f}, "
 # (left axis; every accepted step lowers it; the run repeats the chosen
 # number of iterations on every pair), and the held-out R² of each iterate
 # of the run on the training pairs (right axis), with the prior's score
-# dotted and the iterate early stopping chose starred. The fit stops
-# ``n_iter_no_change = 5`` iterations after the best one. It returns the
-# matplotlib ``Axes`` (``ax=`` draws on one of yours).
+# dotted and the iterate returned starred: the converged one, unless the
+# held-out pairs had shown the fit overfitting (their loss above its minimum
+# by more than two standard errors for ``n_iter_no_change = 5`` iterations in
+# a row). It returns the matplotlib ``Axes`` (``ax=`` draws on one of yours).
 
 ax = plot_learning_curve(model)
 
