@@ -193,10 +193,10 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
         :class:`SubspacePairLoss` only: when the training loss stops
         improving, add up to ``grow`` directions to the subspace
         (:meth:`SubspacePairLoss.new_directions`) and go on, as long as the
-        previous growth improved the validation loss (with
-        ``early_stopping``; the training loss otherwise) (an active-set method: it ends at the
+        previous growth improved the validation loss (the training loss
+        without ``early_stopping``): an active-set method, it ends at the
         minimum over a subspace where the full gradient asks for nothing
-        more, or at ``d - 1`` dimensions).
+        more, or at ``d - 1`` dimensions.
     grow_at : collection of int, optional
         Grow after exactly these iterations instead (to repeat a run's
         growth, e.g. in a refit on more pairs).
