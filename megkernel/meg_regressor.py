@@ -175,8 +175,9 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         The fit returns its converged iterate unless that one overfits (then
         the held-out minimum, possibly the prior); a converged iterate no
         better than the prior on the held-out pairs warns
-        (``NoImprovementWarning``). The held-out pairs also
-        choose the spectral prior's rank and give ``validation_score_``.
+        (``NoImprovementWarning``), as does a held-out ``R^2`` below 0.1
+        (``WEAK_R2``). The held-out pairs also choose the spectral prior's
+        rank and give ``validation_score_``.
         With fewer than 10 held-out pairs nothing is held out (a
         ``UserWarning`` says so) and the converged iterate is returned.
     validation_fraction : float, default=0.1
