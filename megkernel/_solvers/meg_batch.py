@@ -288,8 +288,7 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
     best_loss, scale = losses[0], abs(losses[0])
     paying = val_losses if early_stopping else losses
     best_paying, paying_scale = paying[0], abs(paying[0])
-    best_val = val_losses[0]
-    no_change = overfit_run = 0
+    no_change = overfit_run = 0  # overfit_run > 0: the latest iterate overfits
     converged = stalled = False
     step = None
     previous = None  # (exponent change, gradient) of the last accepted step
@@ -352,12 +351,11 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
         best_loss = min(best_loss, loss)
         if paying[-1] < best_paying - tol * paying_scale:
             gained_since_growth = True
-        best_paying = min(best_paying, paying[-1])
-        if early_stopping and val_losses[-1] < best_val:
-            best_val = val_losses[-1]
+        if early_stopping and val_losses[-1] < best_paying:  # the held-out minimum
             best = (train, exponent, lam, vecs)
             best_iter = iteration
             best_val_predictions = val_predictions
+        best_paying = min(best_paying, paying[-1])
         if early_stopping:
             overfit_run = (overfit_run + 1 if _overfits(validation, best_val_predictions,
                                                         val_predictions) else 0)
@@ -377,8 +375,7 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             previous = None
             growth.append(iteration)
             no_change, gained_since_growth = 0, False
-    if not early_stopping or not _overfits(validation, best_val_predictions,
-                                           val_predictions):
+    if not overfit_run:  # the last iterate, unless it overfits
         best = (train, exponent, lam, vecs)
         best_iter = iteration
     best_train = best[0]
