@@ -838,3 +838,51 @@ def test_working_set_keeps_the_answer_of_the_full_scan():
         assert np.all(sq_dist(K, pairs) <= gamma * (1 + 1e-3))  # independent of the log
         results[scan_every] = log
     assert results[4]["dual_objective"][-1] < 1.0
+
+
+def _factor_scan_cost(s, n_points, n_pairs, rank):
+    """The per-iteration cost the rule minimises (units of r^2), written out."""
+    scan = n_points + n_pairs / rank
+    return scan if s == 1 else max(64, 8 * s) + scan / s
+
+
+@pytest.mark.parametrize("n_pairs, n_points, rank", [(4000, 898, 64), (4000, 358, 100),
+                                                     (20_000, 3000, 30)])
+def test_factor_scan_interval_is_the_least_cost_one(n_pairs, n_points, rank):
+    """Low-rank mode with more pairs than points (the metric learners): the
+    scan interval minimises the cost model of its docstring."""
+    s = solver._factor_scan_interval(n_pairs, n_points, rank)
+    costs = {t: _factor_scan_cost(t, n_points, n_pairs, rank) for t in range(1, 2000)}
+    assert costs[s] == pytest.approx(min(costs.values()))
+    assert s > 1
+    # small problems keep the paper's scan at every step
+    assert solver._factor_scan_interval(300, 75, 4) == 1
+
+
+def test_low_rank_working_set_converges_where_every_constraint_holds(monkeypatch):
+    """Through the working set (a scan every few steps, forced here on a small
+    problem), the low-rank fit still stops only where every constraint holds,
+    checked on the kernel itself, as the scan at every step does."""
+    rng = np.random.default_rng(3)
+    n, families = 40, np.arange(40) % 4
+    factor = np.column_stack([np.eye(4)[families], 0.3 * rng.normal(size=(n, 2))])
+    same = np.flatnonzero(families[:, None] == families[None, :])
+    a, b = np.divmod(rng.choice(same, size=600), n)
+    pairs = np.column_stack([a, b])[a != b][:300]
+    assert len(pairs) > n
+    trace = float(np.sum(factor ** 2))
+    gamma = 0.1 * 2 * trace / n  # a tenth of about the mean squared distance
+    intervals = []
+    original = solver._factor_scan_interval
+    monkeypatch.setattr(solver, "_factor_scan_interval",
+                        lambda *args: intervals.append(original(*args)) or intervals[-1])
+    kernels = {}
+    for always_up_to in (0, 1 << 40):  # working set; scan at every step
+        monkeypatch.setattr(solver, "_SCAN_ALWAYS_UP_TO", always_up_to)
+        K, log = definiteboost_pairs(pairs, prior_factor=factor, gamma=gamma,
+                                     trace=trace, max_iter=20_000)
+        assert log["converged"]
+        assert np.all(sq_dist(K, pairs) <= gamma * (1 + 1e-2))  # tol: 1 % of gamma
+        kernels[always_up_to] = K
+    assert intervals[0] > 1 and intervals[1] == 1
+    assert np.trace(kernels[0]) == pytest.approx(trace)

@@ -217,6 +217,43 @@ def _scan_interval(n_constraints, size):
     return max(1, -(-n_constraints // max(size, 1)))
 
 
+def _factor_scan_interval(n_constraints, n_objects, rank):
+    """Projections between two scans when a scan goes through the points' factor.
+
+    In low-rank mode with more pairs than points (the metric learners) a
+    scan forms the factor ``P V sqrt(w)`` (``n r^2``) and gathers two of its
+    rows per pair (``m r``), while a working-set iteration evaluates its
+    ``c = max(64, 8 s)`` candidates as ``c`` products of an ``r``-vector
+    with the ``r x r`` eigenvectors (``c r^2``). Scanning every ``s``
+    iterations then costs, per iteration and in units of ``r^2``, ``c + (n +
+    m / r) / s`` (``n + m / r`` for ``s = 1``, where no working set is
+    kept); the ``s`` of least cost is taken. A scan of at most
+    :data:`_SCAN_ALWAYS_UP_TO` multiply-adds runs at every iteration (the
+    paper's greedy choice). Measured on digits (898 points, r = 64, 4000
+    pairs: ``s = 11``): a scan 260 us against 40 us for a projection; the
+    DefiniteBoostMetric fit from labels 9.3 -> 3.6 s, the same held-out
+    1-NN.
+    """
+    rank = max(int(rank), 1)
+    if n_objects * rank * rank + n_constraints * rank <= _SCAN_ALWAYS_UP_TO:
+        return 1
+    scan = n_objects + n_constraints / rank
+
+    def cost(s):
+        if s == 1:
+            return scan
+        return max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * s) + scan / s
+
+    return min(range(1, int(np.sqrt(scan)) + 2), key=cost)
+
+
+def _scans_factor(constraints, state):
+    """Whether a full scan of ``constraints`` goes through the points' factor
+    (the branch of :meth:`PairConstraints.values`)."""
+    return (getattr(constraints, "vectors", None) is not None
+            and type(state) is ExponentState and len(constraints) > state.n_objects)
+
+
 def _check_settings(settings, n_constraints):
     """Refuse options the greedy run cannot honour (before any state changes)."""
     if settings.projection not in ("approximate", "exact"):
@@ -281,7 +318,9 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         working set (the most violated ones of the last scan, re-evaluated
         exactly at each step) is projected, and a run only stops after a
         scan. ``None``: ``ceil(m / r)`` (see :func:`_scan_interval`), which
-        is 1, the paper's greedy choice at every step, for ``m <= r``.
+        is 1, the paper's greedy choice at every step, for ``m <= r``; where
+        a scan forms the points' factor (low-rank mode, more pairs than
+        points), the interval of least cost (:func:`_factor_scan_interval`).
     method : {"auto", "eigh", "rank-one"}, default="eigh"
         Engine of each pair projection (see :func:`megkernel._engines.select`).
     callback : callable, optional
@@ -300,8 +339,12 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
     _check_settings(settings, len(constraints))
     engine = select(method, state, need=("exact-update" if settings.projection == "exact"
                                          else "update"))
-    scan_every = (_scan_interval(len(constraints), state.size)
-                  if settings.scan_every is None else int(settings.scan_every))
+    if settings.scan_every is not None:
+        scan_every = int(settings.scan_every)
+    elif _scans_factor(constraints, state):
+        scan_every = _factor_scan_interval(len(constraints), state.n_objects, state.size)
+    else:
+        scan_every = _scan_interval(len(constraints), state.size)
     if method == "auto" and lazy_applies(constraints, state, settings, scan_every):
         return run_lazy(constraints, state, settings, callback)
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)
