@@ -105,10 +105,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         distances and the trace) and leaves ``converged_`` False.
         ``"auto"``: chosen on held-out pairs among 0.3, 0.1 and 0.03 times
         the prior's mean squared distance between distinct objects, the one
-        whose kernel ranks the held-out pairs best (see
-        ``validation_fraction``; the path runs from the
-        largest ``gamma`` down, each fit continuing the previous one, so it
-        costs about one fit at the smallest). The scale is the prior's own,
+        whose kernel ranks the held-out pairs best (see ``validation_fraction``;
+        the path runs from the largest ``gamma`` down, each fit continuing the
+        previous one, and stops after one that does not converge). The scale is the prior's own,
         so the rule does not depend on units; the fractions span the range
         where learning moves the neighbours: at 0.3 a similar pair moves
         little, below 0.03 the similar pairs' graph diffuses over whole

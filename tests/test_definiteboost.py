@@ -886,3 +886,30 @@ def test_low_rank_working_set_converges_where_every_constraint_holds(monkeypatch
         kernels[always_up_to] = K
     assert intervals[0] > 1 and intervals[1] == 1
     assert np.trace(kernels[0]) == pytest.approx(trace)
+
+
+def test_auto_gamma_path_stops_at_the_first_gamma_it_cannot_meet():
+    """Similar pairs a ~ b ~ c with a, c dissimilar: below a quarter of
+    gamma_dissimilar (the prior's mean) no kernel meets them (triangle
+    inequality: d(a, c)^2 <= 4 gamma). The path fits 0.3 of the mean
+    (feasible), then 0.1 (not: the run ends unconverged) and stops there: a
+    smaller gamma only tightens the constraints that failed."""
+    n_triangles = 40
+    d = 3 * n_triangles
+    a = 3 * np.arange(n_triangles)
+    pairs = np.r_[np.column_stack([a, a + 1]), np.column_stack([a + 1, a + 2]),
+                  np.column_stack([a, a + 2])]
+    y = np.r_[np.ones(2 * n_triangles), -np.ones(n_triangles)]
+    mean = 2.0 / d  # the identity prior's mean squared distance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostKernel(n_objects=d, random_state=0).fit(pairs, y)
+    assert_allclose(model.gamma_path_, [0.3 * mean, 0.1 * mean])
+    assert model.gamma_ == pytest.approx(0.3 * mean) and model.converged_
+    with pytest.warns(ConvergenceWarning):
+        tight = DefiniteBoostKernel(n_objects=d, gamma=0.1 * mean,
+                                    validation_fraction=None).fit(pairs, y)
+    assert not tight.converged_
+    K = tight.kernel_
+    assert np.any(sq_dist(K, pairs[y < 0]) < mean) or np.any(sq_dist(K, pairs[y > 0])
+                                                            > 0.1 * mean)

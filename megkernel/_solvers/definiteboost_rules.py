@@ -432,7 +432,10 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     (hard constraints, no corrections) each fit starts from the kernel of
     the previous, larger ``gamma``: the multipliers only grow in the paper's
     algorithm, so this continues one run and the path costs about one fit at
-    the smallest ``gamma``. Without held-out pairs: :data:`DEFAULT_GAMMA_FRACTION`.
+    the smallest ``gamma``. The path stops after a ``gamma`` whose fit does
+    not converge (infeasible, or ``max_iter`` reached): a smaller ``gamma``
+    only tightens the similar pairs' constraints (infeasible too, or slower).
+    Without held-out pairs: :data:`DEFAULT_GAMMA_FRACTION`.
 
     The candidates are fitted on the pairs ``train`` (indices into
     ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
@@ -478,6 +481,8 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
         scores.append(score())
         if best is None or scores[-1] > best[0]:
             best = (scores[-1], log, state.copy())
+        if not log["converged"]:  # a smaller gamma only tightens what failed here
+            break
     validation_score, log, chosen = best
     if train is None:
         state.assign(chosen)
