@@ -698,3 +698,31 @@ def test_verbose_says_what_was_learned_from_labels(capsys):
         DefiniteBoostMetric(random_state=0, verbose=1, max_iter=3, init="euclidean").fit(
             X, labels)
         assert "prior:" not in capsys.readouterr().err  # no soft-neighbour fit tried
+
+
+@pytest.mark.parametrize("Learner, options", [(MEGMetric, {"from_labels": "random"}),
+                                              (DefiniteBoostMetric, {})])
+def test_pairs_drawn_again_in_the_folds_scale_the_validated_length(Learner, options):
+    """From labels, each fold draws as many random pairs as the final fit
+    among its half of the points: the final fit runs n / n_f (here 2) times
+    the validated length. Given pairs are the folds' own: no scale."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = Learner(random_state=0, **options).fit(X, y)
+    log = model.validation_
+    assert log["length_scale"] == pytest.approx(2.0)  # 150 points, folds of 75
+    assert log["chosen"] > 0  # iris: learning pays
+    if Learner is MEGMetric:
+        assert model.n_epochs_ == pytest.approx(2.0 * log["chosen"])
+    else:
+        # longer than the fold's length, at most twice it (a run may converge first)
+        steps = log["chosen"] * len(model.pairs_)
+        assert round(steps) < model.n_iter_ <= round(2.0 * steps)
+    pairs = np.column_stack([np.arange(0, 150, 2), np.arange(1, 150, 2)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        given = Learner(random_state=0).fit_pairs(X, pairs, np.where(
+            y[pairs[:, 0]] == y[pairs[:, 1]], 1, -1))
+    assert given.validation_["length_scale"] == 1.0

@@ -138,9 +138,9 @@ class DefiniteBoostMetric(_FeatureMetric):
     projection : {"approximate", "exact"}, default="approximate"
     n_folds : int, default=2
         Folds of the validation for ``max_iter="auto"``.
-        From labels (:meth:`fit`) the classes are the folds' labels; random
-        pairs are drawn again in each fold (as many as the final fit draws),
-        neighbourhood pairs are those among the fold's training points.
+        From labels (:meth:`fit`) the classes are the folds' labels; random pairs
+        are drawn again in each fold, as many as the final fit's (which then runs
+        ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
     from_labels : {"auto", "random", "neighbors"}, default="auto"
         The pairs :meth:`fit` makes from labels (``"auto"``: ``"random"``):
         ``n_constraints`` random

@@ -111,9 +111,9 @@ class MEGMetric(_FeatureMetric):
         cost about one eigendecomposition (``O(rank^3)``).
     n_folds : int, default=2
         Folds of the validation for ``n_epochs="auto"``.
-        From labels (:meth:`fit`) the classes are the folds' labels; random
-        pairs are drawn again in each fold (as many as the final fit draws),
-        neighbourhood pairs are those among the fold's training points.
+        From labels (:meth:`fit`) the classes are the folds' labels; random pairs
+        are drawn again in each fold, as many as the final fit's (which then runs
+        ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
     from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
