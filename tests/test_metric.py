@@ -726,3 +726,26 @@ def test_pairs_drawn_again_in_the_folds_scale_the_validated_length(Learner, opti
         given = Learner(random_state=0).fit_pairs(X, pairs, np.where(
             y[pairs[:, 0]] == y[pairs[:, 1]], 1, -1))
     assert given.validation_["length_scale"] == 1.0
+
+
+def _margins(n_items, n_wrong, value, wrong_value, seed):
+    """One fold's held-out margins: ``n_wrong`` negative (1-NN wrong)."""
+    rng = np.random.default_rng(seed)
+    items = value + 0.01 * rng.normal(size=n_items)
+    items[rng.choice(n_items, n_wrong, replace=False)] = wrong_value
+    return items
+
+
+@pytest.mark.parametrize("n_wrong, replaced", [(60, False), (9, True)])
+def test_a_longer_length_with_significantly_fewer_right_never_replaces(n_wrong, replaced):
+    """Margins that rise (a real gain) while the share of positive ones falls
+    by more than 2 standard errors do not replace the choice; a fall within
+    noise does not stop them."""
+    from megkernel.metric._training_length import choose_checkpoint
+
+    prior = [_margins(300, 6, 0.2, -0.1, seed) for seed in (0, 1)]  # 98 % right
+    longer = [_margins(300, n_wrong, 0.5, -0.05, seed + 2) for seed in (0, 1)]
+    gain = np.mean([(b - a).mean() for a, b in zip(prior, longer)])
+    assert gain > 0.15  # the margins' gain is large and real
+    best, _, learned = choose_checkpoint([0.0, 1.0], [prior, longer])
+    assert (best == 1.0) == replaced and learned == replaced
