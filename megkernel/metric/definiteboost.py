@@ -204,8 +204,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         Projections made (0 when the validation kept the prior).
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
-        mean ``"scores"``, ``"gain_is_real"``, ``"n_repeats"`` and
-        ``"stopped"`` (``"patience"`` or ``"max_length"``).
+        mean ``"scores"``, ``"gain_is_real"``, ``"n_repeats"``,
+        ``"stopped"`` (``"patience"`` or ``"max_length"``) and
+        ``"length_scale"`` (the sweeps run over the chosen ones, see ``n_folds``).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     from_labels_ : str or None

@@ -180,9 +180,9 @@ class MEGMetric(_FeatureMetric):
         ``n_epochs="auto"``: ``"score"`` (``"knn"``: mean relative 1-NN margin
         of held-out points, the similar pairs' connected components standing
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
-        components cannot), ``"checkpoints"`` and their mean ``"scores"``,
-        ``"gain_is_real"``, ``"n_repeats"`` and ``"stopped"``
-        (``"patience"`` or ``"max_length"``); with several kinds to choose
+        components cannot), ``"checkpoints"``, mean ``"scores"``, ``"gain_is_real"``,
+        ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"max_length"``), ``"length_scale"``
+        (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs whose components stand
         in for classes), ``"from_labels"``: each kind validated and its
         (held-out 1-NN accuracy, score) at its chosen length.
