@@ -717,7 +717,7 @@ def test_pairs_drawn_again_in_the_folds_scale_the_validated_length(Learner, opti
     if Learner is MEGMetric:
         assert model.n_epochs_ == pytest.approx(2.0 * log["chosen"])
     else:
-        # longer than the fold's length, at most twice it (a run may converge first)
+        # longer than the fold's length (deterministic here), at most twice it
         steps = log["chosen"] * len(model.pairs_)
         assert round(steps) < model.n_iter_ <= round(2.0 * steps)
     pairs = np.column_stack([np.arange(0, 150, 2), np.arange(1, 150, 2)])
@@ -749,3 +749,17 @@ def test_a_longer_length_with_significantly_fewer_right_never_replaces(n_wrong, 
     assert gain > 0.15  # the margins' gain is large and real
     best, _, learned = choose_checkpoint([0.0, 1.0], [prior, longer])
     assert (best == 1.0) == replaced and learned == replaced
+
+
+def test_the_length_scale_never_passes_the_safety_net():
+    """max_iter stays the cap of the final fit's epochs when the folds' length is scaled."""
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(random_state=0, from_labels="random", max_iter=1).fit(X, y)
+    assert model.validation_["length_scale"] == pytest.approx(2.0)
+    assert model.validation_["chosen"] == 1.0  # the last checkpoint: scaled it would be 2
+    assert model.n_epochs_ == 1.0

@@ -75,7 +75,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     Returns
     -------
     epochs : float
-        The chosen checkpoint.
+        The chosen checkpoint, times ``log["length_scale"]``.
     log : dict
         As :func:`~megkernel.metric._training_length.validate_length`.
     """
