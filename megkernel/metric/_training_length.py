@@ -440,12 +440,12 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         warn_user(f"{learner}: the validated score still improved at the longest "
                   f"length allowed ({best:g} passes over the pairs); raise {safety_net} "
                   "to let it learn longer.", ConvergenceWarning)
-    log["length_scale"] = _length_scale(n_objects, len(pairs), paths, scorers)
+    log["length_scale"] = _length_scale(n_objects, paths, scorers)
     # the safety net stays a cap on the final fit's length too
     return min(best * log["length_scale"], float(checkpoints[-1])), log
 
 
-def _length_scale(n_objects, n_pairs, paths, scorers):
+def _length_scale(n_objects, paths, scorers):
     """Return the factor from a fold's validated length to the final fit's.
 
     ``n / n_f`` where the folds drew as many random pairs as the final fit
@@ -455,13 +455,13 @@ def _length_scale(n_objects, n_pairs, paths, scorers):
     capped by the safety net. (Where a fold's draw runs out of distinct
     pairs, its pairs are less than ``n / n_f`` times denser; scaling by the
     measured density there was tried: NumPy's docstrings 0.831 -> 0.826,
-    scikit-learn's 0.895 -> 0.889, so ``n / n_f`` is kept.) Measured (from labels, 17 sets, 5
-    splits, held-out 1-NN; only the sets where random pairs were chosen
-    moved): MEGMetric NumPy's docstrings 0.783 -> 0.831 (from the same
-    sets' 1000 pairs: 0.857), scikit-learn's 0.892 -> 0.895, iris 0.960 ->
-    0.957 (one split of five).
+    scikit-learn's 0.895 -> 0.889, so ``n / n_f`` is kept.) Measured (from
+    labels, 17 sets, 5 splits, held-out 1-NN; only the sets where random
+    pairs were chosen moved): MEGMetric NumPy's docstrings 0.783 -> 0.831
+    (from the same sets' 1000 pairs: 0.857), scikit-learn's 0.892 -> 0.895,
+    iris 0.960 -> 0.957 (one split of five).
     """
     drawn = [scorer for scorer in scorers if scorer.usable and scorer.drawn]
-    if not drawn or len(drawn) != len(paths) or n_pairs == 0:
+    if not drawn or len(drawn) != len(paths):
         return 1.0
     return float(n_objects / np.mean([scorer.n_train_points for scorer in drawn]))
