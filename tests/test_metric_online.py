@@ -142,6 +142,31 @@ def test_one_sided_residuals_case_by_case():
     np.testing.assert_array_equal(one_sided_residuals(p, t, np.zeros(50)), p - t)
 
 
+def test_one_sided_residuals_round_off_is_no_error():
+    # a prediction that meets its target to the last few bits counts as met
+    target = np.array([0.00118777, 0.00118777, 1e6])
+    prediction = target * (1 + np.array([3, -3, 3]) * np.finfo(float).eps)
+    np.testing.assert_array_equal(one_sided_residuals(prediction, target, np.zeros(3)), 0.0)
+    # a residual just above the round-off still counts, on its side only
+    prediction = target * (1 + 40 * np.finfo(float).eps)
+    got = one_sided_residuals(prediction, target, np.array([1.0, -1.0, 0.0]))
+    assert got[0] > 0 and got[1] == 0 and got[2] > 0
+
+
+def test_regression_met_pair_round_off_keeps_bound():
+    """Found by CI's Hypothesis profile: a pair met up to 1.6 ulp made a
+    round-off loss (4.7e-38) above a bound of exactly 0."""
+    X = np.full((8, 3), -4.875)
+    X[0, 0], X[1, 1], X[3, 2] = 0.0, 5.6796875, -4.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # few distinct pairs
+        model = MEGMetric(random_state=0).fit(X, np.arange(8) % 2)
+    chunk = np.array([[[-4.5, -4.875, -4.875], [-4.875, -4.875, -4.875]]])
+    model.partial_fit(chunk, np.array([-1]))
+    report = model.online_bound(chunk, np.array([-1.0]))
+    assert report["loss"] <= report["bound"]
+
+
 def test_metric_exponent_against_dense_expm_and_logm():
     rng = np.random.default_rng(1)
     exponent = _random_exponent(rng, 5)

@@ -140,9 +140,17 @@ class MetricExponent:
 
 
 def one_sided_residuals(predictions, targets, sides):
-    """``yhat - y`` where the error counts for its side, else 0."""
+    """``yhat - y`` where the error counts for its side, else 0.
+
+    A residual within the round-off of its operands (``8 eps (|yhat| + |y|)``)
+    is 0: the prediction meets its target to the precision it is computed
+    in, so it is neither a loss nor an update (an update of that size is
+    noise, and the bound's divergence term cannot resolve it).
+    """
+    predictions = np.asarray(predictions, dtype=float)
     residuals = predictions - targets
-    return np.where(sides * residuals >= 0, residuals, 0.0)
+    round_off = 8.0 * np.finfo(float).eps * (np.abs(predictions) + np.abs(targets))
+    return np.where((sides * residuals >= 0) & (np.abs(residuals) > round_off), residuals, 0.0)
 
 
 def run_batches(exponent, diffs, targets, sides, *, learning_rate, n_seen, n_more,
