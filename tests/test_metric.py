@@ -61,6 +61,48 @@ def test_draw_pairs_follows_labels():
     assert {str(w.message).split()[3] for w in caught} == {"similar", "dissimilar"}
 
 
+def _draw_pairs_one_by_one(labels, n_constraints, random_state, max_rounds=10):
+    """The rounds of ``draw_pairs`` written out anchor by anchor (its loop
+    before it was vectorised), for kinds with more pairs than asked for."""
+    rng = np.random.RandomState(random_state)
+    kinds = []
+    for same in (True, False):
+        found = {}
+        for _ in range(max_rounds):
+            missing = n_constraints - len(found)
+            if missing <= 0:
+                break
+            for a in rng.randint(len(labels), size=missing):
+                mask = labels == labels[a] if same else labels != labels[a]
+                mask[a] = False
+                choices = np.flatnonzero(mask)
+                if choices.size:
+                    b = int(choices[rng.randint(choices.size)])
+                    found.setdefault((min(a, b), max(a, b)), (a, b))
+        kinds.append(np.array(list(found.values()), dtype=np.intp).reshape(-1, 2))
+    return kinds
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_draw_pairs_is_the_anchor_by_anchor_draw(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 80))
+    labels = rng.integers(0, int(rng.integers(2, 9)), size=n)  # classes of one point too
+    labels[:2] = [0, 1]
+    if seed % 2:
+        labels = np.array([f"class {c}" for c in labels])
+    counts = np.unique(labels, return_counts=True)[1]
+    n_similar = int(np.sum(counts * (counts - 1) // 2))
+    n_constraints = max(1, min(n_similar, n * (n - 1) // 2 - n_similar) - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # redraws that could not complete
+        pairs, pair_labels = draw_pairs(labels, n_constraints, random_state=seed)
+    similar, dissimilar = _draw_pairs_one_by_one(labels, n_constraints, seed)
+    np.testing.assert_array_equal(pairs, np.vstack([similar, dissimilar]))
+    np.testing.assert_array_equal(pair_labels, np.r_[np.ones(len(similar)),
+                                                     -np.ones(len(dissimilar))])
+
+
 def test_meg_metric_is_the_low_rank_meg_kernel():
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)

@@ -70,23 +70,11 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
                           f"{n_constraints}); using all of them.", UserWarning)
             kinds.append(pairs)
             continue
-        found = {}
-        for _ in range(max_rounds):
-            missing = n_constraints - len(found)
-            if missing <= 0:
-                break
-            for a in rng.randint(len(labels), size=missing):
-                mask = labels == labels[a] if same else labels != labels[a]
-                mask[a] = False
-                choices = np.flatnonzero(mask)
-                if choices.size:
-                    b = int(choices[rng.randint(choices.size)])
-                    found.setdefault((min(a, b), max(a, b)), (a, b))
-        if len(found) < n_constraints:
-            warn_user(f"Only {len(found)} distinct {kind} pairs could be drawn "
+        drawn = _draw_distinct(codes, n_constraints, same, rng, max_rounds)
+        if len(drawn) < n_constraints:
+            warn_user(f"Only {len(drawn)} distinct {kind} pairs could be drawn "
                       f"(asked for {n_constraints}).", UserWarning)
-        kinds.append(np.array(list(found.values()), dtype=np.intp).reshape(-1, 2)
-                     [:n_constraints])
+        kinds.append(drawn)
     pair_labels = np.r_[np.ones(len(kinds[0]), int), -np.ones(len(kinds[1]), int)]
     return np.vstack(kinds), pair_labels
 
@@ -179,6 +167,55 @@ def _nearest(centred, sq_norms, queries, reference, k, quantum, *, exclude_self)
         row, column = np.nonzero(take)
         blocks.append(np.column_stack([block[row], reference[column]]))
     return np.vstack(blocks)
+
+
+def _draw_distinct(codes, n_constraints, same, rng, max_rounds):
+    """``draw_pairs``' rounds for one kind: anchors, partners, first occurrences.
+
+    Each round draws the missing number of anchors uniformly, then for each
+    anchor with a partner (in order) one uniformly among the points of its
+    class other than itself (``same``), or of the other classes, each list
+    in ascending order; an unordered pair drawn before is dropped. The draws
+    are those of one ``randint`` call per anchor, vectorised (a legacy
+    ``RandomState`` gives the same stream for an array of bounds): O(n +
+    n_constraints log n) per round instead of O(n) per anchor.
+    """
+    n = len(codes)
+    order = np.argsort(codes, kind="stable")  # each class's points ascending
+    counts = np.bincount(codes)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    rank_in_class = np.empty(n, dtype=np.intp)
+    rank_in_class[order] = np.arange(n) - starts[codes[order]]
+    # per class, its members' index minus their rank: non-members before each member
+    gaps = order - (np.arange(n) - starts[codes[order]])
+    found = np.zeros((0, 2), dtype=np.intp)
+    keys = np.zeros(0, dtype=np.int64)
+    for _ in range(max_rounds):
+        missing = n_constraints - len(found)
+        if missing <= 0:
+            break
+        anchors = rng.randint(n, size=missing)
+        classes = codes[anchors]
+        sizes = counts[classes] - 1 if same else n - counts[classes]
+        anchors, classes, sizes = anchors[sizes > 0], classes[sizes > 0], sizes[sizes > 0]
+        k = rng.randint(0, sizes) if len(sizes) else np.zeros(0, dtype=np.intp)
+        if same:  # the k-th of the class, skipping the anchor itself
+            k = k + (k >= rank_in_class[anchors])
+            partners = order[starts[classes] + k]
+        else:  # the k-th point outside the class: k plus the members before it
+            partners = np.empty(len(k), dtype=np.intp)
+            for c in np.unique(classes):
+                at = classes == c
+                members = slice(starts[c], starts[c] + counts[c])
+                partners[at] = k[at] + np.searchsorted(gaps[members], k[at], side="right")
+        pairs = np.column_stack([anchors, partners]).astype(np.intp)
+        new_keys = pairs.min(axis=1).astype(np.int64) * n + pairs.max(axis=1)
+        _, first = np.unique(new_keys, return_index=True)
+        first = np.sort(first)
+        first = first[~np.isin(new_keys[first], keys)]
+        found = np.vstack([found, pairs[first]])
+        keys = np.r_[keys, new_keys[first]]
+    return found[:n_constraints]
 
 
 def _all_pairs(codes, same):
