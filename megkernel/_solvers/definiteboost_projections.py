@@ -32,6 +32,7 @@ from .._numerics.threads import blas_threads
 from .._warnings import warn_user
 from .bounds import _log_rho
 from .definiteboost_choice import choose, kept_best, run_bounds, run_log, step
+from .definiteboost_fused import fused_applies, run_fused
 from .definiteboost_lazy import lazy_applies, run_lazy
 
 __all__ = [
@@ -278,7 +279,8 @@ def _working_set(scores, n_candidates):
     return np.sort(top)
 
 
-def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None):
+def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None,
+                      callback_at=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -325,6 +327,10 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         Engine of each pair projection (see :func:`megkernel._engines.select`).
     callback : callable, optional
         Called as ``callback(t, record)`` after each iteration.
+    callback_at : iterable of int, optional
+        Only after these iterations (e.g. a validation's checkpoints): a run
+        of small rank then goes through the compiled loop of
+        :mod:`.definiteboost_fused`, which hands the state back only there.
 
     Returns
     -------
@@ -345,6 +351,14 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         scan_every = _factor_scan_interval(len(constraints), state.n_objects, state.size)
     else:
         scan_every = _scan_interval(len(constraints), state.size)
+    if fused_applies(constraints, state, settings, scan_every, callback, engine, callback_at):
+        return run_fused(constraints, state, settings, callback, callback_at or ())
+    if callback is not None and callback_at is not None:
+        wanted, every = set(callback_at), callback
+
+        def callback(t, record):
+            if t in wanted:
+                every(t, record)
     if method == "auto" and lazy_applies(constraints, state, settings, scan_every):
         return run_lazy(constraints, state, settings, callback)
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)

@@ -157,13 +157,15 @@ def satisfiable_pairs(state, pairs, signs, thresholds, trace):
 def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar="auto",
                          thresholds=None, trace=1.0, slack=None,
                          projection="approximate", corrective=False, max_iter=2000,
-                         tol=1e-2, keep=None, method="auto", callback=None, warn=True):
+                         tol=1e-2, keep=None, method="auto", callback=None, warn=True,
+                         callback_at=None):
     """DefiniteBoost on validated pairs from ``state`` (in place).
 
     The rules of :func:`definiteboost_pairs` (and of
     :class:`megkernel.DefiniteBoostKernel`), on a prior already made a
     state. Returns the log (see :func:`definiteboost_pairs`); ``warn=False``
-    leaves the ConvergenceWarning to the caller (:func:`warn_outcome`).
+    leaves the ConvergenceWarning to the caller (:func:`warn_outcome`);
+    ``callback_at``: see :func:`~.definiteboost_projections.run_definiteboost`.
     """
     trace = check_trace(trace)
     tol = float(tol)  # a float32 tol would overflow in tol * gamma
@@ -210,7 +212,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
             user_callback(t, {**record, "violation": record["violation"] * trace - margin})
 
     log = run_definiteboost(constraints, state, settings, method=method,
-                            callback=callback)
+                            callback=callback, callback_at=callback_at)
     # violations of the user's constraints, in kernel units
     log["violation"] = log["violation"] * trace - margin
     log["max_violation"] = log["max_violation"] * trace - margin

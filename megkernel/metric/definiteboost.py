@@ -85,7 +85,7 @@ class _SweepPath:
                     gamma_dissimilar=learner.gamma_dissimilar, trace=self.trace,
                     slack=learner.slack, projection=learner.projection,
                     max_iter=max(steps[-1], 1), tol=learner.tol, method=learner.method,
-                    callback=callback)
+                    callback=callback, callback_at=steps)
         except ValueError:  # the arithmetic overflowed on the way: no better than the prior
             self.scores.update({s: found.get(step, found[0]) for s, step in zip(sweeps, steps)})
             self.horizon, self.converged = sweeps[-1], True
