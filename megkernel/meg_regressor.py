@@ -27,7 +27,11 @@ from ._meg_regressor_trials import (
     _Start,
     _start,
 )
-from ._numerics.validation import check_pair_indices, check_squared_distances
+from ._numerics.validation import (
+    check_pair_indices,
+    check_squared_distances,
+    squares_of_distances,
+)
 from ._pair_estimator import (
     KernelViewsMixin,
     declared_n_objects,
@@ -483,7 +487,14 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
             pairs, y, index = validate_pairs(
                 self, X, y, reset=True, n_objects=declared_n_objects(self),
                 objects=self.objects)
-            return pairs, self._squared_targets(y, len(pairs)), index
+            y = self._squared_targets(y, len(pairs))
+            moving = pairs[:, 0] != pairs[:, 1]
+            if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
+                raise ValueError(
+                    "Every target of a pair of distinct objects is 0: trace='auto' has "
+                    "no scale to learn from. Check the units of y (squares that "
+                    "underflowed?), or give the trace.")
+            return pairs, y, index
         pairs, y, _ = validate_pairs(self, X, y, reset=False, n_objects=self.n_objects_,
                                      index=self._object_index)
         return pairs, self._squared_targets(y, len(pairs))
@@ -493,13 +504,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         if self.squared:
             return check_squared_distances(y, n_pairs)
         y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)")
-        with np.errstate(over="ignore"):
-            squared = y * y
-        if not np.all(np.isfinite(squared)):
-            raise ValueError(
-                f"y holds distances (squared=False) up to {y.max():.4g}, whose squares "
-                "exceed double precision: give them in smaller units.")
-        return squared
+        return squares_of_distances(y, "y (distances, squared=False)")
 
     def _run(self, state, pairs, y, learning_rate, trace, *, epoch, done):
         return _run(self, state, pairs, y, learning_rate, trace, epoch=epoch, done=done)

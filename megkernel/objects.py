@@ -45,7 +45,7 @@ from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
 from ._numerics.spectral import check_symmetric, induced_sq_distances
-from ._numerics.validation import check_n_trials
+from ._numerics.validation import check_n_trials, squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
@@ -404,7 +404,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         a, b = upper[0][observed], upper[1][observed]
         ids = objects if objects.dtype == object else objects.astype(object)
         pairs = np.column_stack([ids[a], ids[b]])
-        targets = matrix[a, b] if self.given_squared else matrix[a, b] ** 2
+        targets = (matrix[a, b] if self.given_squared
+                   else squares_of_distances(matrix[a, b], "distances"))
         entry = self._learned(learner, pairs, targets)
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
@@ -453,4 +454,5 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         tags.input_tags.one_d_array = True
         tags.requires_fit = True
         return tags
+
 

@@ -1256,7 +1256,7 @@ def test_metric_interrupted_inside_the_validation_changes_nothing(target, monkey
 def test_regression_float_index_below_the_int64_range():
     """A float index below -2**63 is refused as negative before the cast to
     intp (numpy's cast of it is invalid: a RuntimeWarning, then garbage)."""
-    model = MEGKernelRegressor(solver="online", n_objects=2).fit([[0, 1]], [0.0])
+    model = MEGKernelRegressor(solver="online", n_objects=2).fit([[0, 1]], [1.0])
     with pytest.raises(ValueError, match="negative object index"):
         model.predict(pd.DataFrame([[-9.223372036854777e18, -9.223372036854777e18]]))
 

@@ -572,3 +572,60 @@ def test_regression_batch_step_of_a_subnormal_gradient_stays_finite():
         result = minimize_pair_loss(state, PairLoss(state, [1], [2], np.zeros(1)), max_iter=3)
     assert np.all(np.isfinite(result.step_sizes)) and np.all(np.isfinite(result.loss_curve))
     assert_kernel(result.state.matrix(), 1.0)
+
+
+# -- the audit of 2026-12-02: targets with no scale ------------------------------
+
+
+_AUDIT_POINTS = np.random.default_rng(0).normal(size=(30, 3))
+_AUDIT_PAIRS = np.array([[i, j] for i in range(30) for j in range(i + 1, 30)])[::4]
+_AUDIT_DISTANCES = np.linalg.norm(_AUDIT_POINTS[_AUDIT_PAIRS[:, 0]]
+                                  - _AUDIT_POINTS[_AUDIT_PAIRS[:, 1]], axis=1)
+
+
+@pytest.mark.parametrize("targets", [np.zeros(len(_AUDIT_PAIRS)),
+                                     np.full(len(_AUDIT_PAIRS), 5e-324)],
+                         ids=["zeros", "subnormal (their mean underflows)"])
+@pytest.mark.parametrize("how", ["batch", "online", "partial_fit"])
+def test_regression_meg_refuses_targets_with_no_scale(targets, how):
+    """Found by the new-user audit: every target 0 (or squares that underflowed)
+    fitted a trace-one kernel with no error, its 1-NN unrelated to the data."""
+    fitted = MEGKernelRegressor(n_objects=30, random_state=0).fit(
+        _AUDIT_PAIRS, _AUDIT_DISTANCES**2)
+    before = pickle.dumps(fitted)
+    model = MEGKernelRegressor(n_objects=30, random_state=0,
+                               solver="online" if how == "online" else "batch")
+    fit = model.partial_fit if how == "partial_fit" else model.fit
+    refusal = r"Every target of a pair of distinct objects is 0|outside \[1e-100, 1e\+100\]"
+    with pytest.raises(ValueError, match=refusal):
+        fit(_AUDIT_PAIRS, targets)
+    with pytest.raises(ValueError, match=refusal):
+        fitted.fit(_AUDIT_PAIRS, targets)
+    assert pickle.dumps(fitted) == before
+    # with a trace given, zero targets are a well-posed (degenerate) request
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel = MEGKernelRegressor(n_objects=30, trace=1.0, random_state=0).fit(
+            _AUDIT_PAIRS, np.zeros(len(_AUDIT_PAIRS))).kernel_
+    assert_kernel(kernel, 1.0)
+
+
+@pytest.mark.parametrize("scale, message", [(1e-170, "underflows"), (1e170, "exceeds")])
+def test_regression_plain_distances_whose_squares_leave_the_float_range(scale, message):
+    """MEG squares plain distances (squared=False, KernelDistances' distances=):
+    squares that all underflow lose the scale, squares that overflow are inf."""
+    with pytest.raises(ValueError, match=f"whose square {message} double precision"):
+        MEGKernelRegressor(n_objects=30, squared=False).fit(_AUDIT_PAIRS,
+                                                            _AUDIT_DISTANCES * scale)
+    D = np.full((30, 30), np.nan)
+    D[_AUDIT_PAIRS[:, 0], _AUDIT_PAIRS[:, 1]] = _AUDIT_DISTANCES * scale
+    np.fill_diagonal(D, 0.0)
+    step = KernelDistances(distances=D, learner=MEGKernelRegressor(random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match=f"distances reaches .* whose square {message}"):
+            step.fit(np.arange(10))
+    # one tiny distance among normal ones squares to 0 harmlessly
+    tiny = _AUDIT_DISTANCES.copy()
+    tiny[0] = 1e-170
+    MEGKernelRegressor(n_objects=30, squared=False, max_iter=5).fit(_AUDIT_PAIRS, tiny)

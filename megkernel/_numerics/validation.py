@@ -102,6 +102,25 @@ def check_squared_distances(y, n_pairs, *, name="y"):
     return y
 
 
+def squares_of_distances(distances, name):
+    """Return the squares of non-negative distances.
+
+    A ``ValueError`` naming ``name`` where they overflow, or where even the
+    largest underflows (the scale is lost; a tiny distance among larger ones
+    squares to 0 harmlessly).
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        squared = distances * distances
+    largest = float(np.max(distances, initial=0.0))
+    if not np.all(np.isfinite(squared)):
+        raise ValueError(f"{name} reaches {largest:.4g}, whose square exceeds double "
+                         "precision: give the distances in smaller units.")
+    if largest > 0 and not np.max(squared, initial=0.0) >= np.finfo(float).tiny:
+        raise ValueError(f"{name} reaches only {largest:.4g}, whose square underflows "
+                         "double precision: give the distances in larger units.")
+    return squared
+
+
 def check_positive(value, name):
     """``value`` as a positive, finite float, or a ValueError naming it."""
     try:
