@@ -1107,3 +1107,16 @@ def test_zero_exponent_update_is_the_uniform_metric():
         warnings.simplefilter("ignore", UserWarning)
         model = MEGMetric(random_state=0, n_constraints=2).fit(X, [1, 1, 0, 1, 1, 1, 1])
     assert np.all(np.isfinite(model.transform(X)))
+
+
+def test_first_chunk_spanning_fewer_dimensions_warns(iris):
+    """Found by the new-user audit: a first chunk of one pair set 1-d
+    coordinates, and the rest of the stream could never change the metric."""
+    X, labels = iris
+    pairs = np.stack([X[:75], X[75:]], axis=1)
+    signs = np.where(labels[:75] == labels[75:], 1, -1)
+    with pytest.warns(UserWarning, match="span 1 of the 4 feature dimensions"):
+        MEGMetric(random_state=0).partial_fit(pairs[:1], signs[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MEGMetric(random_state=0).partial_fit(pairs[:10], signs[:10])

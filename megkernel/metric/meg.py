@@ -372,11 +372,8 @@ class MEGMetric(_FeatureMetric):
         self.exponent_ = exponent
         self.online_start_ = exponent.density()
         self.online_start_log_ = exponent.log_density()
-        self.online_range_ = largest_range
-        self.online_start_range_ = largest_range
-        self.n_pairs_seen_ = 0
-        self.online_loss_ = 0.0
-        self.online_normalised_loss_ = 0.0
+        self.online_range_ = self.online_start_range_ = largest_range
+        self.n_pairs_seen_, self.online_loss_, self.online_normalised_loss_ = 0, 0.0, 0.0
 
     def _constraint_loss(self, sq_distances):
         targets, sides = self._targets_and_sides(self.pair_labels_)
@@ -393,8 +390,8 @@ class MEGMetric(_FeatureMetric):
         After :meth:`fit`, the metric goes on learning in the training
         points' whitened coordinates (parts of new points outside their span
         are ignored, as by :meth:`transform`). Without a previous fit, the
-        first call's distinct points set the coordinates, the Euclidean
-        prior and the targets. Each pair is one trial at Lemma 3.1's rate
+        first call's distinct points set the coordinates (a warning if they
+        span fewer dimensions than the features), the prior and the targets. Each pair is one trial at Lemma 3.1's rate
         ``1 / rho_t^2`` (``c = 2``), ``rho_t`` the largest instance range
         seen so far; see :meth:`online_bound`.
 
@@ -461,10 +458,12 @@ class MEGMetric(_FeatureMetric):
         centred = points - self.mean_
         _check_trace(centred)
         self._start_space(centred, derived_generator(self.random_state))
-        self.learning_rate_ = None
-        self.n_epochs_ = 0.0
-        self.n_iter_ = 0
-        self.validation_ = None
+        if len(self.scales_) < n_features:  # found by the audit of 2026-12-02
+            warn_user(f"The first pairs of partial_fit span {len(self.scales_)} of the "
+                      f"{n_features} feature dimensions: the metric is learned within that "
+                      "span only. Call fit on points first, or start with pairs whose "
+                      "points span every feature.", UserWarning)
+        self.learning_rate_, self.n_epochs_, self.n_iter_, self.validation_ = None, 0.0, 0, None
         self._set_online_start(MetricExponent.from_prior(self.scales_**2 / self.trace_),
                                0.0)
 
