@@ -391,9 +391,10 @@ class MEGMetric(_FeatureMetric):
         points' whitened coordinates (parts of new points outside their span
         are ignored, as by :meth:`transform`). Without a previous fit, the
         first call's distinct points set the coordinates (a warning if they
-        span fewer dimensions than the features), the prior and the targets. Each pair is one trial at Lemma 3.1's rate
-        ``1 / rho_t^2`` (``c = 2``), ``rho_t`` the largest instance range
-        seen so far; see :meth:`online_bound`.
+        span fewer dimensions than the features), the prior and the targets.
+        Each pair is one trial at Lemma 3.1's rate ``1 / rho_t^2`` (``c =
+        2``), ``rho_t`` the largest instance range seen so far; see
+        :meth:`online_bound`.
 
         A chunk of labeled points (2-D ``X``, class labels ``y``) is turned
         into pairs as by :meth:`fit` (by ``from_labels``, within the chunk;
