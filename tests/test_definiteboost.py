@@ -913,3 +913,26 @@ def test_auto_gamma_path_stops_at_the_first_gamma_it_cannot_meet():
     K = tight.kernel_
     assert np.any(sq_dist(K, pairs[y < 0]) < mean) or np.any(sq_dist(K, pairs[y > 0])
                                                             > 0.1 * mean)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["(a, b)", "(b, a)"])
+def test_contradicting_labels_are_named_in_the_warning(reverse):
+    """Found by the new-user audit: a pair labelled similar and dissimilar ran
+    to "the constraints are infeasible" without saying which or what to do."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1, 2], [7, 7, 6])
+    pairs = rng.integers(0, 20, size=(200, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    signs = np.where(labels[pairs[:, 0]] == labels[pairs[:, 1]], 1, -1)
+    extra = pairs[:1, ::-1] if reverse else pairs[:1]
+    contradicting = (np.r_[pairs, extra], np.r_[signs, -signs[:1]])
+    a, b = sorted(pairs[0])
+    with pytest.warns(ConvergenceWarning, match=(
+            rf"1 pair\(s\) of objects are labelled both similar and dissimilar, e.g. "
+            rf"objects {a} and {b} .*give slack")):
+        DefiniteBoostKernel(n_objects=20, random_state=0, validation_fraction=None).fit(
+            *contradicting)
+    # none named where there is none; soft constraints take them as noise
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        DefiniteBoostKernel(n_objects=20, random_state=0, slack=1.0).fit(*contradicting)

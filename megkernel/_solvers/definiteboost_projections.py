@@ -419,15 +419,16 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
     return run_log(record, multipliers, max_violation, converged, infeasible, n_violated)
 
 
-def _warn_outcome(log, max_iter, units=""):
+def _warn_outcome(log, max_iter, units="", hint=""):
     """Warn when the run stopped infeasible or unconverged (the log's
-    ``max_violation`` in the caller's units; ``units`` says which)."""
+    ``max_violation`` in the caller's units; ``units`` says which; ``hint``
+    ends the message)."""
     if log["infeasible"]:
         warn_user(
             "The constraints are infeasible: the dual objective fell below the "
             "prior's smallest eigenvalue (a certificate by weak duality). "
             f"Returning the iterate with the smallest largest violation "
-            f"({log['max_violation']:.3g}).",
+            f"({log['max_violation']:.3g})." + hint,
             ConvergenceWarning,
         )
     elif not log["converged"]:
@@ -436,6 +437,6 @@ def _warn_outcome(log, max_iter, units=""):
             f"{log['n_violated']} of {len(log['multipliers'])} constraints still "
             f"violated (largest violation {log['max_violation']:.3g}{units}); "
             "returning the iterate with the smallest largest violation. Increase "
-            "max_iter or tol.",
+            "max_iter or tol." + hint,
             ConvergenceWarning,
         )

@@ -148,6 +148,25 @@ def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
     return ~never
 
 
+def _contradictions(pairs, signs, thresholds):
+    """A note on pairs of objects labelled similar (``d <= t_s``) and
+    dissimilar (``d >= t_d``) with ``t_s < t_d``, which no kernel meets both
+    ("" if none)."""
+    a, b = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
+    keys = a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b
+    similar, dissimilar = signs > 0, signs < 0
+    found = []
+    for key in np.intersect1d(keys[similar], keys[dissimilar]):
+        tightest = thresholds[(keys == key) & similar].min()
+        if tightest < thresholds[(keys == key) & dissimilar].max():
+            found.append(int(np.flatnonzero(keys == key)[0]))
+    if not found:
+        return ""
+    return (f" {len(found)} pair(s) of objects are labelled both similar and dissimilar, "
+            f"e.g. objects {a[found[0]]} and {b[found[0]]} (indices): no kernel meets "
+            "both. Remove the contradicting labels, or give slack.")
+
+
 def satisfiable_pairs(state, pairs, signs, thresholds, trace):
     """Mask of the pairs some kernel in the prior's range can satisfy; warns
     (or raises, if none) about the others, as :func:`fit_pair_constraints`."""
@@ -220,14 +239,19 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     log.update(kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
                gamma=gamma, gamma_dissimilar=gamma_dissimilar, margin=margin,
                thresholds=thresholds)
+    log["note"] = _contradictions(pairs, signs, thresholds) if hard else ""
     if warn:
         warn_outcome(log, max_iter)
     return log
 
 
 def warn_outcome(log, max_iter):
-    """The ConvergenceWarning of a :func:`fit_pair_constraints` log, if any."""
-    _warn_outcome(log, max_iter, units=f" against gamma={log['gamma']:.4g}")
+    """The ConvergenceWarning of a :func:`fit_pair_constraints` log, if any
+    (with hard constraints: the contradicting labels, and slack as a remedy)."""
+    hint = log.get("note", "") or (" If some labels may be wrong, give slack (soft "
+                                   "constraints)." if log["multipliers"].size else "")
+    _warn_outcome(log, max_iter, units=f" against gamma={log['gamma']:.4g}",
+                  hint=hint if "note" in log else "")
 
 
 def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
