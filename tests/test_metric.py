@@ -805,3 +805,17 @@ def test_the_length_scale_never_passes_the_safety_net():
     assert model.validation_["length_scale"] == pytest.approx(2.0)
     assert model.validation_["chosen"] == 1.0  # the last checkpoint: scaled it would be 2
     assert model.n_epochs_ == 1.0
+
+
+def test_definiteboost_metric_from_labels_does_not_report_its_own_dropped_pairs():
+    """The new-user audit: at the defaults on standardised iris, the learner
+    warned "Dropped 10 of 360 constraints" about pairs it had drawn itself."""
+    from sklearn.preprocessing import StandardScaler
+
+    X, labels = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model = DefiniteBoostMetric(random_state=0).fit(X, labels)
+    assert model.kernel_estimator_ is None or hasattr(model.kernel_estimator_,
+                                                      "dropped_constraints_")

@@ -276,9 +276,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         if max_iter == "auto":
             max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,
                                                 classes)
+        with warnings.catch_warnings():
+            if classes is not None:  # pairs it drew itself: dropping some is no news
+                warnings.filterwarnings("ignore", "Dropped", UserWarning)
             if max_iter == 0:  # the prior earned its place
                 return self._keep_prior(prior, centred, trace, pairs, pair_labels)
-        with warnings.catch_warnings():
             if self.max_iter == "auto":  # stopping early is the validated choice
                 warnings.simplefilter("ignore", ConvergenceWarning)
             estimator = DefiniteBoostKernel(
