@@ -83,6 +83,25 @@ def _start(model, X, y):
     return start
 
 
+#: Pairs of distinct objects from which a first ``partial_fit`` call's
+#: ``trace="auto"`` (a mean of squared distances) is taken without a
+#: warning: with a coefficient of variation near 1, the mean of ``k`` is
+#: within ``1 / sqrt(k)`` (18 % at 30), and later chunks never change it.
+MIN_TRACE_PAIRS = 30
+
+
+def warn_short_first_chunk(model, start):
+    """Warn when ``partial_fit``'s first chunk sets ``trace="auto"`` from few pairs."""
+    n_moving = int(np.count_nonzero(start.pairs[:, 0] != start.pairs[:, 1]))
+    if model.trace == "auto" and n_moving < MIN_TRACE_PAIRS:
+        warn_user(
+            f"trace='auto' is set by the first partial_fit call from {n_moving} pairs of "
+            f"distinct objects (fewer than {MIN_TRACE_PAIRS}), and later calls keep it "
+            f"(trace_={start.trace:.4g}). Give the trace, a larger first chunk, or "
+            "stream through KernelDistances (a first pass over the whole stream sets "
+            "it).", UserWarning)
+
+
 def _check_targets(start):
     """Warn about targets out of reach; refuse a step beyond double precision."""
     _warn_unreachable(start.pairs, start.y, start.trace)

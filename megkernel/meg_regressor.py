@@ -26,6 +26,7 @@ from ._meg_regressor_trials import (
     _run,
     _Start,
     _start,
+    warn_short_first_chunk,
 )
 from ._numerics.validation import (
     check_pair_indices,
@@ -437,6 +438,7 @@ class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
         with unchanged_on_error(self):
             if first:
                 start = self._start(X, y)
+                warn_short_first_chunk(self, start)
             else:
                 self._check_fixed_params()
                 pairs, y = self._validate_trials(X, y, reset=False)

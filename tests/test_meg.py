@@ -3,6 +3,7 @@ the vector EG update, Lemma 3.2's bound, and the estimator's contracts."""
 
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -580,3 +581,20 @@ def test_fast_path_hands_unusual_examples_to_the_validated_path():
     with pytest.raises(ValueError, match="beyond"):
         model.set_params(learning_rate=1e100)
         model.partial_fit(np.array([[0, 1]]), np.array([0.5]))
+
+
+def test_partial_fit_warns_when_a_short_first_chunk_sets_the_trace():
+    """The new-user audit: a first chunk of one pair fixed trace='auto' at 40 %
+    of the stream's scale (held-out R^2 -0.29 against 0.54), without a word."""
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(40, 3))
+    pairs = rng.integers(0, 40, size=(300, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    y = np.sum((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2, axis=1)
+    with pytest.warns(UserWarning, match=r"from 1 pairs of distinct objects \(fewer than 30\)"):
+        MEGKernelRegressor(n_objects=40).partial_fit(pairs[:1], y[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MEGKernelRegressor(n_objects=40).partial_fit(pairs[:30], y[:30])
+        MEGKernelRegressor(n_objects=40, trace=5.0).partial_fit(pairs[:1], y[:1])
+        MEGKernelRegressor(n_objects=40, solver="online").fit(pairs[:1], y[:1])
