@@ -130,9 +130,12 @@ def check_id_kinds(X, *, name="X"):
         values = X
     else:
         try:
-            if np.asarray(X).dtype.kind in "iufb":
+            array = np.asarray(X)
+            if array.ndim <= 2 and array.dtype.kind in "iufb":
                 return X  # numbers only
             values = np.asarray(X, dtype=object)
+            if values.ndim > 2:  # numpy split tuple ids into a dimension
+                raise ValueError
         except (ValueError, TypeError):
             values = _rows_of_ids(X)  # ids numpy takes for a dimension (tuples)
             if values is None:
@@ -253,6 +256,21 @@ def _rows_of_ids(X):
     return values
 
 
+def _id_vector(ids):
+    """Return ``ids`` as a 1-D object array, each id whole.
+
+    numpy would read tuple ids as a second dimension; other nested input
+    stays as numpy reads it (a 2-D one is refused by the caller).
+    """
+    values = list(ids)
+    if values and all(isinstance(value, tuple) for value in values):
+        vector = np.empty(len(values), dtype=object)
+        for i, value in enumerate(values):
+            vector[i] = value
+        return vector
+    return np.array(values, dtype=object)
+
+
 class ObjectIndex:
     """Object ids -> rows of the kernel (any hashable ids, in a fixed order).
 
@@ -264,11 +282,11 @@ class ObjectIndex:
     """
 
     def __init__(self, objects, *, name="objects"):
-        check_id_kinds(objects, name=name)
         # a copy: the caller's array may change later; a list keeps each id
-        # as it is (object dtype, no cast to strings)
+        # as it is (object dtype, no cast to strings, a tuple id whole)
         objects = (np.array(objects) if isinstance(objects, np.ndarray)
-                   else np.array(objects, dtype=object))
+                   else _id_vector(objects))
+        check_id_kinds(objects, name=name)
         objects.flags.writeable = False
         if objects.ndim != 1 or len(objects) < 2:
             raise ValueError(f"{name} must be a 1-D sequence of at least 2 object ids, "
@@ -298,7 +316,7 @@ class ObjectIndex:
             raise ValueError(f"The pairs name {len(ids)} distinct object(s); a kernel "
                              "needs at least 2 (declare them with objects=[...]).")
         # Python values in an object array, whatever container held the pairs
-        return cls(np.array(ids.tolist(), dtype=object))
+        return cls(_id_vector(ids.tolist()))
 
     def __len__(self):
         return len(self.objects)

@@ -231,3 +231,22 @@ def test_a_list_of_tuple_ids_is_not_split_into_columns():
     from_array = step.fit(objects[:2]).transform(objects[2:])
     np.testing.assert_array_equal(from_list, from_array)
     assert step.fit(ids[:2]).fit_objects_.tolist() == ids[:2]
+
+
+@pytest.mark.parametrize(("make", "y"), ESTIMATORS)
+@pytest.mark.parametrize("ids", [[("plate1", 3), ("plate1", 4), ("plate2", 3)],
+                                 [(1, 2), (1, 3), (2, 2)]], ids=["(str, int)", "(int, int)"])
+def test_tuple_ids_stay_whole_in_every_container(make, y, ids):
+    """Found by the new-user audit: tuple ids (plate, well) were split by numpy
+    into two columns and refused as "mixed kinds"."""
+    rows = [[ids[0], ids[1]], [ids[1], ids[2]], [ids[2], ids[0]]]
+    frame = pd.DataFrame({"u": [r[0] for r in rows], "v": [r[1] for r in rows]})
+    as_list = _fit(make, y, rows)
+    assert as_list.objects_.shape == (3,) and as_list.objects_.tolist() == sorted(ids)
+    from_frame = _fit(make, y, frame)
+    assert from_frame.objects_.tolist() == sorted(ids)
+    np.testing.assert_array_equal(from_frame.kernel_, as_list.kernel_)
+    declared = _fit(make, y, rows, objects=ids)
+    assert declared.objects_.tolist() == ids  # the declared order
+    prediction = declared.predict([[ids[0], ids[2]]])
+    np.testing.assert_array_equal(prediction, declared.predict(frame.iloc[2:3, ::-1]))
