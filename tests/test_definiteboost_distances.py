@@ -244,3 +244,23 @@ def test_identity_prior_from_distances_is_scaled_to_their_mean():
                                            validation_fraction=None), pairs, sq)
     assert_allclose(model.trace_, 0.5 * 20 * sq.mean())
     assert model.y_kind_ == "sq_distances" and model.n_iter_ > 0
+
+
+def test_distances_tied_across_both_ends_leave_the_tie_out():
+    """The new-user audit: with 90 % of the distances at one value, the closest
+    and farthest tenth both held pairs at it (gamma == gamma_dissimilar), and
+    the run ground on to max_iter. The tied pairs now go to neither side."""
+    rng = np.random.default_rng(0)
+    pairs = np.column_stack([np.arange(400) % 40, (np.arange(400) // 40 + 1 + np.arange(400))
+                             % 40])
+    sq = rng.choice([1.0, 2.0, 3.0], size=400, p=[0.06, 0.88, 0.06])
+    chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)
+    assert np.all(sq[chosen[signs > 0]] == 1.0) and np.all(sq[chosen[signs < 0]] == 3.0)
+    assert (gamma, gamma_dissimilar) == (1.0, 3.0)
+    with pytest.raises(ValueError, match="tied at squared distance 2"):
+        distance_constraints(pairs, np.where(sq == 3.0, 2.0, sq))  # no far side left
+    # distinct distances: unchanged, the closest and farthest tenth
+    sq = rng.permutation(np.arange(1.0, 401.0))
+    chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)
+    assert (signs > 0).sum() == (signs < 0).sum() == 40
+    assert (gamma, gamma_dissimilar) == (40.0, 361.0)

@@ -118,7 +118,10 @@ def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
 
     The closest ``max(1, round(fraction * m))`` of the ``m`` pairs of
     distinct objects are similar, the farthest as many dissimilar (ties at
-    a boundary broken by the pairs' order).
+    a boundary broken by the pairs' order). Where one distance reaches from
+    the closest into the farthest (heavily tied distances), the pairs at it
+    are left out of both, so that every similar pair is closer than every
+    dissimilar one.
 
     Returns
     -------
@@ -136,13 +139,23 @@ def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
     order = distinct[np.argsort(sq_distances[distinct], kind="stable")]
     n_each = min(max(1, int(round(fraction * order.size))), order.size // 2)
     similar, dissimilar = order[:n_each], order[order.size - n_each:]
+    positive = sq_distances[distinct][sq_distances[distinct] > 0]
+    if not positive.size:
+        raise ValueError("Every observed distance between distinct objects is 0: "
+                         "there is nothing to tell close pairs from far ones.")
+    tied = sq_distances[similar].max()
+    if tied >= sq_distances[dissimilar].min():  # one distance spans both ends
+        similar = similar[sq_distances[similar] < tied]
+        dissimilar = dissimilar[sq_distances[dissimilar] > tied]
+        if not (similar.size and dissimilar.size):
+            raise ValueError(
+                f"The closest and the farthest {fraction:.0%} of the pairs are tied at "
+                f"squared distance {tied:.4g}: nothing tells close pairs from far ones. "
+                "Give pair labels (y_kind='labels').")
     gamma = float(sq_distances[similar].max())
     if gamma <= 0:
-        positive = sq_distances[distinct][sq_distances[distinct] > 0]
-        if not positive.size:
-            raise ValueError("Every observed distance between distinct objects is 0: "
-                             "there is nothing to tell close pairs from far ones.")
         gamma = float(positive.min())
     chosen = np.concatenate([similar, dissimilar])
-    signs = check_pair_labels(np.r_[np.ones(n_each), -np.ones(n_each)], pairs[chosen])
+    signs = check_pair_labels(np.r_[np.ones(similar.size), -np.ones(dissimilar.size)],
+                              pairs[chosen])
     return chosen, signs, gamma, float(sq_distances[dissimilar].min())
