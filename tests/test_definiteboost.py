@@ -569,7 +569,7 @@ _BAD_FITS = {
     "nan labels": (_PAIRS, np.array([1.0, np.nan, -1.0]), "NaN"),
     "y too short": (_PAIRS, np.array([1, -1]), "inconsistent|shape"),
     "dissimilar self-pair": (np.array([[0, 1], [2, 2]]), np.array([1, -1]),
-                             "itself cannot be dissimilar"),
+                             r"y\[1\] labels a pair of an object with itself dissimilar"),
     "non-integer index": (np.array([[0, 1.5], [1, 2]]), None, "integer"),
     "negative index": (np.array([[0, -1], [1, 2]]), None, "negative object index"),
     "index out of range": (np.array([[0, 5], [1, 2]]), None, "out of range"),
@@ -681,7 +681,8 @@ def test_check_pair_labels_accepts_the_three_encodings_and_nothing_else():
                           ([0.5, 1.0, 1.0], r"must hold \+1"), ([1, -1], "shape")):
         with pytest.raises(ValueError, match=match):
             check_pair_labels(labels, pairs)
-    with pytest.raises(ValueError, match="itself cannot be dissimilar"):
+    with pytest.raises(ValueError, match=(r"y\[1\] labels a pair of an object with itself "
+                                          r"dissimilar \(1 such pair\(s\), rows 1\)")):
         check_pair_labels([1, -1], np.array([[0, 1], [2, 2]]))
 
 

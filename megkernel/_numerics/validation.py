@@ -313,7 +313,9 @@ def check_pair_labels(labels, pairs, *, name="y"):
     if pairs is not None and pairs.ndim == 2 and len(pairs):
         loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
         if np.any(loops):
-            first = pairs[loops][0]
-            raise ValueError(f"Pair ({first[0]}, {first[1]}) of an object with itself cannot "
-                             "be dissimilar (its distance is always 0).")
+            rows = np.flatnonzero(loops)
+            raise ValueError(f"{name}[{rows[0]}] labels a pair of an object with itself "
+                             f"dissimilar ({rows.size} such pair(s), rows "
+                             f"{', '.join(map(str, rows[:5]))}{', ...' if rows.size > 5 else ''})"
+                             ": its distance is always 0.")
     return signs
