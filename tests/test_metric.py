@@ -793,6 +793,26 @@ def test_a_longer_length_with_significantly_fewer_right_never_replaces(n_wrong, 
     assert (best == 1.0) == replaced and learned == replaced
 
 
+@pytest.mark.parametrize("wrong_at_4, replaced", [(40, True), (57, False)])
+def test_a_longer_length_with_significantly_more_right_replaces(wrong_at_4, replaced):
+    """NumPy's docstrings: from 2 to 4 passes the margins gain little (below
+    the elasticity's sqrt(2) x the gain so far) while many more points are
+    right. A significant rise of the share of positive margins -- the 1-NN
+    accuracy the score predicts -- replaces the choice; a rise within
+    noise still has to pass the elasticity."""
+    from megkernel.metric._training_length import choose_checkpoint
+
+    prior = [_margins(300, 150, 0.10, -0.10, seed) for seed in (0, 1)]
+    at_2 = [_margins(300, 60, 0.30, -0.05, seed + 2) for seed in (0, 1)]
+    at_4 = [_margins(300, wrong_at_4, 0.32, -0.05, seed + 4) for seed in (0, 1)]
+    items = [prior, at_2, at_4]
+    gains = [np.mean([item.mean() - base.mean() for item, base in zip(row, prior)])
+             for row in items]
+    assert gains[2] < 2**0.5 * gains[1]  # the elasticity alone keeps 2
+    best, _, learned = choose_checkpoint([0.0, 2.0, 4.0], items)
+    assert learned and best == (4.0 if replaced else 2.0)
+
+
 def test_the_length_scale_never_passes_the_safety_net():
     """max_iter stays the cap of the final fit's epochs when the folds' length is scaled."""
     from sklearn.datasets import load_wine

@@ -271,16 +271,21 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     k-NN margins, its held-out 1-NN accuracy (the share of positive margins)
     must not be below the choice's by more than ``z`` standard errors (paired:
     the margins can rise while fewer points are right, e.g. a class pulled
-    tight around most of its points and away from a few); and (unless the
-    choice is the prior) its mean gain over the prior must be at least
-    ``(length ratio) ** elasticity`` times the choice's.
+    tight around most of its points and away from a few), and an accuracy
+    above it by more than ``z`` standard errors replaces the choice (the
+    accuracy is what the score predicts); otherwise (unless the choice is
+    the prior) its mean gain over the prior must be at least ``(length
+    ratio) ** elasticity`` times the choice's.
     """
     if not _gain_is_real(table[candidate], table[chosen], z, n_repeats):
         return False
-    if not isinstance(table[candidate][0], tuple) and _gain_is_real(
-            [(item > 0).astype(float) for item in table[chosen]],
-            [(item > 0).astype(float) for item in table[candidate]], z, n_repeats):
-        return False  # the margins rose, but significantly fewer points are right
+    if not isinstance(table[candidate][0], tuple):
+        right = [(item > 0).astype(float) for item in table[candidate]]
+        right_before = [(item > 0).astype(float) for item in table[chosen]]
+        if _gain_is_real(right_before, right, z, n_repeats):
+            return False  # the margins rose, but significantly fewer points are right
+        if _gain_is_real(right, right_before, z, n_repeats):
+            return True  # significantly more points are right: the score's own aim
     if chosen == 0 or elasticity <= 0:
         return True
     gain, chosen_gain = scores[candidate] - scores[0], scores[chosen] - scores[0]
@@ -302,7 +307,9 @@ def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1, elasticity=ELAS
     place against the prior, and each longer run against the shorter one
     chosen before) and its mean gain over the prior is at least
     ``(length / chosen length) ** elasticity`` times the choice's (a score
-    that only creeps up does not buy more training).
+    that only creeps up does not buy more training), or (k-NN margins) its
+    1-NN accuracy is significantly higher; never if it is significantly
+    lower (see :func:`_replaces`).
 
     Returns
     -------
