@@ -164,6 +164,10 @@ def _stream_params(learner, stream, scan):
                     best_norm, best_pair = norms.max(), int(np.argmax(norms))
                     best_pair = (a[best_pair:best_pair + 1], b[best_pair:best_pair + 1])
     if params["trace"] == "auto":  # auto_trace of meg_regressor, from the sums
+        if scan.n_moving and not scan.sum_targets > 0:  # as MEGKernelRegressor.fit
+            raise ValueError("Every target of a pair of distinct objects in the stream is "
+                             "0: trace='auto' has no scale to learn from. Check the units "
+                             "of the targets (squares that underflowed?), or give the trace.")
         trace = 1.0
         if scan.n_moving and prior_sum > 0 and scan.sum_targets > 0:
             with np.errstate(over="ignore"):

@@ -257,18 +257,19 @@ def _rows_of_ids(X):
 
 
 def _id_vector(ids):
-    """Return ``ids`` as a 1-D object array, each id whole.
+    """Return ``ids`` as an object array, a sequence of tuple ids as 1-D.
 
-    numpy would read tuple ids as a second dimension; other nested input
-    stays as numpy reads it (a 2-D one is refused by the caller).
+    numpy reads a list (or Series, Index) of tuple ids as a second
+    dimension; any other input stays as numpy reads it (a set, a mapping or
+    a 2-D table is then refused by the caller as not 1-D).
     """
-    values = list(ids)
-    if values and all(isinstance(value, tuple) for value in values):
-        vector = np.empty(len(values), dtype=object)
-        for i, value in enumerate(values):
+    vector = np.array(ids, dtype=object)
+    if (vector.ndim > 1 and isinstance(ids, (list, tuple, pd.Series, pd.Index))
+            and len(ids) and all(isinstance(value, tuple) for value in ids)):
+        vector = np.empty(len(ids), dtype=object)
+        for i, value in enumerate(ids):
             vector[i] = value
-        return vector
-    return np.array(values, dtype=object)
+    return vector
 
 
 class ObjectIndex:

@@ -930,7 +930,7 @@ def test_contradicting_labels_are_named_in_the_warning(reverse):
     a, b = sorted(pairs[0])
     with pytest.warns(ConvergenceWarning, match=(
             rf"1 pair\(s\) of objects are labelled both similar and dissimilar, e.g. "
-            rf"objects {a} and {b} .*give slack")):
+            rf"objects_\[{a}\] and objects_\[{b}\]: .*give slack")):
         DefiniteBoostKernel(n_objects=20, random_state=0, validation_fraction=None).fit(
             *contradicting)
     # none named where there is none; soft constraints take them as noise

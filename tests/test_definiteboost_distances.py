@@ -257,8 +257,12 @@ def test_distances_tied_across_both_ends_leave_the_tie_out():
     chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)
     assert np.all(sq[chosen[signs > 0]] == 1.0) and np.all(sq[chosen[signs < 0]] == 3.0)
     assert (gamma, gamma_dissimilar) == (1.0, 3.0)
+    # no pair beyond the tie (the review's case): the tied pairs are the far side
+    chosen, signs, gamma, gamma_dissimilar = distance_constraints(
+        pairs, np.where(sq == 3.0, 2.0, sq))
+    assert (gamma, gamma_dissimilar) == (1.0, 2.0) and (signs < 0).sum() == 40
     with pytest.raises(ValueError, match="tied at squared distance 2"):
-        distance_constraints(pairs, np.where(sq == 3.0, 2.0, sq))  # no far side left
+        distance_constraints(pairs, np.full(len(pairs), 2.0))  # nothing on either side
     # distinct distances: unchanged, the closest and farthest tenth
     sq = rng.permutation(np.arange(1.0, 401.0))
     chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)

@@ -204,3 +204,19 @@ def test_fused_loop_calls_back_at_the_given_iterations(monkeypatch):
         for key in ("violation", "alpha", "dual_objective", "dual_bound"):
             assert_allclose(record[key], expected[key], rtol=1e-9, atol=1e-14)
         assert_allclose(factor @ factor.T, expected_factor @ expected_factor.T, atol=1e-12)
+
+
+def test_fused_loop_records_grow_with_the_run(monkeypatch):
+    """The review: records sized to max_iter made max_iter=10**9 a 30 GB
+    allocation. They start small and double; the run is the same."""
+    monkeypatch.setattr(fused, "_FIRST_RECORDS", 3)
+    settings = solver._Settings(max_iter=200, tol=1e-8)
+    (generic, _), (compiled, _) = _both(_problem(120, 8, 500, 0.3, seed=7), settings,
+                                        monkeypatch)
+    assert compiled["n_iter"] == generic["n_iter"] == 200
+    assert_array_equal(compiled["constraint"], generic["constraint"])
+    assert_allclose(compiled["dual_bound"], generic["dual_bound"], rtol=1e-9)
+    state, a, b, signs, thresholds = _problem(60, 6, 40, 0.45, seed=66)
+    log = solver.run_definiteboost(solver.PairConstraints(a, b, signs, thresholds, state),
+                                   state, solver._Settings(max_iter=10**9), method="auto")
+    assert log["converged"] and len(log["dual_objective"]) == log["n_iter"] + 1

@@ -629,3 +629,16 @@ def test_regression_plain_distances_whose_squares_leave_the_float_range(scale, m
     tiny = _AUDIT_DISTANCES.copy()
     tiny[0] = 1e-170
     MEGKernelRegressor(n_objects=30, squared=False, max_iter=5).fit(_AUDIT_PAIRS, tiny)
+
+
+def test_regression_a_stream_of_zero_targets_is_refused_as_fit_refuses_it():
+    """The review: the stream path fixed trace='auto' at 1 from all-zero
+    targets, where fit on the same pairs raises."""
+    def stream():
+        for start in range(0, len(_AUDIT_PAIRS), 20):
+            yield _AUDIT_PAIRS[start:start + 20], np.zeros(len(_AUDIT_PAIRS[start:start + 20]))
+    step = KernelDistances(pairs=stream, learner=MEGKernelRegressor(
+        n_objects=30, solver="online", random_state=0))
+    with pytest.raises(ValueError, match="Every target of a pair of distinct objects in the "
+                                         "stream is 0"):
+        step.fit(np.arange(30))

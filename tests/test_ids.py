@@ -250,3 +250,13 @@ def test_tuple_ids_stay_whole_in_every_container(make, y, ids):
     assert declared.objects_.tolist() == ids  # the declared order
     prediction = declared.predict([[ids[0], ids[2]]])
     np.testing.assert_array_equal(prediction, declared.predict(frame.iloc[2:3, ::-1]))
+
+
+@pytest.mark.parametrize("objects", [{"a", "b", "c"}, {"a": 1, "b": 2},
+                                     pd.DataFrame({"x": [1, 2], "y": [3, 4], "z": [5, 6]})],
+                         ids=["set", "dict", "DataFrame"])
+def test_objects_without_an_order_or_of_two_dimensions_are_refused(objects):
+    """The review: reading tuple ids whole must not make a set (no order: the
+    kernel's rows would follow the hash seed), a dict or a table 1-D ids."""
+    with pytest.raises(ValueError, match="1-D sequence"):
+        MEGKernelRegressor(objects=objects).fit([["a", "b"]], [1.0])

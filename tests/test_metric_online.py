@@ -1120,3 +1120,14 @@ def test_first_chunk_spanning_fewer_dimensions_warns(iris):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         MEGMetric(random_state=0).partial_fit(pairs[:10], signs[:10])
+
+
+def test_rank_deficient_data_does_not_warn_of_a_short_first_chunk(iris):
+    """The review: a constant feature makes the points span 4 of 5 dimensions
+    whatever the chunk; only a chunk of too few points is worth a warning."""
+    X, labels = iris
+    X = np.column_stack([X, np.ones(len(X))])
+    pairs = np.stack([X[:75], X[75:]], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MEGMetric(random_state=0).partial_fit(pairs, np.where(labels[:75] == labels[75:], 1, -1))

@@ -120,8 +120,8 @@ def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
     distinct objects are similar, the farthest as many dissimilar (ties at
     a boundary broken by the pairs' order). Where one distance reaches from
     the closest into the farthest (heavily tied distances), the pairs at it
-    are left out of both, so that every similar pair is closer than every
-    dissimilar one.
+    are left out of one side, so that every similar pair is closer than every
+    dissimilar one: out of both when both have other pairs.
 
     Returns
     -------
@@ -145,13 +145,16 @@ def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
                          "there is nothing to tell close pairs from far ones.")
     tied = sq_distances[similar].max()
     if tied >= sq_distances[dissimilar].min():  # one distance spans both ends
-        similar = similar[sq_distances[similar] < tied]
-        dissimilar = dissimilar[sq_distances[dissimilar] > tied]
-        if not (similar.size and dissimilar.size):
+        closer = similar[sq_distances[similar] < tied]
+        farther = dissimilar[sq_distances[dissimilar] > tied]
+        if not (closer.size or farther.size):
             raise ValueError(
                 f"The closest and the farthest {fraction:.0%} of the pairs are tied at "
                 f"squared distance {tied:.4g}: nothing tells close pairs from far ones. "
                 "Give pair labels (y_kind='labels').")
+        # the tied pairs stay on the side that has no other pairs
+        similar = closer if closer.size else similar
+        dissimilar = farther if farther.size else dissimilar
     gamma = float(sq_distances[similar].max())
     if gamma <= 0:
         gamma = float(positive.min())

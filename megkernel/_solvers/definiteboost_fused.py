@@ -32,6 +32,9 @@ from .definiteboost_choice import TIE_RTOL, run_bounds, run_log
 
 __all__ = ["fused_applies", "run_fused"]
 
+#: Iterations the records first hold (they double when full).
+_FIRST_RECORDS = 4096
+
 
 def fused_applies(constraints, state, settings, scan_every, callback, engine,
                   callback_at=None):
@@ -67,7 +70,8 @@ def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap,
     (every ``refresh_every`` updates, a failed root finder, or a step that is
     not finite: the ``eigh`` then refuses the exponent, as the generic
     loop's refresh does) and 2 after an iteration listed in ``pauses``
-    (ascending: the caller's callback looks at the state).
+    (ascending: the caller's callback looks at the state); 4 alone, before
+    iteration ``t``'s scan, when the records hold no room for it.
     """
     floats, ints, lapack_ints = workspace
     m = len(a)
@@ -81,6 +85,8 @@ def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap,
     none = np.empty(0)
     for t in range(counters[0], max_iter + 1):
         counters[0] = t
+        if t < max_iter and t >= len(record_j):  # the records are full: grow them
+            return 4
         top = lam.max()
         weights = np.exp(lam - top)
         weights /= weights.sum()
@@ -193,8 +199,9 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
     cap, log_floor = run_bounds(settings, len(constraints))
     max_iter = int(settings.max_iter)
     multipliers = np.zeros(len(constraints))
-    record_j = np.zeros(max_iter, dtype=np.intp)
-    record_float = np.zeros((4, max_iter + 1))
+    # the records grow as the run goes: max_iter is a cap, not a size
+    record_j = np.zeros(min(max_iter, _FIRST_RECORDS), dtype=np.intp)
+    record_float = np.zeros((4, len(record_j) + 1))
     record_float[2, 0] = state.log_partition()
     counters = np.array([0, state.updates_since_refresh, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     carry = np.array([0.0, 0.0, np.inf])
@@ -234,6 +241,11 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
                 lam, vecs = eigh_symmetric(exponent, name="the exponent log W", check=False)
                 Vt = np.ascontiguousarray(vecs.T)
                 counters[1] = 0
+            if status & 4:
+                size = min(max_iter, 2 * len(record_j))
+                record_j = np.concatenate([record_j, np.zeros(size - len(record_j), np.intp)])
+                record_float = np.concatenate(
+                    [record_float, np.zeros((4, size + 1 - record_float.shape[1]))], axis=1)
             if not status:
                 break
     n_iter = int(counters[2])

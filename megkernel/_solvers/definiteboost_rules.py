@@ -154,16 +154,15 @@ def _contradictions(pairs, signs, thresholds):
     ("" if none)."""
     a, b = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
     keys = a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b
-    similar, dissimilar = signs > 0, signs < 0
-    found = []
-    for key in np.intersect1d(keys[similar], keys[dissimilar]):
-        tightest = thresholds[(keys == key) & similar].min()
-        if tightest < thresholds[(keys == key) & dissimilar].max():
-            found.append(int(np.flatnonzero(keys == key)[0]))
-    if not found:
+    order = np.argsort(keys, kind="stable")  # a pair's rows together, first row first
+    starts = np.r_[0, np.flatnonzero(np.diff(keys[order])) + 1][:len(keys)]
+    tightest = np.minimum.reduceat(np.where(signs > 0, thresholds, np.inf)[order], starts)
+    loosest = np.maximum.reduceat(np.where(signs < 0, thresholds, -np.inf)[order], starts)
+    found = order[starts[tightest < loosest]]
+    if not found.size:
         return ""
-    return (f" {len(found)} pair(s) of objects are labelled both similar and dissimilar, "
-            f"e.g. objects {a[found[0]]} and {b[found[0]]} (indices): no kernel meets "
+    return (f" {found.size} pair(s) of objects are labelled both similar and dissimilar, "
+            f"e.g. objects_[{a[found[0]]}] and objects_[{b[found[0]]}]: no kernel meets "
             "both. Remove the contradicting labels, or give slack.")
 
 

@@ -459,7 +459,7 @@ class MEGMetric(_FeatureMetric):
         centred = points - self.mean_
         _check_trace(centred)
         self._start_space(centred, derived_generator(self.random_state))
-        if len(self.scales_) < n_features:  # found by the audit of 2026-12-02
+        if len(self.scales_) < n_features and len(points) <= n_features:  # too few points
             warn_user(f"The first pairs of partial_fit span {len(self.scales_)} of the "
                       f"{n_features} feature dimensions: the metric is learned within that "
                       "span only. Call fit on points first, or start with pairs whose "
