@@ -8,7 +8,8 @@ the exponent's eigenpairs. :func:`run_fused` makes the same iterations --
 the paper's greedy choice at every step (a full scan), ties to the first,
 eq. 13's approximate projection, ``keep``, the rank-one engine's
 compiled update re-anchored on ``eigh`` as often -- in one compiled loop
-that returns to Python only for the ``eigh`` (the same iterates up to the
+that returns to Python only for the ``eigh``, a callback or more room in
+its records (the same iterates up to the
 round-off of the scan's sums; ``tests/test_definiteboost_fused.py``
 checks runs against the generic loop). It applies where
 :func:`fused_applies` says: pair constraints on a low-rank state, the
