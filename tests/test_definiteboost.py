@@ -937,3 +937,17 @@ def test_contradicting_labels_are_named_in_the_warning(reverse):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         DefiniteBoostKernel(n_objects=20, random_state=0, slack=1.0).fit(*contradicting)
+
+
+def test_non_convergence_offers_slack_only_to_hard_constraints():
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 20, (300, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    signs = np.where(pairs.sum(axis=1) % 2 == 0, 1, -1)
+    for slack, offered in ((None, True), (0.001, False)):
+        with pytest.warns(ConvergenceWarning) as record:
+            DefiniteBoostKernel(n_objects=20, random_state=0, validation_fraction=None,
+                                max_iter=50, slack=slack).fit(pairs, signs)
+        messages = " ".join(str(w.message) for w in record
+                            if issubclass(w.category, ConvergenceWarning))
+        assert ("give slack" in messages) == offered, messages

@@ -238,7 +238,10 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     log.update(kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
                gamma=gamma, gamma_dissimilar=gamma_dissimilar, margin=margin,
                thresholds=thresholds)
-    log["note"] = _contradictions(pairs, signs, thresholds) if hard else ""
+    # the warning's remedy: with hard constraints, name contradicting labels or offer slack
+    log["hint"] = ((_contradictions(pairs, signs, thresholds)
+                    or " If some labels may be wrong, give slack (soft constraints).")
+                   if hard else "")
     if warn:
         warn_outcome(log, max_iter)
     return log
@@ -247,10 +250,8 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
 def warn_outcome(log, max_iter):
     """The ConvergenceWarning of a :func:`fit_pair_constraints` log, if any
     (with hard constraints: the contradicting labels, and slack as a remedy)."""
-    hint = log.get("note", "") or (" If some labels may be wrong, give slack (soft "
-                                   "constraints)." if log["multipliers"].size else "")
     _warn_outcome(log, max_iter, units=f" against gamma={log['gamma']:.4g}",
-                  hint=hint if "note" in log else "")
+                  hint=log.get("hint", ""))
 
 
 def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
