@@ -32,6 +32,7 @@ its scale fixed by a first pass over the whole stream.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 from sklearn.base import (
@@ -66,9 +67,30 @@ from ._objects_given import (
     _user_kernel_scale,
 )
 from ._objects_stream import _scan_stream, _stream_epochs, _streamed_entry
+from ._objects_verdict import (
+    class_labels,
+    neighbour_verdict,
+    observed_block,
+    observed_distances_known,
+    verdict_message,
+    verdict_rows,
+)
 from ._pair_estimator import ObjectIndex, unchanged_on_error
+from ._warnings import NoImprovementWarning
 
 __all__ = ["KernelDistances", "MISSING_DISTANCE", "cache_info", "clear_cache"]
+
+
+def _kernel_block(kernel, scale, rows, cols, *, squared):
+    """Distances between ``rows`` and ``cols`` under ``kernel``.
+
+    Computed at the kernel's power-of-four ``scale`` (exact): finite near the
+    float maximum.
+    """
+    diagonal = np.diag(kernel) / scale
+    sq = np.maximum(induced_sq_distances(kernel[np.ix_(rows, cols)] / scale,
+                                         diagonal[rows], diagonal[cols]), 0.0)
+    return sq * scale if squared else np.sqrt(sq) * np.sqrt(scale)
 
 
 class KernelDistances(TransformerMixin, BaseEstimator):
@@ -195,6 +217,16 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         :data:`MISSING_DISTANCE`.
     n_features_in_ : int
         Always 1 (an object id per row).
+    verdict_ : dict or None
+        With a learner and class labels ``y`` in :meth:`fit`: ``learned`` and
+        ``observed``, the leave-one-out 1-NN accuracies on the fit objects
+        (at most 2000 of them, a seeded sample beyond) under the learned
+        kernel and under the observed distances it was given (NaN when its
+        targets are not distances, e.g. pair labels, or come as a stream),
+        ``n_objects``, ``z`` (their paired difference in standard errors,
+        positive when the learned kernel is better) and ``worse``
+        (``z < -1``: a :class:`~megkernel.NoImprovementWarning` said so).
+        ``None`` otherwise.
 
     See Also
     --------
@@ -262,14 +294,20 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_objects_fit,) or (n_objects_fit, 1)
             Object ids.
-        y : ignored
-            Labels never reach the kernel learner.
+        y : array-like of shape (n_objects_fit,), default=None
+            Labels never reach the kernel learner. Class labels (as a
+            Pipeline passes them) give the verdict ``verdict_``: leave-one-out
+            1-NN accuracy on these objects under the learned kernel against
+            the observed distances it was given, with a
+            :class:`~megkernel.NoImprovementWarning` when the learned kernel
+            is worse by more than one standard error.
 
         Returns
         -------
         self : object
         """
         fit_objects = _ids(X)
+        labels = class_labels(y, len(fit_objects))
         if isinstance(self.learner, type):  # has fit, but unbound: not a learner
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
@@ -281,12 +319,32 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
+        verdict = (self._verdict(kernel, scale, objects, rows, labels)
+                   if labels is not None and self.learner is not None else None)
+        if verdict is not None and verdict["worse"]:
+            warnings.warn(verdict_message(type(self.learner).__name__, verdict),
+                          NoImprovementWarning, stacklevel=3)
         with unchanged_on_error(self):  # an interrupt up to the return restores it
             self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
                                  n_features_in_=1, _index=index, _fit_rows=rows,
                                  _given=given, _given_is_squared=bool(self.given_squared),
-                                 _kernel_scale=scale)
+                                 _kernel_scale=scale, verdict_=verdict)
             return self
+
+    def _verdict(self, kernel, scale, objects, rows, labels):
+        """Leave-one-out 1-NN on the fit objects: learned kernel against observed distances."""
+        chosen = verdict_rows(len(rows))
+        block_rows = rows[chosen]
+        learned = _kernel_block(kernel, scale, block_rows, block_rows, squared=True)
+        observed = None
+        if self.distances is not None:
+            matrix, given_objects = _given_matrix(self.distances, self.objects)
+            at = ObjectIndex(given_objects).rows(objects[block_rows])
+            observed = matrix[np.ix_(at, at)]
+        elif (not callable(self.pairs) or hasattr(self.pairs, "__array__")) and \
+                observed_distances_known(self.learner, self.targets):
+            observed = observed_block(self.pairs, self.targets, objects, block_rows)
+        return neighbour_verdict(learned, observed, np.asarray(labels)[chosen])
 
     def transform(self, X):
         """Distances from the objects ``X`` to the fitted objects.
@@ -326,12 +384,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         if self._given is not None:
             return _converted(self._given[np.ix_(rows, cols)], self._given_is_squared,
                               self.squared)
-        # at the kernel's power-of-four scale (exact): finite near the float maximum
-        scale = getattr(self, "_kernel_scale", 1.0)
-        diagonal = np.diag(self.kernel_) / scale
-        squared = np.maximum(induced_sq_distances(
-            self.kernel_[np.ix_(rows, cols)] / scale, diagonal[rows], diagonal[cols]), 0.0)
-        return squared * scale if self.squared else np.sqrt(squared) * np.sqrt(scale)
+        return _kernel_block(self.kernel_, getattr(self, "_kernel_scale", 1.0), rows, cols,
+                             squared=self.squared)
 
     def _source(self):
         """``(kernel, given, objects)``: read-only, validated, before any change."""

@@ -147,6 +147,17 @@ def test_own_data_grid_quick(bench_own_data, capsys):
     assert "MEG: >= raw on" in out and "DB: >= raw on" in out
 
 
+def test_own_data_verdict_quick(bench_own_data, capsys):
+    """``--verdict --quick``: one table, both learners, the split counts add up."""
+    bench_own_data.main(["--verdict", "--quick"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 0 |")]
+    assert [row.split("|")[4].strip() for row in rows] == ["MEG", "DB"]
+    for row in rows:
+        assert 0 <= int(row.split("|")[5]) <= 2
+    assert "MEG: warned on" in out and "of 2 splits" in out
+
+
 @pytest.fixture(scope="module")
 def bench_metric_verdict():
     return _load("bench_metric_verdict")

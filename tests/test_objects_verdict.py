@@ -1,0 +1,207 @@
+"""KernelDistances' verdict: a learned kernel's neighbors against the observed
+distances it was given, by leave-one-out 1-NN on the labelled fit objects."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.model_selection import ShuffleSplit, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import Pipeline
+
+import megkernel._objects_verdict as verdict_module
+from megkernel import (
+    DefiniteBoostKernel,
+    KernelDistances,
+    MEGKernelRegressor,
+    NoImprovementWarning,
+)
+from megkernel._objects_given import _table_matrix
+from megkernel._objects_verdict import (
+    WORSE_Z,
+    loo_nearest_correct,
+    neighbour_verdict,
+    observed_block,
+)
+from megkernel.objects import clear_cache
+
+
+class Forgetful(RegressorMixin, BaseEstimator):
+    """A 'learner' whose kernel is the identity: every pair equally far apart."""
+
+    def __init__(self, objects=None):
+        self.objects = objects
+
+    def fit(self, pairs, targets):
+        self.objects_ = np.asarray(self.objects, dtype=object)
+        self.kernel_ = np.eye(len(self.objects_))
+        return self
+
+
+def _clustered(n=40, seed=0, fraction=0.5):
+    """Points in 4 tight clusters: a pair table of a part of their squared distances."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 4
+    points = rng.normal(size=(n, 3)) * 0.3 + 4.0 * np.eye(4)[labels][:, :3]
+    ids = np.array([f"s{i:03d}" for i in range(n)], dtype=object)
+    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
+    a, b = np.triu_indices(n, 1)
+    keep = rng.random(len(a)) < fraction
+    table = pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq[a[keep], b[keep]]})
+    return ids, labels, table
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    clear_cache()
+    yield
+    clear_cache()
+
+
+def _naive_loo(D, labels):
+    """Leave-one-out 1-NN by a loop: missing (NaN) never nearer; first of ties."""
+    right = []
+    for i in range(len(D)):
+        best, best_j = None, None
+        for j in range(len(D)):
+            if j == i:
+                continue
+            d = 1e300 if np.isnan(D[i, j]) else D[i, j]
+            if best is None or d < best:
+                best, best_j = d, j
+        right.append(labels[best_j] == labels[i])
+    return np.array(right)
+
+
+def test_loo_matches_a_loop_with_ties_and_missing():
+    rng = np.random.default_rng(3)
+    D = rng.integers(0, 4, size=(30, 30)).astype(float)  # many ties
+    D = (D + D.T) / 2
+    D[rng.random(D.shape) < 0.3] = np.nan
+    D = np.where(np.isnan(D) | np.isnan(D.T), np.nan, D)
+    labels = rng.integers(0, 3, 30)
+    assert_array_equal(loo_nearest_correct(D, labels), _naive_loo(D, labels))
+
+
+def test_verdict_counts_the_objects_the_two_disagree_on():
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    good = np.where(labels[:, None] == labels[None], 1.0, 5.0)
+    bad = np.where(labels[:, None] == labels[None], 5.0, 1.0)
+    v = neighbour_verdict(bad, good, labels)
+    assert v["learned"] == 0.0 and v["observed"] == 1.0 and v["n_objects"] == 6
+    assert v["z"] == pytest.approx(-6 / np.sqrt(6)) and v["worse"]
+    v = neighbour_verdict(good, bad, labels)
+    assert v["z"] == pytest.approx(np.sqrt(6)) and not v["worse"]
+    tie = neighbour_verdict(good, good, labels)
+    assert tie["z"] == 0.0 and not tie["worse"]
+    alone = neighbour_verdict(good, None, labels)
+    assert alone["learned"] == 1.0 and np.isnan(alone["observed"]) and not alone["worse"]
+    # one object lost out of one disagreement: 1 standard error, the threshold
+    one = good.copy()
+    one[0, 1] = 9.0  # object 0 alone loses its neighbor
+    v = neighbour_verdict(one, good, labels)
+    assert v["z"] == pytest.approx(-1.0) and not v["worse"]  # one standard error: not more
+    one[2, 3] = 9.0  # a second loss: 1.4 standard errors
+    assert neighbour_verdict(one, good, labels)["worse"] == (np.sqrt(2) > WORSE_Z)
+
+
+def test_observed_block_is_the_table_matrix_restricted():
+    ids, _, table = _clustered(30)
+    doubled = pd.concat([table, table.rename(columns={"a": "b", "b": "a"})
+                         .assign(sq=table["sq"] * 1.5)])  # repeated, reversed: averaged
+    full, objects = _table_matrix(doubled[["a", "b"]], doubled["sq"], ids)
+    rows = np.array([3, 0, 17, 29, 8])
+    block = observed_block(doubled[["a", "b"]], doubled["sq"], objects, rows)
+    expected = full[np.ix_(rows, rows)]
+    np.fill_diagonal(expected, np.nan)
+    assert_allclose(block, expected, equal_nan=True)
+
+
+def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
+    ids, labels, table = _clustered()
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    with pytest.warns(NoImprovementWarning, match=r"leave-one-out 1-NN accuracy is "
+                      r"0\.\d+ against 1\.000 for the observed distances"):
+        step.fit(ids, labels)
+    v = step.verdict_
+    assert v["worse"] and v["observed"] == 1.0 and v["learned"] < 0.5
+    assert v["n_objects"] == len(ids)
+    # a Pipeline passes the labels: one warning per fit of a split
+    pipe = Pipeline([("kernel", step), ("knn", KNeighborsClassifier(1, metric="precomputed"))])
+    with pytest.warns(NoImprovementWarning) as caught:
+        cross_val_score(pipe, ids, labels, cv=ShuffleSplit(3, test_size=0.5, random_state=0))
+    assert sum(isinstance(w.message, NoImprovementWarning) for w in caught) == 3
+
+
+def test_the_warning_as_an_error_leaves_the_step_as_it_was():
+    ids, labels, table = _clustered()
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"]).fit(ids[:10])
+    before = pickle.dumps(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoImprovementWarning)
+        with pytest.raises(NoImprovementWarning):
+            step.fit(ids, labels)
+    assert pickle.dumps(step) == before
+
+
+def test_a_kernel_that_learned_does_not_warn():
+    ids, labels, table = _clustered(fraction=0.15)
+    step = KernelDistances(learner=MEGKernelRegressor(objects=ids, random_state=0),
+                           pairs=table[["a", "b"]], targets=table["sq"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoImprovementWarning)
+        step.fit(ids, labels)
+    v = step.verdict_
+    assert not v["worse"] and v["learned"] > v["observed"] + 0.1
+
+
+def test_no_labels_no_verdict_and_labels_checked():
+    ids, labels, table = _clustered()
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    assert step.fit(ids).verdict_ is None
+    assert step.fit(ids, np.linspace(0, 1, len(ids))).verdict_ is None  # not classes
+    with pytest.raises(ValueError, match="one label per object of X"):
+        step.fit(ids, labels[:-1])
+    without = KernelDistances(pairs=table[["a", "b"]], targets=table["sq"], objects=ids)
+    assert without.fit(ids, labels).verdict_ is None  # no learner: nothing to judge
+
+
+def test_pair_labels_have_no_observed_distances():
+    ids, labels, table = _clustered()
+    close = table.nsmallest(60, "sq")
+    step = KernelDistances(learner=DefiniteBoostKernel(objects=ids, random_state=0,
+                                                       validation_fraction=None),
+                           pairs=close[["a", "b"]], targets=np.ones(len(close)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoImprovementWarning)
+        step.fit(ids, labels)
+    assert np.isnan(step.verdict_["observed"]) and not step.verdict_["worse"]
+    assert 0.0 <= step.verdict_["learned"] <= 1.0
+
+
+def test_distance_matrix_source_in_another_object_order():
+    ids, labels, table = _clustered()
+    full, _ = _table_matrix(table[["a", "b"]], table["sq"], ids)
+    D = pd.DataFrame(np.sqrt(full), index=ids, columns=ids)
+    reversed_ids = ids[::-1].copy()
+    step = KernelDistances(learner=Forgetful(objects=reversed_ids), distances=D)
+    with pytest.warns(NoImprovementWarning):
+        step.fit(ids, labels)
+    assert step.verdict_["observed"] == 1.0
+
+
+def test_many_objects_are_sampled(monkeypatch):
+    monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 12)
+    ids, labels, table = _clustered()
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    with pytest.warns(NoImprovementWarning, match="a sample of them"):
+        step.fit(ids, labels)
+    assert step.verdict_["n_objects"] == 12
