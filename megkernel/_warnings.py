@@ -75,6 +75,21 @@ def warn_user(message, category=UserWarning):
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
 
 
+@contextlib.contextmanager
+def deferred_warnings():
+    """Collect the warnings of a block instead of showing them (see :func:`replay`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def replay(caught):
+    """Show warnings collected by :func:`deferred_warnings`, as first attributed."""
+    for record in caught:
+        warnings.warn_explicit(record.message, record.category, record.filename,
+                               record.lineno)
+
+
 class NoImprovementWarning(UserWarning):
     """A learned kernel or metric scores no better than its prior on held-out data.
 

@@ -32,12 +32,19 @@ from ._solvers.definiteboost_rules import (
     auto_max_iter,
     dense_state,
     fit_labelled_pairs,
-    prior_pair_summary,
+    keep_the_prior,
+    nothing_learned_message,
     prior_trace,
     working_state,
 )
 from ._solvers.definiteboost_verdict import split_pairs
-from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
+from ._warnings import (
+    NoImprovementWarning,
+    deferred_warnings,
+    replay,
+    warn_if_not_better,
+    warn_user,
+)
 from .meg_regressor import MEGKernelRegressor
 
 __all__ = ["DefiniteBoostKernel"]
@@ -67,24 +74,24 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     come from them by one rule: the closest tenth of the observed pairs of
     distinct objects are similar pairs with ``gamma`` the largest of their
     squared distances, the farthest tenth dissimilar pairs with
-    ``gamma_dissimilar`` the smallest of theirs. The learned kernel is the
-    one closest to that fit in which every observed-close pair is at least
-    as close as the closest tenth of the observations and every
-    observed-far pair at least as far as the farthest tenth. (Measured: its
-    1-NN accuracy beats the observed distances' on planted families, gyrB,
-    iris and wine, within 0.005 of its prior's; see the README.)
+    ``gamma_dissimilar`` the smallest of theirs: the kernel closest to that
+    fit in which every observed-close pair is at least as close as the
+    closest tenth and every observed-far pair at least as far as the
+    farthest tenth. When that projection ranks the held-out constraint
+    pairs worse than the prior does (see ``validation_fraction``), the
+    prior is returned (``converged_`` False) and a
+    :class:`~megkernel.NoImprovementWarning` says so: these constraints are
+    megkernel's choice, not the user's.
 
     **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
     ``W_1 = F F^T / ||F||_F^2`` and the problem is solved inside its range:
     ``W = P M P^T``, ``C_j`` restricted to ``v v^T - gamma I_r`` with
-    ``v = P[a] - P[b]``, and the step of eq. 13 uses the restricted
-    eigenvalue range (similar ``[-gamma, ||v||^2 - gamma]``, dissimilar
-    ``[gamma_d - ||v||^2, gamma_d]``, trace-one units). Cost per
-    projection ``O(r^2)``-``O(r^3)``, memory ``O(d r)``. A dissimilar pair
-    with ``||v||^2 <= gamma_d`` (plus the fit's margin ``tol * gamma / 2``,
-    see ``tol``) can never hold (``v^T M v <= ||v||^2``):
-    such pairs are dropped with a warning and listed in
-    ``dropped_constraints_`` (in dense mode ``||v||^2 = 2`` and none is).
+    ``v = P[a] - P[b]``; eq. 13 uses the restricted eigenvalue range
+    (similar ``[-gamma, ||v||^2 - gamma]``, dissimilar ``[gamma_d - ||v||^2,
+    gamma_d]``, trace-one units). Cost per projection ``O(r^2)``-``O(r^3)``,
+    memory ``O(d r)``. A dissimilar pair with ``||v||^2 <= gamma_d`` (plus
+    the margin ``tol * gamma / 2``) can never hold (``v^T M v <= ||v||^2``):
+    it is dropped with a warning, listed in ``dropped_constraints_``.
 
     Parameters
     ----------
@@ -365,8 +372,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             signs = check_pair_labels(y, pairs, name="y")
         except ValueError as error:
             values = np.asarray(y) if y is not None else np.zeros(0)
-            if (self.y_kind == "auto" and values.dtype.kind in "iu"
-                    and np.all(values >= 0)):
+            if self.y_kind == "auto" and values.dtype.kind in "iu" and np.all(values >= 0):
                 raise ValueError(f"{error} If y holds the pairs' distances, give "
                                  "y_kind='sq_distances' (or 'distances').") from error
             raise
@@ -383,11 +389,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
     def _fit_distances(self, pairs, sq_distances, index):
         """The fit on observed squared distances (``y_kind`` not labels).
 
-        Constraints: :func:`distance_constraints`; prior: see ``init``. The
-        verdict's prior and kernel never see the held-out constraint pairs;
-        the returned ones are refitted on every pair (measured: continuing
-        the verdict's fit instead lost 0.017 of 1-NN on two family sets).
-        """
+        The verdict's prior and kernel never see the held-out constraint
+        pairs; the returned ones are refitted on every pair (continuing the
+        verdict's fit instead lost 0.017 of 1-NN on two family sets), or the
+        prior kept when the held-out pairs rank worse after projection."""
         chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq_distances)
         gamma = gamma if self.gamma == "auto" else self.gamma
         gamma_dissimilar = (gamma_dissimilar if self.gamma_dissimilar == "auto"
@@ -404,20 +409,26 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             seen = np.setdiff1d(np.arange(len(pairs)),
                                 np.setdiff1d(chosen, chosen[train]))
             state, trace = self._distance_prior(pairs[seen], sq_distances[seen], index)
-            verdict = self._run(state, constrained[train], signs[train], gamma,
-                                gamma_dissimilar, trace, max_iter, held_out=held_out)
+            with deferred_warnings() as verdict_warnings:  # said only if it is returned
+                verdict = self._run(state, constrained[train], signs[train], gamma,
+                                    gamma_dissimilar, trace, max_iter, held_out=held_out)
         state, trace = self._distance_prior(pairs, sq_distances, index)
-        log = self._run(state, constrained, signs, gamma, gamma_dissimilar, trace,
-                        max_iter)
-        if verdict is not None:
-            log.update(prior_score=verdict["prior_score"],
-                       validation_score=verdict["validation_score"],
-                       gamma_scores=verdict["gamma_scores"],
+        prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
+        log = (keep_the_prior(state, constrained, signs, gamma=gamma, trace=trace, verdict=verdict,
+                              gamma_dissimilar=gamma_dissimilar, **self._options()) if prior_kept
+               else self._run(state, constrained, signs, gamma, gamma_dissimilar, trace,
+                              max_iter))
+        if verdict is not None and not prior_kept:
+            replay(verdict_warnings)
+            log.update({key: verdict[key] for key in ("prior_score", "validation_score",
+                                                      "gamma_scores")},
                        n_iter_total=log["n_iter_total"] + verdict["n_iter_total"])
         for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
             log[key] = chosen[log[key]]
         note = ("; the prior is the fit of the distances that chose these pairs, so "
-                "a tie means the constraints added nothing to it")
+                "a tie means the constraints added nothing to it" + (
+                    f"; the projection's AUC was {verdict['validation_score']:.4g}, below the "
+                    "prior's: the prior is returned" if prior_kept else ""))
         self._finish(dense_state(state), index, constrained, signs, log, trace,
                      len(chosen) if train is None else len(train), held_out,
                      note=note if self._prior_from_distances() else "")
@@ -456,10 +467,12 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             return fit_labelled_pairs(
                 state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
                 trace=trace, max_iter=max_iter, train=train, held_out=held_out,
-                warm=self.slack is None and not self.corrective, slack=self.slack,
-                projection=self.projection, corrective=self.corrective, tol=self.tol,
-                method=self.method, callback=callback,
-            )
+                warm=self.slack is None and not self.corrective, callback=callback,
+                **self._options())
+
+    def _options(self):  # noqa: D102 - the solver's options from the parameters
+        return dict(slack=self.slack, projection=self.projection,
+                    corrective=self.corrective, tol=self.tol, method=self.method)
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,
                 note=""):
@@ -489,22 +502,11 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         return train, held_out
 
     def _nothing_learned(self, state, pairs, signs, trace, log):
-        """A fit that made no projection: the prior met every constraint. Not
-        an error (a fold of a search may hold only such pairs), but never
-        silent, and ``converged_`` is False: nothing was learned."""
+        """No projection made: not an error (a fold may hold only such pairs),
+        but never silent, and ``converged_`` is False."""
         self.converged_ = False
-        summary = prior_pair_summary(state, pairs, signs, trace)
-        tried = ", ".join(f"{g:.4g}" for g in log["gamma_path"])
-        warn_user(
-            f"DefiniteBoostKernel learned nothing: every constraint already holds under "
-            f"the prior (gamma tried: {tried}; gamma_dissimilar="
-            f"{log['gamma_dissimilar']:.4g}; the fit's margin tol * gamma / 2 = "
-            f"{log['margin']:.3g}), so the kernel is the prior and converged_ is False. "
-            f"Here {summary}. The thresholds are in the kernel's units: a gamma given "
-            "in other units (e.g. your own distances') is usually the cause; use "
-            "gamma='auto', a gamma below the similar pairs' squared distances above, "
-            "or the prior in your units (init, with trace='auto').",
-            NoImprovementWarning)
+        warn_user(nothing_learned_message(state, pairs, signs, trace, log),
+                  NoImprovementWarning)
 
     def _store(self, state, index, signs, log, trace, n_train):
         self.state_ = state
@@ -544,9 +546,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     @contextmanager
     def _progress(self, state, max_iter, n_constraints=None):
-        """The fit's progress callback (``None`` unless ``verbose``): a bar
-        over iterations (at most ``max_iter``) on stderr; ``verbose=2`` adds
-        a detail line at every 20th of ``max_iter``."""
+        """Progress callback (``None`` unless ``verbose``; 2: a line per 20th)."""
         if not self.verbose:
             yield None
             return
@@ -557,10 +557,10 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
             def callback(t, record):
                 iterations.update(t - iterations.n)
                 if self.verbose >= 2 and (t % every == 0 or t == 1):
-                    progress.detail(
-                        f"[DefiniteBoostKernel] iter {t}: largest violation "
-                        f"{record['violation']:.4g}, dual objective "
-                        f"{record['dual_objective']:.6g} (bound {record['dual_bound']:.6g})")
+                    progress.detail(f"[DefiniteBoostKernel] iter {t}: largest violation "
+                                    f"{record['violation']:.4g}, dual objective "
+                                    f"{record['dual_objective']:.6g} (bound "
+                                    f"{record['dual_bound']:.6g})")
                 iterations.set_postfix_str(f"violation {record['violation']:.3g}",
                                            refresh=False)
 
@@ -584,8 +584,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """``threshold_ - squared distance``: positive for similar pairs."""
-        distances = self.pair_sq_distances(X)  # checks fitted first: NotFittedError
-        return self.threshold_ - distances
+        return -self.pair_sq_distances(X) + self.threshold_  # NotFittedError first
 
     def predict(self, X):
         """``+1`` (similar) where the squared distance is ``<= threshold_``, else ``-1``."""

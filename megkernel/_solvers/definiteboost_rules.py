@@ -445,6 +445,20 @@ def prior_pair_summary(state, pairs, signs, trace):
             "over the " + "; ".join(parts))
 
 
+def nothing_learned_message(state, pairs, signs, trace, log):
+    """The warning of a fit that made no projection: the prior met every constraint."""
+    summary = prior_pair_summary(state, pairs, signs, trace)
+    tried = ", ".join(f"{g:.4g}" for g in log["gamma_path"])
+    return (f"DefiniteBoostKernel learned nothing: every constraint already holds under "
+            f"the prior (gamma tried: {tried}; gamma_dissimilar="
+            f"{log['gamma_dissimilar']:.4g}; the fit's margin tol * gamma / 2 = "
+            f"{log['margin']:.3g}), so the kernel is the prior and converged_ is False. "
+            f"Here {summary}. The thresholds are in the kernel's units: a gamma given "
+            "in other units (e.g. your own distances') is usually the cause; use "
+            "gamma='auto', a gamma below the similar pairs' squared distances above, "
+            "or the prior in your units (init, with trace='auto').")
+
+
 def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
                        max_iter, train=None, held_out=None, warm=True, callback=None,
                        **options):
@@ -523,4 +537,27 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     log.update(n_iter_total=n_iter_total, gamma_path=np.asarray(path),
                gamma_scores=np.asarray(scores), prior_score=prior_score,
                validation_score=validation_score)
+    return log
+
+
+def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdict,
+                   **options):
+    """The log of a fit that returns its prior ``state`` (unchanged).
+
+    For constraints megkernel chose itself (the closest and farthest tenth of
+    observed distances): when the projection ranked the held-out constraint
+    pairs worse than the prior did (``verdict``, a
+    :func:`fit_labelled_pairs` log on the training pairs), the prior is the
+    validated choice, as the batch MEG fit returns its prior when it
+    overfits from the start. The log describes the prior against every
+    constraint (no projection made); ``validation_score`` is the prior's and
+    ``gamma_scores`` keeps the projection's, ``n_iter_total`` the verdict
+    fit's iterations.
+    """
+    log = fit_pair_constraints(state, pairs, signs, gamma=gamma,
+                               gamma_dissimilar=gamma_dissimilar, trace=trace, max_iter=0,
+                               warn=False, **options)
+    log.update(n_iter_total=verdict["n_iter_total"], gamma_path=verdict["gamma_path"],
+               gamma_scores=verdict["gamma_scores"], prior_score=verdict["prior_score"],
+               validation_score=verdict["prior_score"], converged=False)
     return log
