@@ -315,7 +315,7 @@ def test_the_prior_is_kept_when_the_projection_ranks_held_out_pairs_worse():
 def test_deferred_warnings_replay_under_the_users_filters():
     from megkernel._warnings import deferred_warnings, replay
     with deferred_warnings() as caught:
-        warnings.warn("held back", UserWarning)
+        warnings.warn("held back", UserWarning, stacklevel=1)
     assert len(caught) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
