@@ -225,7 +225,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         targets are not distances, e.g. pair labels, or come as a stream),
         ``n_objects``, ``z`` (their paired difference in standard errors,
         positive when the learned kernel is better) and ``worse``
-        (``z < -1``: a :class:`~megkernel.NoImprovementWarning` said so).
+        (``z < -2``: a :class:`~megkernel.NoImprovementWarning` said so).
         ``None`` otherwise.
 
     See Also
@@ -300,7 +300,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             1-NN accuracy on these objects under the learned kernel against
             the observed distances it was given, with a
             :class:`~megkernel.NoImprovementWarning` when the learned kernel
-            is worse by more than one standard error.
+            is worse by more than two standard errors.
 
         Returns
         -------

@@ -211,7 +211,9 @@ def test_distance_constraints_with_many_zero_distances_use_the_smallest_positive
     sq = np.array([0.0, 0.0, 0.0, 0.5, 2.0, 3.0] * 5)
     chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)
     assert gamma == 0.5 and gamma_dissimilar == 3.0
-    assert_array_equal(signs, np.r_[np.ones(3), -np.ones(3)])
+    # a tenth is 3 pairs; the ties at both boundaries go whole (nothing below them)
+    assert_array_equal(signs, np.r_[np.ones(15), -np.ones(5)])
+    assert np.all(sq[chosen[:15]] == 0.0) and np.all(sq[chosen[15:]] == 3.0)
     with pytest.raises(ValueError, match="Every observed distance"):
         distance_constraints(pairs, np.zeros(len(pairs)))
 
@@ -258,9 +260,10 @@ def test_distances_tied_across_both_ends_leave_the_tie_out():
     assert np.all(sq[chosen[signs > 0]] == 1.0) and np.all(sq[chosen[signs < 0]] == 3.0)
     assert (gamma, gamma_dissimilar) == (1.0, 3.0)
     # no pair beyond the tie (the review's case): the tied pairs are the far side
-    chosen, signs, gamma, gamma_dissimilar = distance_constraints(
-        pairs, np.where(sq == 3.0, 2.0, sq))
-    assert (gamma, gamma_dissimilar) == (1.0, 2.0) and (signs < 0).sum() == 40
+    merged = np.where(sq == 3.0, 2.0, sq)
+    chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, merged)
+    assert (gamma, gamma_dissimilar) == (1.0, 2.0)
+    assert (signs < 0).sum() == np.sum(merged == 2.0)  # whole: none are farther
     with pytest.raises(ValueError, match="tied at squared distance 2"):
         distance_constraints(pairs, np.full(len(pairs), 2.0))  # nothing on either side
     # distinct distances: unchanged, the closest and farthest tenth
@@ -268,6 +271,29 @@ def test_distances_tied_across_both_ends_leave_the_tie_out():
     chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq)
     assert (signs > 0).sum() == (signs < 0).sum() == 40
     assert (gamma, gamma_dissimilar) == (40.0, 361.0)
+
+
+def test_ties_at_a_boundary_go_whole_whatever_the_row_order():
+    """Pairs tied at a tenth's boundary were split by their order in the table:
+    the same data in another row order gave other constraints. Now the tied
+    pairs join a side whole or not at all: whichever count is nearer a tenth."""
+    rng = np.random.default_rng(1)
+    pairs = np.column_stack([np.arange(300) % 30, (np.arange(300) // 30 + 1 + np.arange(300))
+                             % 30])
+    hops = rng.choice([1.0, 2.0, 3.0, 4.0], size=300, p=[0.04, 0.2, 0.5, 0.26])
+    sq = hops ** 2
+    chosen, signs, gamma, _ = distance_constraints(pairs, sq)
+    n_one, n_two = np.sum(hops == 1), np.sum(hops == 2)
+    # a tenth is 30 pairs: hop 1 alone is nearer 30 than hops 1 and 2 together
+    assert abs(30 - n_one) <= abs(n_one + n_two - 30)
+    assert gamma == 1.0 and np.sum(signs > 0) == n_one
+    for seed in range(3):  # any row order: the same constraints
+        perm = np.random.default_rng(seed).permutation(300)
+        again, signs_again, gamma_again, gamma_d_again = distance_constraints(pairs[perm],
+                                                                              sq[perm])
+        assert {tuple(pairs[perm][i]) + (s,) for i, s in zip(again, signs_again)} == \
+            {tuple(pairs[i]) + (s,) for i, s in zip(chosen, signs)}
+        assert (gamma_again, gamma_d_again) == (gamma, 16.0)
 
 
 def _family_table(seed, mutation, fraction):

@@ -169,6 +169,10 @@ def test_no_labels_no_verdict_and_labels_checked():
     assert step.fit(ids, np.linspace(0, 1, len(ids))).verdict_ is None  # not classes
     with pytest.raises(ValueError, match="one label per object of X"):
         step.fit(ids, labels[:-1])
+    assert step.fit(ids, np.column_stack([labels, labels])).verdict_ is None  # 2 outputs
+    with pytest.warns(NoImprovementWarning):  # string labels are judged too
+        named = step.fit(ids, pd.Series([f"family {k}" for k in labels], index=ids))
+    assert named.verdict_["worse"] is True
     without = KernelDistances(pairs=table[["a", "b"]], targets=table["sq"], objects=ids)
     assert without.fit(ids, labels).verdict_ is None  # no learner: nothing to judge
 
@@ -198,10 +202,10 @@ def test_distance_matrix_source_in_another_object_order():
 
 
 def test_many_objects_are_sampled(monkeypatch):
-    monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 12)
+    monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 24)
     ids, labels, table = _clustered()
     step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning, match="a sample of them"):
         step.fit(ids, labels)
-    assert step.verdict_["n_objects"] == 12
+    assert step.verdict_["n_objects"] == 24

@@ -113,12 +113,30 @@ def pair_sq_distances_from_y(y, pairs, y_kind):
     return values
 
 
+def _whole_ties(ranked, n_each):
+    """How many of the smallest of ``ranked`` (ascending) to take: ``n_each``, ties whole.
+
+    When the ``n_each``-th value is tied with the next, either every pair at
+    it is in or none is: whichever count is nearer ``n_each`` (none on a
+    draw), and all of them when none leaves nothing.
+    """
+    if n_each >= ranked.size or ranked[n_each] != ranked[n_each - 1]:
+        return n_each
+    edge = ranked[n_each - 1]
+    below = int(np.searchsorted(ranked, edge, side="left"))
+    through = int(np.searchsorted(ranked, edge, side="right"))
+    return below if below and n_each - below <= through - n_each else through
+
+
 def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
     """Similar / dissimilar constraints from observed squared distances.
 
     The closest ``max(1, round(fraction * m))`` of the ``m`` pairs of
-    distinct objects are similar, the farthest as many dissimilar (ties at
-    a boundary broken by the pairs' order). Where one distance reaches from
+    distinct objects are similar, the farthest as many dissimilar. Pairs
+    tied at a side's boundary go to it whole or not at all (whichever count
+    is nearer the fraction, not at all on a draw, whole when nothing else is
+    left), so that the constraints do not depend on the pairs' order in the
+    table (before, the order broke such ties). Where one distance reaches from
     the closest into the farthest (heavily tied distances), the pairs at it
     are left out of one side, so that every similar pair is closer than every
     dissimilar one: out of both when both have other pairs.
@@ -138,7 +156,9 @@ def distance_constraints(pairs, sq_distances, fraction=DISTANCE_PAIR_FRACTION):
     distinct = np.flatnonzero(pairs[:, 0] != pairs[:, 1])
     order = distinct[np.argsort(sq_distances[distinct], kind="stable")]
     n_each = min(max(1, int(round(fraction * order.size))), order.size // 2)
-    similar, dissimilar = order[:n_each], order[order.size - n_each:]
+    ranked = sq_distances[order]
+    similar = order[:_whole_ties(ranked, n_each)]
+    dissimilar = order[order.size - _whole_ties(-ranked[::-1], n_each):]
     positive = sq_distances[distinct][sq_distances[distinct] > 0]
     if not positive.size:
         raise ValueError("Every observed distance between distinct objects is 0: "
