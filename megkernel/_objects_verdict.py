@@ -126,13 +126,17 @@ def neighbour_verdict(learned, observed, labels):
     -------
     verdict : dict
         ``learned`` and ``observed`` (accuracies; NaN without observed
-        distances), ``n_objects``, ``z`` (the paired difference in standard
-        errors, positive when the learned kernel is better) and ``worse``
+        distances, both NaN for fewer than two objects), ``n_objects``,
+        ``z`` (the paired difference in standard errors, positive when the
+        learned kernel is better) and ``worse``
         (``z < -WORSE_Z``).
     """
-    right = loo_nearest_correct(learned, labels)
-    out = {"learned": float(right.mean()), "observed": np.nan, "n_objects": len(labels),
+    out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
            "z": np.nan, "worse": False}
+    if len(labels) < 2:  # no other object to be a neighbor
+        return out
+    right = loo_nearest_correct(learned, labels)
+    out["learned"] = float(right.mean())
     if observed is None:
         return out
     right_observed = loo_nearest_correct(observed, labels)

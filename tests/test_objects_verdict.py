@@ -98,6 +98,8 @@ def test_verdict_counts_the_objects_the_two_disagree_on():
     assert v["z"] == pytest.approx(np.sqrt(6)) and not v["worse"]
     tie = neighbour_verdict(good, good, labels)
     assert tie["z"] == 0.0 and not tie["worse"]
+    single = neighbour_verdict(good[:1, :1], good[:1, :1], labels[:1])
+    assert np.isnan(single["learned"]) and np.isnan(single["observed"]) and not single["worse"]
     alone = neighbour_verdict(good, None, labels)
     assert alone["learned"] == 1.0 and np.isnan(alone["observed"]) and not alone["worse"]
     # one object lost out of one disagreement: 1 standard error, the threshold
