@@ -1267,3 +1267,15 @@ def test_regression_meg_general_zero_instance_with_a_huge_rate():
     kernel, log = meg_general([np.zeros((1, 1))], [1.6641442146124838e16], prior=[[1.0]],
                               learning_rate=5.401254047206872e291, trace=1.0)
     assert np.array_equal(kernel, [[1.0]]) and log["predictions"].tolist() == [0.0]
+
+
+def test_meg_general_refuses_predictions_whose_squares_overflow():
+    """Found by the CI profile: an instance of norm 1e100 under trace 1e100
+    predicts 1e200, whose squared error overflowed (a RuntimeWarning)."""
+    from megkernel import meg_general
+    with pytest.raises(ValueError, match="predictions up to 1e\\+200"):
+        meg_general([np.array([[1e100]])], np.array([0.0]), prior=np.array([[1.0]]),
+                    learning_rate=5e-324, trace=1e100)
+    kernel, log = meg_general([np.array([[1e40]])], np.array([0.0]),
+                              prior=np.array([[1.0]]), learning_rate=1e-300, trace=1e100)
+    assert np.isfinite(log["cumulative_loss"])

@@ -212,6 +212,11 @@ def check_n_trials(n_epochs, n_pairs, *, name="n_epochs", bytes_per_trial=0,
     return trials
 
 
+#: The largest prediction ``tau ||X||`` of a MEG trial allowed: its squared
+#: error (1e300) stays finite.
+MAX_PREDICTION = 1e150
+
+
 def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     """Refuse a learning rate, trace or targets whose MEG steps overflow.
 
@@ -231,6 +236,13 @@ def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
             f"targets up to {largest_target:.3g} exceed {MAX_TRACE:g}: their squared "
             "errors leave double precision; rescale them (trace='auto' then adapts).")
     norm = float(instance_norm)
+    # |yhat| <= tau ||X||: its squared error must stay finite (1e150 ** 2 = 1e300)
+    if norm > 0 and math.log(trace) + math.log(norm) > math.log(MAX_PREDICTION):
+        raise ValueError(
+            f"instances up to norm {norm:.3g} under a kernel of trace {trace:.3g} give "
+            f"predictions up to {trace * norm:.3g}, whose squared errors leave double "
+            f"precision (at most {MAX_PREDICTION:.0e}): rescale the instances or the "
+            "trace.")
     if norm > 0:
         log_step = (math.log(2.0 * learning_rate) + math.log(norm)
                     + math.log(norm + largest_target / trace))
