@@ -169,7 +169,8 @@ def _partial_fit_fast(model, X, y):
     trace = model.trace_
     if len(y) != len(X) or X.min() < 0 or X.max() >= model.n_objects_:
         return model._partial_fit(X, y)
-    low, high = y.min(), y.max()  # NaN fails every comparison below
+    y = y.astype(float, copy=False)  # float32 targets: no float32 arithmetic below
+    low, high = float(y.min()), float(y.max())  # NaN fails every comparison below
     if not (low >= 0 and high <= 2.0 * trace
             and 8.0 * learning_rate * (1.0 + high / trace) <= MAX_STEP
             and not (X[:, 0] == X[:, 1]).any()):

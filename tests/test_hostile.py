@@ -1279,3 +1279,15 @@ def test_meg_general_refuses_predictions_whose_squares_overflow():
     kernel, log = meg_general([np.array([[1e40]])], np.array([0.0]),
                               prior=np.array([[1.0]]), learning_rate=1e-300, trace=1e100)
     assert np.isfinite(log["cumulative_loss"])
+
+
+def test_float32_targets_on_the_fast_path_under_a_huge_trace():
+    """Found by the CI profile: float32 targets divided by a trace beyond
+    float32's range overflowed in a cast on partial_fit's fast path."""
+    from megkernel import MEGKernelRegressor
+    model = MEGKernelRegressor(n_objects=3, solver="online", trace=1e100)
+    model.partial_fit(np.array([[0, 1]]), np.array([1e99]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model.partial_fit(np.array([[0, 1], [1, 2]]), np.array([0.0, 0.0], dtype=np.float32))
+    assert model.n_updates_ == 3
