@@ -47,6 +47,8 @@ def class_labels(y, n_objects):
     if y is None:
         return None
     labels = np.asarray(y)
+    if labels.ndim == 2 and labels.shape[1] == 1:  # a column vector, as classifiers take
+        labels = labels.ravel()
     if labels.ndim != 1:  # several outputs: no single label to judge neighbors by
         return None
     if len(labels) != n_objects:
@@ -112,7 +114,7 @@ def loo_nearest_correct(distances, labels):
     return labels[np.argmin(D, axis=1)] == labels
 
 
-def neighbour_verdict(learned, observed, labels):
+def neighbour_verdict(learned, observed, labels, *, sampled=False):
     """Leave-one-out 1-NN of the learned distances against the observed ones.
 
     Parameters
@@ -121,6 +123,8 @@ def neighbour_verdict(learned, observed, labels):
         Distances among the same objects (``observed`` NaN where missing,
         or ``None`` when there are none to compare with).
     labels : ndarray of shape (m,)
+    sampled : bool, default=False
+        Whether the objects are a sample of the fit's (said in the warning).
 
     Returns
     -------
@@ -132,7 +136,7 @@ def neighbour_verdict(learned, observed, labels):
         (``z < -WORSE_Z``).
     """
     out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
-           "z": np.nan, "worse": False}
+           "z": np.nan, "worse": False, "sampled": bool(sampled)}
     if len(labels) < 2:  # no other object to be a neighbor
         return out
     right = loo_nearest_correct(learned, labels)
@@ -150,7 +154,7 @@ def neighbour_verdict(learned, observed, labels):
 
 def verdict_message(learner_name, verdict):
     """Return the warning's text: both accuracies, the objects, the remedy."""
-    sampled = " (a sample of them)" if verdict["n_objects"] == VERDICT_OBJECTS else ""
+    sampled = " (a sample of them)" if verdict.get("sampled") else ""
     return (f"On the {verdict['n_objects']} objects of this fit{sampled}, the "
             f"{learner_name} kernel's leave-one-out 1-NN accuracy is "
             f"{verdict['learned']:.3f} against {verdict['observed']:.3f} for the observed "

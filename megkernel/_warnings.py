@@ -3,7 +3,7 @@
 Estimator methods wrapped by scikit-learn's ``_fit_context`` (and helpers
 called at varying depths) cannot use a fixed ``stacklevel``: the warning
 would point at ``sklearn/base.py`` or at megkernel itself. :func:`warn_user`
-walks the call stack to the first frame outside megkernel, scikit-learn and
+walks the call stack to the first frame outside megkernel, scikit-learn, joblib and
 the ``contextlib`` / ``functools`` wrappers, and warns with the matching
 ``stacklevel`` (``skip_file_prefixes`` needs Python 3.12).
 """
@@ -27,9 +27,11 @@ def _directory(path):
 
 def _internal_prefixes():
     prefixes = [_directory(__file__)]  # the megkernel package (and subpackages)
-    sklearn = sys.modules.get("sklearn")
-    if sklearn is not None and getattr(sklearn, "__file__", None):
-        prefixes.append(_directory(sklearn.__file__))
+    # scikit-learn, and joblib, whose Memory wraps every step a Pipeline fits
+    for name in ("sklearn", "joblib"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            prefixes.append(_directory(module.__file__))
     return tuple(prefixes)
 
 
@@ -52,7 +54,7 @@ def user_stacklevel(depth=1):
 
     ``depth``: how many frames above this call the ``warnings.warn`` is made
     (``1``: in the function calling this one). Counts frames like
-    ``warnings.warn`` up to the first one outside megkernel, scikit-learn,
+    ``warnings.warn`` up to the first one outside megkernel, scikit-learn, joblib,
     ``contextlib`` and ``functools``; when every frame is internal (e.g.
     ``python -m megkernel``) returns ``2``, the caller of the warning function.
     """
@@ -84,10 +86,13 @@ def deferred_warnings():
 
 
 def replay(caught):
-    """Show warnings collected by :func:`deferred_warnings`, as first attributed."""
+    """Show warnings collected by :func:`deferred_warnings`, at the user's line.
+
+    As :func:`warn_user` attributes them (the filters, a module filter
+    included, see the user's frame).
+    """
     for record in caught:
-        warnings.warn_explicit(record.message, record.category, record.filename,
-                               record.lineno)
+        warnings.warn(record.message, record.category, stacklevel=user_stacklevel(1))
 
 
 class NoImprovementWarning(UserWarning):

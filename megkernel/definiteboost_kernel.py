@@ -34,6 +34,7 @@ from ._solvers.definiteboost_rules import (
     fit_labelled_pairs,
     keep_the_prior,
     nothing_learned_message,
+    prior_kept_message,
     prior_trace,
     working_state,
 )
@@ -237,7 +238,8 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         Indices (into the fitted pairs) of dissimilar pairs dropped as
         never satisfiable (``||v||^2 <= gamma_dissimilar / trace``).
     n_iter_ : int
-        Projections made (along the whole path of ``gamma="auto"``).
+        Projections made (along the whole path of ``gamma="auto"``, and by
+        the held-out fit; its only ones when the prior is returned).
     trace_ : float
         The trace used (``trace="auto"`` resolved).
     prior_score_ : float
@@ -245,12 +247,13 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         prior, which ties every pair); NaN without held-out pairs.
     validation_score_ : float
         AUC of the held-out pairs under the kernel learned without them (at
-        the chosen ``gamma``); when it is not above ``prior_score_`` a
-        :class:`~megkernel.NoImprovementWarning` says so. NaN without held-out
-        pairs. The returned kernel is that fit continued on every pair (as
-        ``LassoCV`` refits its chosen ``alpha``), so it also learns from the
-        held-out pairs. (With ``gamma="auto"`` the same pairs chose
-        ``gamma``: slightly optimistic for that choice.)
+        the chosen ``gamma``; refitted on every pair for the returned kernel,
+        as ``LassoCV`` refits its ``alpha``; with ``gamma="auto"`` slightly
+        optimistic for that choice); not above ``prior_score_``: a
+        :class:`~megkernel.NoImprovementWarning`. From distances, a projection
+        scoring below the prior leaves the prior returned: this is then the
+        prior's score (the projection's in ``gamma_scores_``). NaN without
+        held-out pairs.
     gamma_path_ : ndarray
         The ``gamma`` values fitted (one for a given ``gamma``).
     gamma_scores_ : ndarray
@@ -402,8 +405,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         train, held_out = self._split(
             constrained, signs, n_objects,
             constraints=f"the closest and farthest tenth of {len(pairs)} pairs")
-        max_iter = (auto_max_iter(len(chosen)) if self.max_iter == "auto"
-                    else self.max_iter)
+        max_iter = auto_max_iter(len(chosen)) if self.max_iter == "auto" else self.max_iter
         verdict = None
         if held_out is not None:
             seen = np.setdiff1d(np.arange(len(pairs)),
@@ -426,9 +428,7 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
             log[key] = chosen[log[key]]
         note = ("; the prior is the fit of the distances that chose these pairs, so "
-                "a tie means the constraints added nothing to it" + (
-                    f"; the projection's AUC was {verdict['validation_score']:.4g}, below the "
-                    "prior's: the prior is returned" if prior_kept else ""))
+                "a tie means the constraints added nothing to it")
         self._finish(dense_state(state), index, constrained, signs, log, trace,
                      len(chosen) if train is None else len(train), held_out,
                      note=note if self._prior_from_distances() else "")
@@ -480,7 +480,9 @@ class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
         self._store(state, index, signs, log, trace, n_train)
         if log["n_iter_total"] == 0:
             self._nothing_learned(state, pairs, signs, trace, log)
-        if held_out is not None:
+        if held_out is not None and "projection_score" in log:  # the prior returned
+            warn_user(prior_kept_message(log, held_out.description), NoImprovementWarning)
+        elif held_out is not None:
             warn_if_not_better(
                 "DefiniteBoostKernel", self.validation_score_, self.prior_score_,
                 what=f"AUC of the {held_out.description}{note}", best_possible=1.0)

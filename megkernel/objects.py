@@ -32,7 +32,6 @@ its scale fixed by a first pass over the whole stream.
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 from sklearn.base import (
@@ -76,7 +75,7 @@ from ._objects_verdict import (
     verdict_rows,
 )
 from ._pair_estimator import ObjectIndex, unchanged_on_error
-from ._warnings import NoImprovementWarning
+from ._warnings import NoImprovementWarning, warn_user
 
 __all__ = ["KernelDistances", "MISSING_DISTANCE", "cache_info", "clear_cache"]
 
@@ -91,6 +90,13 @@ def _kernel_block(kernel, scale, rows, cols, *, squared):
     sq = np.maximum(induced_sq_distances(kernel[np.ix_(rows, cols)] / scale,
                                          diagonal[rows], diagonal[cols]), 0.0)
     return sq * scale if squared else np.sqrt(sq) * np.sqrt(scale)
+
+
+def _with_copies(block, copies):
+    """``block`` over distinct objects expanded to repeated ones (copies at 0)."""
+    expanded = block[np.ix_(copies, copies)]
+    expanded[copies[:, None] == copies[None, :]] = 0.0
+    return expanded
 
 
 class KernelDistances(TransformerMixin, BaseEstimator):
@@ -223,8 +229,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         (at most 2000 of them, a seeded sample beyond) under the learned
         kernel and under the observed distances it was given (NaN when its
         targets are not distances, e.g. pair labels, or come as a stream),
-        ``n_objects``, ``z`` (their paired difference in standard errors,
-        positive when the learned kernel is better) and ``worse``
+        ``n_objects``, ``sampled``, ``z`` (their paired difference in standard
+        errors, positive when the learned kernel is better) and ``worse``
         (``z < -2``: a :class:`~megkernel.NoImprovementWarning` said so).
         ``None`` otherwise.
 
@@ -307,7 +313,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         self : object
         """
         fit_objects = _ids(X)
-        labels = class_labels(y, len(fit_objects))
+        labels = None if self.learner is None else class_labels(y, len(fit_objects))
         if isinstance(self.learner, type):  # has fit, but unbound: not a learner
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
@@ -322,8 +328,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         verdict = (self._verdict(kernel, scale, objects, rows, labels)
                    if labels is not None and self.learner is not None else None)
         if verdict is not None and verdict["worse"]:
-            warnings.warn(verdict_message(type(self.learner).__name__, verdict),
-                          NoImprovementWarning, stacklevel=3)
+            warn_user(verdict_message(type(self.learner).__name__, verdict),
+                      NoImprovementWarning)
         with unchanged_on_error(self):  # an interrupt up to the return restores it
             self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
                                  n_features_in_=1, _index=index, _fit_rows=rows,
@@ -334,17 +340,23 @@ class KernelDistances(TransformerMixin, BaseEstimator):
     def _verdict(self, kernel, scale, objects, rows, labels):
         """Leave-one-out 1-NN on the fit objects: learned kernel against observed distances."""
         chosen = verdict_rows(len(rows))
-        block_rows = rows[chosen]
-        learned = _kernel_block(kernel, scale, block_rows, block_rows, squared=True)
+        # each object once (a fit may repeat ids): copies are at distance 0
+        unique_rows, copies = np.unique(rows[chosen], return_inverse=True)
+        learned = _kernel_block(kernel, scale, unique_rows, unique_rows, squared=False)
         observed = None
         if self.distances is not None:
             matrix, given_objects = _given_matrix(self.distances, self.objects)
-            at = ObjectIndex(given_objects).rows(objects[block_rows])
-            observed = matrix[np.ix_(at, at)]
+            lookup = ObjectIndex(given_objects).lookup  # the learner's may be more
+            at = np.array([lookup.get(key, -1) for key in objects[unique_rows].tolist()])
+            observed = np.where((at[:, None] >= 0) & (at[None, :] >= 0),
+                                matrix[np.ix_(np.maximum(at, 0), np.maximum(at, 0))], np.nan)
         elif (not callable(self.pairs) or hasattr(self.pairs, "__array__")) and \
                 observed_distances_known(self.learner, self.targets):
-            observed = observed_block(self.pairs, self.targets, objects, block_rows)
-        return neighbour_verdict(learned, observed, np.asarray(labels)[chosen])
+            observed = observed_block(self.pairs, self.targets, objects, unique_rows)
+        return neighbour_verdict(_with_copies(learned, copies),
+                                 None if observed is None else _with_copies(observed, copies),
+                                 np.asarray(labels)[chosen],
+                                 sampled=len(chosen) < len(rows))
 
     def transform(self, X):
         """Distances from the objects ``X`` to the fitted objects.

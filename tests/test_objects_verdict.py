@@ -211,3 +211,87 @@ def test_many_objects_are_sampled(monkeypatch):
     with pytest.warns(NoImprovementWarning, match="a sample of them"):
         step.fit(ids, labels)
     assert step.verdict_["n_objects"] == 24
+
+
+class Faithful(RegressorMixin, BaseEstimator):
+    """A 'learner' whose kernel reproduces given points exactly (its distances
+    are the observed ones wherever observed)."""
+
+    def __init__(self, objects=None, points=None):
+        self.objects = objects
+        self.points = points
+
+    def fit(self, pairs, targets):
+        self.objects_ = np.asarray(self.objects, dtype=object)
+        self.kernel_ = self.points @ self.points.T
+        return self
+
+
+def _points_and_table(n=30, seed=0, fraction=0.6):
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 3
+    points = rng.normal(size=(n, 2)) + 2.5 * np.eye(3)[labels][:, :2]
+    ids = np.array([f"p{i}" for i in range(n)], dtype=object)
+    a, b = np.triu_indices(n, 1)
+    keep = rng.random(len(a)) < fraction
+    sq = ((points[a[keep]] - points[b[keep]]) ** 2).sum(axis=1)
+    return ids, labels, points, pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq})
+
+
+def test_repeated_fit_ids_do_not_bias_the_verdict():
+    """A bootstrap sample repeats ids: each copy is at distance 0 from the
+    others under both, so a learner reproducing the distances ties them."""
+    ids, labels, points, table = _points_and_table(fraction=1.0)
+    boot = np.random.default_rng(0).choice(len(ids), len(ids))
+    for step in (KernelDistances(learner=Faithful(ids, points), pairs=table[["a", "b"]],
+                                 targets=table["sq"]),
+                 KernelDistances(learner=Faithful(ids, points), distances=pd.DataFrame(
+                     np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1)),
+                     index=ids, columns=ids))):
+        step.fit(ids[boot], labels[boot])
+        v = step.verdict_
+        assert v["learned"] == v["observed"] and v["z"] == 0.0, v
+
+
+def test_a_learner_over_more_objects_than_the_distance_matrix():
+    """The learner may declare objects the user's matrix lacks: their
+    observed distances are missing, not an error."""
+    ids, labels, points, _ = _points_and_table()
+    D = pd.DataFrame(np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1)),
+                     index=ids, columns=ids)
+    more = np.r_[ids, ["extra1", "extra2"]].astype(object)
+    learner = Faithful(more, np.r_[points, [[9.0, 9.0], [-9.0, 9.0]]])
+    step = KernelDistances(learner=learner, distances=D)
+    step.fit(np.r_[ids[:20], ["extra1"]].astype(object), np.r_[labels[:20], [0]])
+    assert step.verdict_["n_objects"] == 21 and not np.isnan(step.verdict_["observed"])
+
+
+def test_column_labels_and_no_learner_leave_the_labels_alone():
+    ids, labels, points, table = _points_and_table()
+    step = KernelDistances(learner=Faithful(ids, points), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    assert step.fit(ids, labels[:, None]).verdict_["n_objects"] == len(ids)
+    fixed = KernelDistances(kernel=points @ points.T, objects=ids)
+    assert fixed.fit(ids, labels[:-1]).verdict_ is None  # y ignored without a learner
+
+
+def test_the_warning_points_at_the_callers_line_inside_a_pipeline():
+    ids, labels, table = _clustered()
+    pipe = Pipeline([("kernel", KernelDistances(learner=Forgetful(objects=ids),
+                                                pairs=table[["a", "b"]],
+                                                targets=table["sq"])),
+                     ("knn", KNeighborsClassifier(1, metric="precomputed"))])
+    with pytest.warns(NoImprovementWarning) as caught:
+        pipe.fit(ids, labels)
+    assert all(w.filename == __file__ for w in caught if w.category is NoImprovementWarning)
+
+
+def test_exactly_as_many_objects_as_compared_is_no_sample(monkeypatch):
+    monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 40)
+    ids, labels, table = _clustered(40)
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    with pytest.warns(NoImprovementWarning) as caught:
+        step.fit(ids, labels)
+    assert not step.verdict_["sampled"]
+    assert all("sample" not in str(w.message) for w in caught)

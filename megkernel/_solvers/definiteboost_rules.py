@@ -552,12 +552,24 @@ def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdi
     overfits from the start. The log describes the prior against every
     constraint (no projection made); ``validation_score`` is the prior's and
     ``gamma_scores`` keeps the projection's, ``n_iter_total`` the verdict
-    fit's iterations.
+    fit's iterations, ``projection_score`` the verdict's score.
     """
     log = fit_pair_constraints(state, pairs, signs, gamma=gamma,
                                gamma_dissimilar=gamma_dissimilar, trace=trace, max_iter=0,
                                warn=False, **options)
     log.update(n_iter_total=verdict["n_iter_total"], gamma_path=verdict["gamma_path"],
                gamma_scores=verdict["gamma_scores"], prior_score=verdict["prior_score"],
-               validation_score=verdict["prior_score"], converged=False)
+               validation_score=verdict["prior_score"], converged=False,
+               projection_score=verdict["validation_score"])
     return log
+
+
+def prior_kept_message(log, held_out):
+    """The warning of a fit that returned its prior (:func:`keep_the_prior`)."""
+    return (f"DefiniteBoostKernel returned its prior: projecting it onto the closest "
+            f"and farthest tenth of the observed pairs ranked the {held_out} worse "
+            f"(AUC {log['projection_score']:.4g} against the prior's "
+            f"{log['prior_score']:.4g}; {log['n_iter_total']} projections made without "
+            "them). These constraints are megkernel's choice from your distances, not "
+            "yours: give pair labels (y_kind='labels') with your own gamma to project "
+            "anyway.")
