@@ -318,14 +318,14 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
                 f"not the class {self.learner.__name__}.")
-        kernel, given, objects = self._source()
+        kernel, given, objects, matrix = self._source()
         scale = (_user_kernel_scale(kernel, squared=self.squared,
                                     check_psd=self.kernel is not None)
                  if given is None else 1.0)
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
-        verdict = (self._verdict(kernel, scale, objects, rows, labels)
+        verdict = (self._verdict(kernel, scale, objects, rows, labels, matrix)
                    if labels is not None and self.learner is not None else None)
         if verdict is not None and verdict["worse"]:
             warn_user(verdict_message(type(self.learner).__name__, verdict),
@@ -337,15 +337,15 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                                  _kernel_scale=scale, verdict_=verdict)
             return self
 
-    def _verdict(self, kernel, scale, objects, rows, labels):
+    def _verdict(self, kernel, scale, objects, rows, labels, matrix):
         """Leave-one-out 1-NN on the fit objects: learned kernel against observed distances."""
         chosen = verdict_rows(len(rows))
         # each object once (a fit may repeat ids): copies are at distance 0
         unique_rows, copies = np.unique(rows[chosen], return_inverse=True)
         learned = _kernel_block(kernel, scale, unique_rows, unique_rows, squared=False)
         observed = None
-        if self.distances is not None:
-            matrix, given_objects = _given_matrix(self.distances, self.objects)
+        if matrix is not None:  # the user's distances, as _source validated them
+            matrix, given_objects = matrix
             lookup = ObjectIndex(given_objects).lookup  # the learner's may be more
             at = np.array([lookup.get(key, -1) for key in objects[unique_rows].tolist()])
             observed = np.where((at[:, None] >= 0) & (at[None, :] >= 0),
@@ -400,7 +400,11 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                              squared=self.squared)
 
     def _source(self):
-        """``(kernel, given, objects)``: read-only, validated, before any change."""
+        """``(kernel, given, objects, matrix)``: read-only, validated, before any change.
+
+        ``matrix``: the user's validated ``distances`` with their ids, when a
+        learner learns from them (the verdict compares with them), else None.
+        """
         given_by = [name for name in ("kernel", "distances") if getattr(self, name) is not None]
         if self.pairs is not None:
             given_by.append("pairs")
@@ -426,14 +430,14 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             if len(objects) != len(kernel):
                 raise ValueError(f"objects has {len(objects)} ids for a kernel over "
                                  f"{len(kernel)} objects.")
-            return _read_only(kernel), None, _read_only(np.array(objects))
+            return _read_only(kernel), None, _read_only(np.array(objects)), None
         if callable(self.pairs) and not hasattr(self.pairs, "__array__"):
-            return self._streamed()
+            return *self._streamed(), None
         if source == "distances":
             matrix, objects = _given_matrix(self.distances, self.objects)
         elif self.learner is not None:
             entry = self._learned(self.learner, self.pairs, self.targets)
-            return _read_only(entry.kernel), None, _read_only(entry.objects)
+            return _read_only(entry.kernel), None, _read_only(entry.objects), None
         else:
             matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
         largest = float(np.nanmax(matrix))
@@ -444,8 +448,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             raise ValueError(f"The distances (up to {np.nanmax(matrix):.4g}) leave no room "
                              f"for the missing ones ({MISSING_DISTANCE:g}): rescale them.")
         if self.learner is None:
-            return None, _read_only(matrix), _read_only(np.array(objects))
-        return self._learned_from_matrix(matrix, objects)
+            return None, _read_only(matrix), _read_only(np.array(objects)), None
+        return *self._learned_from_matrix(matrix, objects), (matrix, objects)
 
     def _learned(self, learner, pairs, targets):
         key = _key(learner, ("arrays", pairs, targets))
