@@ -45,6 +45,7 @@ SWEEP = textwrap.dedent("""
     y = rng.uniform(0.1, 0.5, len(pairs))
     X = rng.normal(size=(12, 3))
     labels = np.repeat([0, 1, 2], 4)
+    object_labels = np.array([0, 0, 1, 1, 0])
     point_pairs = np.array([[i, (i + 1 + j) % 12] for i in range(12) for j in range(3)])
     signs = np.where(labels[point_pairs[:, 0]] == labels[point_pairs[:, 1]], 1, -1)
 
@@ -63,6 +64,13 @@ SWEEP = textwrap.dedent("""
             lambda: learned().fit(ids[:2]),
             lambda m: (clear_cache(), m.fit(ids[1:]))[1],  # learns the kernel again
             lambda m: m.transform(ids)),
+        "KernelDistances.fit, learned kernel, labels (the verdict)": (
+            lambda: learned().fit(ids[:2]),
+            lambda m: m.fit(ids[1:], object_labels[1:]), lambda m: m.transform(ids)),
+        "KernelDistances.fit, learned from distances, labels (the verdict)": (
+            lambda: KernelDistances(learner=MEGKernelRegressor(solver="online"),
+                                    distances=D, objects=ids).fit(ids[:2]),
+            lambda m: m.fit(ids, object_labels), lambda m: m.transform(ids)),
         "MEGMetric.fit": (
             lambda: MEGMetric(n_epochs=1, n_constraints=6, random_state=0).fit(X, labels),
             lambda m: m.fit(X + 1.0, labels), lambda m: m.transform(X)),
