@@ -27,6 +27,7 @@ from sklearn.base import is_regressor
 from sklearn.utils.multiclass import type_of_target
 
 from ._objects_given import MISSING_DISTANCE, _as_float, _pair_index, _pair_values
+from ._pair_estimator import ObjectIndex
 from ._solvers.definiteboost_distances import resolve_y_kind
 
 #: At most this many training objects are compared (a seeded sample of them
@@ -101,6 +102,18 @@ def observed_block(pairs, targets, objects, rows):
     counts = np.bincount(flat, minlength=m * m)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (sums / counts).reshape(m, m)
+
+
+def observed_in_matrix(matrix, matrix_objects, ids):
+    """Return the user's distances among ``ids`` (NaN for an id the matrix lacks).
+
+    A learner may declare more objects than the user's ``distances`` cover.
+    """
+    lookup = ObjectIndex(matrix_objects).lookup
+    at = np.array([lookup.get(key, -1) for key in ids.tolist()], dtype=np.intp)
+    inside = np.maximum(at, 0)
+    return np.where((at[:, None] >= 0) & (at[None, :] >= 0),
+                    matrix[np.ix_(inside, inside)], np.nan)
 
 
 def loo_nearest_correct(distances, labels):

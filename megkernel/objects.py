@@ -71,6 +71,7 @@ from ._objects_verdict import (
     neighbour_verdict,
     observed_block,
     observed_distances_known,
+    observed_in_matrix,
     verdict_message,
     verdict_rows,
 )
@@ -325,8 +326,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
-        verdict = (self._verdict(kernel, scale, objects, rows, labels, matrix)
-                   if labels is not None and self.learner is not None else None)
+        verdict = (None if labels is None  # (no learner: no labels either)
+                   else self._verdict(kernel, scale, objects, rows, labels, matrix))
         if verdict is not None and verdict["worse"]:
             warn_user(verdict_message(type(self.learner).__name__, verdict),
                       NoImprovementWarning)
@@ -345,11 +346,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         learned = _kernel_block(kernel, scale, unique_rows, unique_rows, squared=False)
         observed = None
         if matrix is not None:  # the user's distances, as _source validated them
-            matrix, given_objects = matrix
-            lookup = ObjectIndex(given_objects).lookup  # the learner's may be more
-            at = np.array([lookup.get(key, -1) for key in objects[unique_rows].tolist()])
-            observed = np.where((at[:, None] >= 0) & (at[None, :] >= 0),
-                                matrix[np.ix_(np.maximum(at, 0), np.maximum(at, 0))], np.nan)
+            observed = observed_in_matrix(*matrix, objects[unique_rows])
         elif (not callable(self.pairs) or hasattr(self.pairs, "__array__")) and \
                 observed_distances_known(self.learner, self.targets):
             observed = observed_block(self.pairs, self.targets, objects, unique_rows)
