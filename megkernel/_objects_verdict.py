@@ -144,8 +144,8 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False):
     verdict : dict
         ``learned`` and ``observed`` (accuracies; NaN without observed
         distances, both NaN for fewer than two objects), ``n_objects``,
-        ``z`` (the paired difference in standard errors, positive when the
-        learned kernel is better) and ``worse``
+        ``sampled`` (as given), ``z`` (the paired difference in standard
+        errors, positive when the learned kernel is better) and ``worse``
         (``z < -WORSE_Z``).
     """
     out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
