@@ -324,7 +324,10 @@ def _cached_entry(learner, key, fit, memory):
                     # then misses there. Checking first records it.
                     cached.check_call_in_cache(key, fit)
                 kernel, objects = cached(key, fit)
-        entry = _Entry(_frozen(np.asarray(kernel, dtype=float)), _frozen(np.asarray(objects)))
+        kernel = np.asarray(kernel, dtype=float)
+        # a learner's kernel (eigenvectors' products) is symmetric to round-off only:
+        # made exactly so, its distances are too (halves first: no overflow near the max)
+        entry = _Entry(_frozen(0.5 * kernel + 0.5 * kernel.T), _frozen(np.asarray(objects)))
         _store(process_key, entry)
         return entry
     finally:

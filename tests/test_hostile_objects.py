@@ -642,3 +642,23 @@ def test_regression_a_stream_of_zero_targets_is_refused_as_fit_refuses_it():
     with pytest.raises(ValueError, match="Every target of a pair of distinct objects in the "
                                          "stream is 0"):
         step.fit(np.arange(30))
+
+
+def test_learned_kernel_distances_are_exactly_symmetric():
+    """Found by the CI profile: a learned kernel (eigenvectors' products) is
+    symmetric to round-off only, and its tiny distances (here near 1e-35,
+    dominated by cancellation) differed across the diagonal by 2e-10
+    relative. The kernel KernelDistances keeps is now exactly symmetric."""
+    import warnings
+
+    from megkernel import KernelDistances, MEGKernelRegressor
+    pairs = [(0, 0), (0, 7), (0, 0), (0, 0), (0, 0), (0, 0), (0, 7), (0, 7), (7, 0),
+             (7, 0), (7, 0)]
+    y = np.r_[1.0, 2.90143785e-62, np.zeros(9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = KernelDistances(learner=MEGKernelRegressor(max_iter=20), pairs=pairs,
+                               targets=y).fit([0])
+    D = step.distances_
+    np.testing.assert_array_equal(D, D.T)
+    np.testing.assert_array_equal(step.kernel_, step.kernel_.T)
