@@ -38,13 +38,15 @@ samplers :func:`neighbor_pairs` and :func:`draw_pairs`;
 :mod:`megkernel.metric._base` the base transformer, pair-input
 classification and the input checks; :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost` one learner each, its pair-input
-variant a thin subclass; :mod:`megkernel.metric._training_length` the one
-validation loop that chooses how long either learns.
+variant a thin subclass (MEG's in :mod:`megkernel.metric.meg_pairs`);
+:mod:`megkernel.metric._training_length` the one validation loop that
+chooses how long either learns.
 """
 
 from ._base import draw_pairs, neighbor_pairs
 from .definiteboost import DefiniteBoostMetric, DefiniteBoostPairMetric
-from .meg import MEGMetric, MEGPairMetric
+from .meg import MEGMetric
+from .meg_pairs import MEGPairMetric
 
 __all__ = [
     "MEGMetric",

@@ -14,7 +14,11 @@ import warnings
 import numpy as np
 
 from .._solvers.metric_meg import MetricExponent, embedding, run_batches
-from .._solvers.metric_soft_neighbors import SoftNeighborAscent, prior_temperature
+from .._solvers.metric_soft_neighbors import (
+    TEMPERATURES,
+    SoftNeighborAscent,
+    prior_temperature,
+)
 from .._warnings import warn_user
 from ._training_length import (
     _MIN_ITEMS,
@@ -106,15 +110,17 @@ class _SoftNeighborPath:
     """One fold of :func:`validate_soft_neighbors`.
 
     The monotone MEG ascent of the stochastic-neighbour objective over the
-    fold's training points (its own temperature, by the final fit's rule),
-    scored on the held-out points after each number of iterations.
+    fold's training points (its own temperature, by the final fit's rule:
+    ``temperature`` times :func:`prior_temperature` of its points), scored
+    on the held-out points after each number of iterations.
     """
 
-    def __init__(self, scorer, coordinates, codes, prior):
+    def __init__(self, scorer, coordinates, codes, prior, temperature=1.0):
         self.scorer, self.coordinates = scorer, coordinates
         train = scorer.references
-        self.ascent = SoftNeighborAscent(coordinates[train], codes[train], prior,
-                                         prior_temperature(coordinates[train], prior))
+        self.ascent = SoftNeighborAscent(
+            coordinates[train], codes[train], prior,
+            temperature * prior_temperature(coordinates[train], prior))
 
     def score_at(self, iterations):
         self.ascent.advance(int(iterations) - self.ascent.n_iter)
@@ -123,29 +129,55 @@ class _SoftNeighborPath:
 
 def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n_folds=2,
                             max_iter=MAX_PASSES, patience=2, z=2.0,
-                            elasticity=ELASTICITY, min_items=_MIN_ITEMS):
-    """How many ascent iterations of the stochastic-neighbour objective: cross-validated.
+                            elasticity=ELASTICITY, min_items=_MIN_ITEMS,
+                            temperatures=TEMPERATURES):
+    """How many ascent iterations of the stochastic-neighbour objective, at which temperature.
 
     :func:`~megkernel.metric._training_length.validate_length` with the
     folds of :class:`_SoftNeighborPath` over the checkpoints of
-    :func:`soft_neighbor_checkpoints`; ``pairs`` (the neighbourhoods) only
-    make the folds as for the pair kinds.
+    :func:`soft_neighbor_checkpoints`, once per temperature of
+    ``temperatures`` (multiples of :func:`prior_temperature`) on the same
+    folds (a copy of ``rng`` each); kept is the temperature whose chosen
+    length has the highest held-out 1-NN accuracy, then margin (ties: the
+    first, the broadest). ``pairs`` (the neighbourhoods) only make the
+    folds as for the pair kinds.
 
     Returns
     -------
     iterations : float
     log : dict
+        The kept temperature's, with ``"temperature"`` (the kept multiple)
+        and ``"temperatures"`` (each multiple's held-out (1-NN accuracy,
+        margin) at its chosen length).
     """
-    def make_path(scorer):
-        return _SoftNeighborPath(scorer, coordinates, classes.codes, prior)
+    results = []
+    for temperature in temperatures:
+        fold_rng = copy.deepcopy(rng)
 
-    iterations, log = validate_length(
-        len(coordinates), pairs, signs, make_path,
-        checkpoints=soft_neighbor_checkpoints(max_iter), n_folds=n_folds, rng=rng,
-        patience=patience, z=z, elasticity=elasticity, min_items=min_items,
-        learner="MEGMetric", classes=classes,
-        safety_net=f"max_iter (now {max_iter:g} iterations)")
+        def make_path(scorer, temperature=temperature):
+            return _SoftNeighborPath(scorer, coordinates, classes.codes, prior, temperature)
+
+        iterations, log = validate_length(
+            len(coordinates), pairs, signs, make_path,
+            checkpoints=soft_neighbor_checkpoints(max_iter), n_folds=n_folds, rng=fold_rng,
+            patience=patience, z=z, elasticity=elasticity, min_items=min_items,
+            learner="MEGMetric", classes=classes,
+            safety_net=f"max_iter (now {max_iter:g} iterations)")
+        results.append((_held_out_at_choice(log), iterations, log, fold_rng, temperature))
+    best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
+    _, iterations, log, fold_rng, temperature = results[best]
+    rng.bit_generator.state = fold_rng.bit_generator.state  # as if only it had run
+    log["temperature"] = temperature
+    log["temperatures"] = {result[4]: result[0] for result in results}
     return (0.0 if iterations is None else iterations), log
+
+
+def _held_out_at_choice(log):
+    """Held-out (1-NN accuracy, margin) of a validation's chosen length (-inf: none)."""
+    if log["chosen"] is None:
+        return (-np.inf, -np.inf)
+    at = log["checkpoints"].index(log["chosen"])
+    return (log.get("accuracies", log["scores"])[at], log["scores"][at])
 
 
 def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
@@ -191,18 +223,16 @@ def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
             if candidate is not None and candidate.from_labels == "soft-neighbors":
                 epochs, log = validate_soft_neighbors(
                     self.coordinates_, these[0], these[1], prior, classes=candidate,
-                    rng=fold_rng, n_folds=self.n_folds, max_iter=self.max_iter)
+                    rng=fold_rng, n_folds=self.n_folds, max_iter=self.max_iter,
+                    temperatures=self._temperatures())
             else:
                 epochs, log = validate_epochs(
                     self.coordinates_, these[0], targets, sides, these[1], prior,
                     learning_rate=self._learning_rate(diffs), batch_size=batch_size,
                     rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
                     classes=candidate)
-        at = (log["checkpoints"].index(log["chosen"]) if log["chosen"] is not None
-              else None)
-        chosen = ((-np.inf, -np.inf) if at is None else
-                  (log.get("accuracies", log["scores"])[at], log["scores"][at]))
-        results.append((chosen, epochs, log, fold_rng, these, candidate, caught))
+        results.append((_held_out_at_choice(log), epochs, log, fold_rng, these, candidate,
+                        caught))
     best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
     _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate, caught = results[best]
     for record in caught:

@@ -357,7 +357,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fold = MEGMetric(from_labels="soft-neighbors",
-                             n_epochs=self.prior_estimator_.n_epochs_).fit(
+                             n_epochs=self.prior_estimator_.n_epochs_,
+                             temperature=self.prior_estimator_.temperature_).fit(
                 centred[train], classes.codes[train])
         return centred @ fold.components_.T
 

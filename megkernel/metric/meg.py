@@ -33,7 +33,11 @@ from .._solvers.metric_meg import (
     whiten,
 )
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
-from .._solvers.metric_soft_neighbors import SoftNeighborAscent, prior_temperature
+from .._solvers.metric_soft_neighbors import (
+    TEMPERATURES,
+    SoftNeighborAscent,
+    prior_temperature,
+)
 from .._warnings import warn_user
 from ._base import (
     _MAX_TRACE,
@@ -42,14 +46,13 @@ from ._base import (
     _FeatureMetric,
     _pair_labels,
     _pair_sq_distance_quantiles,
-    _PairInput,
     pairs_from_labels,
 )
 from ._meg_epochs import validate_epochs, validate_kinds
 from ._pairs import _ClassPairs
 from ._training_length import MAX_PASSES, pair_components
 
-__all__ = ["MEGMetric", "MEGPairMetric", "validate_epochs"]
+__all__ = ["MEGMetric", "validate_epochs"]
 
 
 class MEGMetric(_FeatureMetric):
@@ -134,6 +137,15 @@ class MEGMetric(_FeatureMetric):
     n_neighbors : int, default=5
         Neighbours of each kind per point for ``from_labels="neighbors"``
         (scikit-learn's default ``k``).
+    temperature : float or "auto", default="auto"
+        Temperature ``T`` of the soft-neighbour objective, in units of the
+        training points' mean squared distance to their nearest neighbour
+        under the Euclidean metric (smaller: a sharper soft 1-NN, for
+        classes that are local rather than globally separated). ``"auto"``:
+        with ``n_epochs="auto"``, the one of 1, 1/2, 1/4 whose validated
+        fit has the highest held-out 1-NN accuracy on the same folds
+        (:data:`~megkernel._solvers.metric_soft_neighbors.TEMPERATURES`);
+        else 1.
     n_constraints : int, default=None
         Pairs of each kind for ``from_labels="random"``; ``None``:
         ``20 * n_classes**2``.
@@ -192,6 +204,9 @@ class MEGMetric(_FeatureMetric):
         What was learned from labels (``"soft-neighbors"``, ``"neighbors"``,
         ``"random"``); after :meth:`fit_pairs` ``None`` (the pairs) or
         ``"soft-neighbors"`` (of their similar pairs' components as classes).
+    temperature_ : float or None
+        The soft-neighbour temperature used (units of ``temperature``);
+        ``None`` when the metric was learned from pairs.
     soft_neighbor_objective_ : tuple of float or None
         With ``"soft-neighbors"``: the objective (mean probability of a
         same-class soft neighbour over the training points) under the
@@ -243,12 +258,13 @@ class MEGMetric(_FeatureMetric):
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "shuffle": ["boolean"],
+        "temperature": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
                  learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
                  batch_size="auto", n_folds=2, shuffle=True, from_labels="auto",
-                 n_neighbors=5, n_constraints=None,
+                 n_neighbors=5, temperature="auto", n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
@@ -261,6 +277,7 @@ class MEGMetric(_FeatureMetric):
         self.shuffle = shuffle
         self.from_labels = from_labels
         self.n_neighbors = n_neighbors
+        self.temperature = temperature
         self.n_constraints = n_constraints
         self.random_state = random_state
         self.method = method
@@ -295,9 +312,11 @@ class MEGMetric(_FeatureMetric):
             codes = next(c.codes for c in classes
                          if c is not None and c.from_labels == "soft-neighbors")
             labelled = self.coordinates_[codes >= 0]  # (pairs: points in a component)
+            self.temperature_ = (self.validation_ or {}).get("temperature",
+                                                             self._temperatures()[0])
             ascent = SoftNeighborAscent(
                 labelled, codes[codes >= 0], prior,
-                prior_temperature(labelled, prior)).advance(int(epochs))
+                self.temperature_ * prior_temperature(labelled, prior)).advance(int(epochs))
             exponent, self.n_iter_ = ascent.exponent, ascent.n_iter
             self.soft_neighbor_objective_ = (ascent.objectives[0], ascent.objective)
         else:
@@ -306,7 +325,7 @@ class MEGMetric(_FeatureMetric):
                         n_seen=0, n_more=int(round(epochs * len(diffs))),
                         batch_size=batch_size, rng=rng if self.shuffle else None)
             self.n_iter_ = int(math.ceil(epochs))
-            self.soft_neighbor_objective_ = None
+            self.soft_neighbor_objective_ = self.temperature_ = None
         self.n_epochs_ = epochs
         self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
         if self.verbose:  # what was learned, and how long
@@ -329,6 +348,12 @@ class MEGMetric(_FeatureMetric):
             return None
         return [None, _ClassPairs(None, "soft-neighbors", None, pairs, signs,
                                   codes=components)]
+
+    def _temperatures(self):
+        """Return the soft-neighbour temperatures to validate (the first without validation)."""
+        if self.temperature != "auto":
+            return (float(self.temperature),)
+        return TEMPERATURES if self.n_epochs == "auto" else (1.0,)
 
     def _learning_rate(self, diffs):
         return (mean_range_learning_rate(diffs) if self.learning_rate == "auto"
@@ -545,56 +570,3 @@ class MEGMetric(_FeatureMetric):
                 "bound": online_bound(comparator_losses, ranges, divergence),
                 "comparator_loss": normalised_loss(comparator_losses, ranges),
                 "divergence": divergence}
-
-
-class MEGPairMetric(_PairInput, MEGMetric):
-    """:class:`MEGMetric` learned from labeled pairs of points.
-
-    ``X`` holds pairs of points, shape (n_pairs, 2, n_features), and ``y``
-    their labels, as metric-learn's pair learners (``ITML``): scikit-learn's
-    ``GridSearchCV`` / ``cross_val_score`` then split the pairs. The distinct
-    points of the pairs are the objects; :meth:`transform` embeds any point.
-    After fitting, ``threshold_`` is calibrated on the training pairs
-    (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
-
-    Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
-
-    Attributes
-    ----------
-    threshold_ : float
-        The squared distance up to which a pair is predicted similar,
-        calibrated on the training pairs (:meth:`calibrate_threshold`).
-    classes_ : ndarray of shape (2,)
-        The pair labels, ``[-1, 1]``.
-    pairs_, pair_labels_ : ndarray
-        The fitted pairs (row indices of the pairs' distinct points, in
-        sorted order) and their labels.
-    components_, n_components_, mean_, coordinates_, scales_, directions_ : ndarray or int
-        As in :class:`MEGMetric`, over the pairs' distinct points.
-    trace_, exponent_, gamma_, gamma_dissimilar_, learning_rate_ : float or MetricExponent
-        As in :class:`MEGMetric`.
-    n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
-        As in :class:`MEGMetric`.
-    from_labels_, soft_neighbor_objective_ : str, tuple or None
-        As in :class:`MEGMetric` after :meth:`~MEGMetric.fit_pairs`.
-    n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
-        As in :class:`MEGMetric`.
-    online_start_, online_start_log_, online_start_range_ : ndarray or float
-        As in :class:`MEGMetric`.
-    constraint_loss_, prior_constraint_loss_ : float
-        Deprecated aliases, as in :class:`MEGMetric`.
-    n_features_in_ : int
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from megkernel import MEGPairMetric
-    >>> rng = np.random.default_rng(0)
-    >>> points = rng.normal(size=(40, 3))
-    >>> labels = (points[:, 0] > 0).astype(int)
-    >>> a, b = rng.integers(0, 40, (2, 200))
-    >>> pairs = np.stack([points[a], points[b]], axis=1)
-    >>> model = MEGPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
-    >>> model.predict(pairs[:3]).shape
-    (3,)
-    """

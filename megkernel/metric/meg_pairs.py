@@ -1,0 +1,67 @@
+""":class:`MEGPairMetric`: :class:`~megkernel.MEGMetric` learned from labeled pairs of points.
+
+A thin subclass (metric-learn's pair-learner convention, ``X`` of shape
+``(n_pairs, 2, n_features)``): the shared pair-input contract lives in
+:class:`megkernel.metric._base._PairInput`, the learner in
+:mod:`megkernel.metric.meg`.
+"""
+
+from __future__ import annotations
+
+from ._base import _PairInput
+from .meg import MEGMetric
+
+__all__ = ["MEGPairMetric"]
+
+
+class MEGPairMetric(_PairInput, MEGMetric):
+    """:class:`MEGMetric` learned from labeled pairs of points.
+
+    ``X`` holds pairs of points, shape (n_pairs, 2, n_features), and ``y``
+    their labels, as metric-learn's pair learners (``ITML``): scikit-learn's
+    ``GridSearchCV`` / ``cross_val_score`` then split the pairs. The distinct
+    points of the pairs are the objects; :meth:`transform` embeds any point.
+    After fitting, ``threshold_`` is calibrated on the training pairs
+    (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
+
+    Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
+
+    Attributes
+    ----------
+    threshold_ : float
+        The squared distance up to which a pair is predicted similar,
+        calibrated on the training pairs (:meth:`calibrate_threshold`).
+    classes_ : ndarray of shape (2,)
+        The pair labels, ``[-1, 1]``.
+    pairs_, pair_labels_ : ndarray
+        The fitted pairs (row indices of the pairs' distinct points, in
+        sorted order) and their labels.
+    components_, n_components_, mean_, coordinates_, scales_, directions_ : ndarray or int
+        As in :class:`MEGMetric`, over the pairs' distinct points.
+    trace_, exponent_, gamma_, gamma_dissimilar_, learning_rate_ : float or MetricExponent
+        As in :class:`MEGMetric`.
+    n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
+        As in :class:`MEGMetric`.
+    from_labels_, soft_neighbor_objective_ : str, tuple or None
+        As in :class:`MEGMetric` after :meth:`~MEGMetric.fit_pairs`.
+    n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
+        As in :class:`MEGMetric`.
+    online_start_, online_start_log_, online_start_range_ : ndarray or float
+        As in :class:`MEGMetric`.
+    constraint_loss_, prior_constraint_loss_ : float
+        Deprecated aliases, as in :class:`MEGMetric`.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import MEGPairMetric
+    >>> rng = np.random.default_rng(0)
+    >>> points = rng.normal(size=(40, 3))
+    >>> labels = (points[:, 0] > 0).astype(int)
+    >>> a, b = rng.integers(0, 40, (2, 200))
+    >>> pairs = np.stack([points[a], points[b]], axis=1)
+    >>> model = MEGPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
+    >>> model.predict(pairs[:3]).shape
+    (3,)
+    """
