@@ -33,7 +33,8 @@ KNeighborsClassifier``).
 
 Usage::
 
-    python benchmarks/bench_itml.py [--held-out] [--kernelised] [--splits 5] [--cache-dir DIR]
+    python benchmarks/bench_itml.py [--held-out] [--check] [--check-late]
+        [--check-2026-12-03] [--labels] [--kernelised] [--splits 5] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -228,6 +229,48 @@ CHECK_LATE = {
         random_state=57),
     "moons_noise": _moons_with_noise,
     "xor_noise": _xor_with_noise,
+}
+
+def _spirals_with_noise():
+    """Two interleaved spirals (a curved, local class boundary) and 6 noise features."""
+    rng = np.random.default_rng(201)
+    turns = np.sqrt(rng.uniform(size=400)) * 3 * np.pi
+    labels = rng.integers(0, 2, 400)
+    sign = np.where(labels == 1, 1.0, -1.0)[:, None]
+    arms = sign * np.column_stack([turns * np.cos(turns), turns * np.sin(turns)])
+    X = arms + rng.normal(scale=0.8, size=(400, 2))
+    return np.hstack([X, rng.normal(scale=4.0, size=(400, 6))]), labels
+
+
+def _sheared_blobs():
+    """Five blobs in 4 dimensions under a random shear, and 10 noise features."""
+    X, y = datasets.make_blobs(n_samples=450, centers=5, n_features=4, cluster_std=2.0,
+                               random_state=202)
+    rng = np.random.default_rng(202)
+    X = X @ rng.normal(size=(4, 4))
+    return np.hstack([X, rng.normal(scale=2.0, size=(len(X), 10))]), y
+
+
+def _shells_with_noise():
+    """Three concentric noisy spherical shells in 3 dimensions, and 5 noise features."""
+    rng = np.random.default_rng(203)
+    y = rng.integers(0, 3, 450)
+    directions = rng.normal(size=(450, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    X = directions * (1.0 + y)[:, None] + rng.normal(scale=0.25, size=(450, 3))
+    return np.hstack([X, rng.normal(size=(450, 5))]), y
+
+
+#: The third check (``--check-2026-12-03``): made on 2026-12-03 after
+#: MEGMetric's validated temperature was chosen (on other noisy moons,
+#: circles and make_classification sets), run once to check it.
+CHECK_TEMPERATURE = {
+    "spirals_noise": _spirals_with_noise,
+    "sheared_blobs": _sheared_blobs,
+    "shells_noise": _shells_with_noise,
+    "classification_3cpc": lambda: datasets.make_classification(
+        n_samples=450, n_features=16, n_informative=5, n_redundant=3, n_classes=3,
+        n_clusters_per_class=3, random_state=204),
 }
 
 HELD_OUT = {
@@ -439,6 +482,9 @@ def main(argv=None):
     parser.add_argument("--check-late", action="store_true",
                         help="also run the second check sets (made after the rule of "
                              "2026-12-02, never used to choose a default)")
+    parser.add_argument("--check-2026-12-03", dest="check_temperature", action="store_true",
+                        help="also run the third check sets (made after the validated "
+                             "temperature of 2026-12-03, never used to choose a default)")
     parser.add_argument("--kernelised", action="store_true",
                         help="also run the bundled sets through an RBF Nystroem map")
     parser.add_argument("--gyrb-dir", type=Path, default=GYRB_DIR,
@@ -462,6 +508,8 @@ def main(argv=None):
               **({"check (never tuned on)": CHECK} if args.check else {}),
               **({"second check (made after the 2026-12-02 rule)": CHECK_LATE}
                  if args.check_late else {}),
+              **({"third check (made after the 2026-12-03 temperature)": CHECK_TEMPERATURE}
+                 if args.check_temperature else {}),
               **({"unseen check (gyrB set B, kernel PCA)": {
                   "gyrb_set_b": lambda: gyrb_set_b(args.gyrb_dir)}}
                  if (args.gyrb_dir / GYRB_SET_B).exists() else {}),
