@@ -197,7 +197,9 @@ class MEGMetric(_FeatureMetric):
         (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs whose components stand
         in for classes), ``"from_labels"``: each kind validated and its
-        (held-out 1-NN accuracy, score) at its chosen length.
+        (held-out 1-NN accuracy, score) at its chosen length; with the
+        soft-neighbour objective, ``"temperature"`` (the one learned) and
+        ``"temperatures"`` (each one's (accuracy, score) at its chosen length).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     from_labels_ : str or None

@@ -42,7 +42,7 @@ class MEGPairMetric(_PairInput, MEGMetric):
         As in :class:`MEGMetric`.
     n_epochs_, n_iter_, validation_, pair_mse_, prior_pair_mse_ : float, int, dict or None
         As in :class:`MEGMetric`.
-    from_labels_, soft_neighbor_objective_ : str, tuple or None
+    from_labels_, soft_neighbor_objective_, temperature_ : str, tuple, float or None
         As in :class:`MEGMetric` after :meth:`~MEGMetric.fit_pairs`.
     n_pairs_seen_, online_loss_, online_normalised_loss_, online_range_ : int or float
         As in :class:`MEGMetric`.
