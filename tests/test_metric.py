@@ -397,12 +397,10 @@ def _noisy_blobs(n, seed, n_noise=8):
 
 
 def test_definiteboost_metric_validated_length_learns_where_it_helps():
-    """Its own projections from the Euclidean prior (from the soft-neighbour prior the
-    validation keeps that prior here: its sweeps' folds are less often right)."""
     points, classes = _noisy_blobs(300, seed=0)
     X, y = points[::2], classes[::2]
     test_X, test_y = points[1::2], classes[1::2]  # held-out points, never fitted
-    model = DefiniteBoostMetric(random_state=0, init="euclidean").fit(X, y)
+    model = DefiniteBoostMetric(random_state=0).fit(X, y)
     log = model.validation_
     assert log["score"] == "knn" and log["gain_is_real"]
     assert len(log["scores"]) == len(log["checkpoints"]) and log["checkpoints"][0] == 0
@@ -761,11 +759,9 @@ def test_pairs_drawn_again_in_the_folds_scale_the_validated_length(Learner, opti
     if Learner is MEGMetric:
         assert model.n_epochs_ == pytest.approx(2.0 * log["chosen"])
     else:
-        # twice the fold's length at most; longer than it unless it converged first
+        # longer than the fold's length (deterministic here), at most twice it
         steps = log["chosen"] * len(model.pairs_)
-        assert model.kernel_estimator_.max_iter == round(2.0 * steps)
-        assert (round(steps) < model.n_iter_ <= round(2.0 * steps)
-                or model.kernel_estimator_.converged_ and model.n_iter_ <= round(steps))
+        assert round(steps) < model.n_iter_ <= round(2.0 * steps)
     pairs = np.column_stack([np.arange(0, 150, 2), np.arange(1, 150, 2)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -782,13 +778,11 @@ def _margins(n_items, n_wrong, value, wrong_value, seed):
     return items
 
 
-@pytest.mark.parametrize("n_wrong, replaced", [(60, False), (9, False), (7, False),
-                                              (6, True), (3, True)])
-def test_a_longer_length_with_fewer_right_never_replaces(n_wrong, replaced):
+@pytest.mark.parametrize("n_wrong, replaced", [(60, False), (9, True)])
+def test_a_longer_length_with_significantly_fewer_right_never_replaces(n_wrong, replaced):
     """Margins that rise (a real gain) while the share of positive ones falls
-    do not replace the choice, however little it falls (issue 20: DefiniteBoost
-    on noisy moons, folds 0.838 -> 0.828, held-out 0.945 -> 0.830); as many or
-    more right, they do."""
+    by more than 2 standard errors do not replace the choice; a fall within
+    noise does not stop them."""
     from megkernel.metric._training_length import choose_checkpoint
 
     prior = [_margins(300, 6, 0.2, -0.1, seed) for seed in (0, 1)]  # 98 % right

@@ -36,20 +36,21 @@ choice only if
   (elasticity 1); once the gain grows more slowly than the square root of
   the length, the rest is a creep that longer training does not repay.
 
-A longer length whose held-out 1-NN accuracy (the share of positive margins)
-is below the choice's never replaces it (measured on a 300-point digits
-subset, 6 classes: the margins rose 0.23 -> 0.39 over 4 epochs while the
-folds' accuracy fell 0.98 -> 0.91; noisy moons, below). The elasticity and
-significance tests are both needed: the held-out margins (and AUCs) go on
-rising slowly and consistently long after the 1-NN accuracy has peaked -- a
-doubling that adds a few per cent of the gain is still "significant" over
-some 600 paired items (wine: every doubling to 512 epochs, at 2.2--2.8
-standard errors, while the held-out accuracy fell from 0.978 at 2--4 epochs
-to 0.960). The loop stops after ``patience`` checkpoints without a
-replacement (counted from one pass over the pairs: before it, not every pair
-has been seen), or at the last checkpoint (with a
-:class:`~sklearn.exceptions.ConvergenceWarning` if that one was chosen: the
-gain was still growing there).
+A longer length whose held-out 1-NN accuracy (the share of positive
+margins) is below the choice's by more than ``z`` standard errors never
+replaces it (measured on a 300-point digits subset, 6 classes: the margins
+rose 0.23 -> 0.39 over 4 epochs while the folds' accuracy fell 0.98 ->
+0.91). The elasticity and significance tests are both needed: the
+held-out margins (and AUCs) go on rising slowly and consistently long
+after the 1-NN accuracy has peaked -- a doubling that
+adds a few per cent of the gain is still "significant" over some 600
+paired items (wine: every doubling to 512 epochs, at 2.2--2.8 standard
+errors, while the held-out accuracy fell from 0.978 at 2--4 epochs to
+0.960). The loop stops after ``patience`` checkpoints without a
+replacement (counted from one pass over the pairs: before it, not every
+pair has been seen), or at the last checkpoint (with a
+:class:`~sklearn.exceptions.ConvergenceWarning` if that one was chosen:
+the gain was still growing there).
 """
 
 from __future__ import annotations
@@ -268,27 +269,21 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
 
     Its paired gain over the choice must exceed ``z`` standard errors; with
     k-NN margins, its held-out 1-NN accuracy (the share of positive margins)
-    must not be below the choice's (the margins can rise while fewer points
-    are right, e.g. a class pulled tight around most of its points and away
-    from a few), and an accuracy above it by more than ``z`` standard errors
-    replaces the choice (the accuracy is what the score predicts); otherwise
-    (unless the choice is the prior) its mean gain over the prior must be at
-    least ``(length ratio) ** elasticity`` times the choice's.
-
-    Until 2026-12-03 a lower accuracy barred the candidate only when it was
-    lower by ``z`` standard errors. DefiniteBoostMetric on noisy moons then
-    took a sweep from its soft-neighbour prior whose folds' margins rose
-    (0.194 -> 0.235) while their accuracy fell (0.838 -> 0.828): held-out
-    1-NN 0.945 -> 0.830. Barring any fall: DefiniteBoostMetric from labels
-    on four noisy-moons sets 0.841-0.890 -> 0.863-0.924, on 11 other sets
-    within 0.003 (issue 20).
+    must not be below the choice's by more than ``z`` standard errors (paired:
+    the margins can rise while fewer points are right, e.g. a class pulled
+    tight around most of its points and away from a few), and an accuracy
+    above it by more than ``z`` standard errors replaces the choice (the
+    accuracy is what the score predicts); otherwise (unless the choice is
+    the prior) its mean gain over the prior must be at least ``(length
+    ratio) ** elasticity`` times the choice's.
     """
     if not _gain_is_real(table[candidate], table[chosen], z, n_repeats):
         return False
     if not isinstance(table[candidate][0], tuple):
-        right, right_before = _right(table[candidate]), _right(table[chosen])
-        if _mean_scores([right])[0] < _mean_scores([right_before])[0]:
-            return False  # the margins rose, but fewer points are right
+        right = [(item > 0).astype(float) for item in table[candidate]]
+        right_before = [(item > 0).astype(float) for item in table[chosen]]
+        if _gain_is_real(right_before, right, z, n_repeats):
+            return False  # the margins rose, but significantly fewer points are right
         if _gain_is_real(right, right_before, z, n_repeats):
             return True  # significantly more points are right: the score's own aim
     if chosen == 0 or elasticity <= 0:
@@ -296,16 +291,6 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     gain, chosen_gain = scores[candidate] - scores[0], scores[chosen] - scores[0]
     ratio = checkpoints[candidate] / checkpoints[chosen]
     return bool(gain >= ratio**elasticity * max(chosen_gain, 0.0))
-
-
-#: Relative margins within this of 0 are ties (duplicate points): half right,
-#: so that round-off (a rotation of the features) cannot flip a comparison.
-_TIE = 1e-9
-
-
-def _right(row):
-    """Each fold's 1-NN right (1), wrong (0) or tied (1/2) per held-out point."""
-    return [np.where(item > _TIE, 1.0, np.where(item < -_TIE, 0.0, 0.5)) for item in row]
 
 
 def _mean_scores(items):
@@ -323,8 +308,8 @@ def choose_checkpoint(checkpoints, items, *, z=2.0, n_repeats=1, elasticity=ELAS
     chosen before) and its mean gain over the prior is at least
     ``(length / chosen length) ** elasticity`` times the choice's (a score
     that only creeps up does not buy more training), or (k-NN margins) its
-    1-NN accuracy is significantly higher; never if it is lower (see
-    :func:`_replaces`).
+    1-NN accuracy is significantly higher; never if it is significantly
+    lower (see :func:`_replaces`).
 
     Returns
     -------
@@ -456,7 +441,8 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         log["checkpoints"], table, z=z, n_repeats=n_repeats, elasticity=elasticity)
     log["chosen"] = best
     if labels is not None:  # a margin is positive exactly where 1-NN is right
-        log["accuracies"] = _mean_scores([_right(row) for row in table])
+        log["accuracies"] = [float(np.mean([np.mean(item > 0) for item in row]))
+                             for row in table]
     if log["stopped"] == "max_length" and best == log["checkpoints"][-1] and best > 0:
         warn_user(f"{learner}: the validated score still improved at the longest "
                   f"length allowed ({best:g} passes over the pairs); raise {safety_net} "

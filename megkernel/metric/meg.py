@@ -142,8 +142,8 @@ class MEGMetric(_FeatureMetric):
         training points' mean squared distance to their nearest neighbour
         under the Euclidean metric (smaller: a sharper soft 1-NN, for
         classes that are local rather than globally separated). ``"auto"``:
-        with ``n_epochs="auto"``, the one of 1, 1/2, 1/4 whose validated
-        fit has the highest held-out 1-NN accuracy on the same folds
+        with ``n_epochs="auto"``, the one of 1 and 1/2 whose validated
+        fit has the higher held-out 1-NN accuracy on the same folds
         (:data:`~megkernel._solvers.metric_soft_neighbors.TEMPERATURES`);
         else 1.
     n_constraints : int, default=None
