@@ -34,7 +34,8 @@ KNeighborsClassifier``).
 Usage::
 
     python benchmarks/bench_itml.py [--held-out] [--check] [--check-late]
-        [--check-2026-12-03] [--labels] [--kernelised] [--splits 5] [--cache-dir DIR]
+        [--check-2026-12-03] [--check-fourth] [--labels] [--kernelised] [--splits 5]
+        [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -273,6 +274,34 @@ CHECK_TEMPERATURE = {
         n_clusters_per_class=3, random_state=204),
 }
 
+def _sine_boundary():
+    """Uniform points in a square split by a sine curve, and 6 noise features."""
+    rng = np.random.default_rng(301)
+    X = rng.uniform(-3.0, 3.0, size=(450, 2))
+    labels = (X[:, 1] > 1.5 * np.sin(2.0 * X[:, 0])).astype(int)
+    return np.hstack([X, rng.normal(scale=1.5, size=(450, 6))]), labels
+
+
+def _friedman_tertiles():
+    """make_friedman1 (5 informative of 10 features), its target cut at its tertiles."""
+    X, target = datasets.make_friedman1(n_samples=450, n_features=10, noise=1.0,
+                                        random_state=302)
+    return X, np.digitize(target, np.quantile(target, [1 / 3, 2 / 3]))
+
+
+#: The fourth check (``--check-fourth``): made on 2026-12-03 after the
+#: validated temperatures were narrowed to 1 and 1/2 (on the sets above),
+#: run once to check that choice.
+CHECK_FOURTH = {
+    "sine_noise": _sine_boundary,
+    "hastie": lambda: datasets.make_hastie_10_2(n_samples=500, random_state=303),
+    "friedman_tertiles": _friedman_tertiles,
+    "classification_unbalanced": lambda: datasets.make_classification(
+        n_samples=500, n_features=12, n_informative=4, n_redundant=2, n_classes=4,
+        n_clusters_per_class=2, class_sep=0.8, flip_y=0.02,
+        weights=[0.4, 0.3, 0.2, 0.1], random_state=304),
+}
+
 HELD_OUT = {
     "classification_4c": lambda: datasets.make_classification(
         n_samples=600, n_features=20, n_informative=5, n_redundant=5, n_classes=4,
@@ -485,6 +514,9 @@ def main(argv=None):
     parser.add_argument("--check-2026-12-03", dest="check_temperature", action="store_true",
                         help="also run the third check sets (made after the validated "
                              "temperature of 2026-12-03, never used to choose a default)")
+    parser.add_argument("--check-fourth", action="store_true",
+                        help="also run the fourth check sets (made after the temperatures "
+                             "were narrowed to 1 and 1/2, never used to choose a default)")
     parser.add_argument("--kernelised", action="store_true",
                         help="also run the bundled sets through an RBF Nystroem map")
     parser.add_argument("--gyrb-dir", type=Path, default=GYRB_DIR,
@@ -510,6 +542,8 @@ def main(argv=None):
                  if args.check_late else {}),
               **({"third check (made after the 2026-12-03 temperature)": CHECK_TEMPERATURE}
                  if args.check_temperature else {}),
+              **({"fourth check (made after the temperatures 1 and 1/2)": CHECK_FOURTH}
+                 if args.check_fourth else {}),
               **({"unseen check (gyrB set B, kernel PCA)": {
                   "gyrb_set_b": lambda: gyrb_set_b(args.gyrb_dir)}}
                  if (args.gyrb_dir / GYRB_SET_B).exists() else {}),
