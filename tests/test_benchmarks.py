@@ -63,6 +63,18 @@ def test_check_sets_are_labelled_and_finite(bench_itml):
         assert np.all(np.isfinite(X)) and len(np.unique(y)) >= 3, name
 
 
+def test_later_check_sets_are_labelled_finite_and_deterministic(bench_itml):
+    """The third and fourth checks: every class at least 40 points, the same on every call."""
+    for group in (bench_itml.CHECK_TEMPERATURE, bench_itml.CHECK_FOURTH):
+        for name, loader in group.items():
+            X, y = loader()
+            assert np.all(np.isfinite(X)) and len(X) == len(y) >= 400, name
+            assert np.unique(y, return_counts=True)[1].min() >= 40, name
+            X_again, y_again = loader()
+            np.testing.assert_array_equal(X, X_again)
+            np.testing.assert_array_equal(y, y_again)
+
+
 def test_nystroem_map_is_fitted_on_the_training_half_only(bench_itml):
     X, y = load_iris(return_X_y=True)
     X_train, X_test = train_test_split(StandardScaler().fit_transform(X), random_state=0)
