@@ -218,3 +218,51 @@ def test_neighbor_pairs_of_points_near_the_double_range():
     np.testing.assert_array_equal(huge[1], small[1])
     with pytest.raises(ValueError, match="NaN or infinite"):
         neighbor_pairs(np.r_[X[:-1], [[np.nan, 0, 0]]], y, 3)
+
+
+def _noisy_moons(seed, n=200):
+    from sklearn.datasets import make_moons
+
+    X, y = make_moons(n_samples=n, noise=0.2, random_state=seed)
+    return np.hstack([X, np.random.default_rng(seed).normal(size=(n, 6))]), y
+
+
+def test_definiteboost_fit_pairs_starts_from_the_soft_neighbours_of_its_components():
+    """Given pairs whose similar pairs' components are classes: DefiniteBoostMetric's
+    prior is MEGMetric's soft-neighbour metric of those components, as from labels
+    (issue 20: from pairs it kept the Euclidean metric where MEGMetric learned)."""
+    from megkernel._numerics.seeding import derived_seed
+    from megkernel.metric import draw_pairs
+    from megkernel.metric._training_length import pair_components
+
+    X, y = _noisy_moons(seed=21)
+    pairs, signs = draw_pairs(y, 300, random_state=0)
+    components = pair_components(len(X), pairs, signs)
+    assert components is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
+        labelled = components >= 0
+        expected = MEGMetric(from_labels="soft-neighbors", n_folds=2,
+                             random_state=derived_seed(0)).fit(
+            (X - X.mean(axis=0))[labelled], components[labelled])
+        euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
+            X, pairs, signs)
+    assert model.init_ == "soft-neighbors" and model.from_labels_ is None
+    np.testing.assert_allclose(model.prior_estimator_.components_, expected.components_,
+                               rtol=1e-10, atol=1e-12)
+    assert euclidean.init_ == "euclidean" and euclidean.prior_estimator_ is None
+
+
+def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes():
+    """A dissimilar pair inside a component: the components are no classes and no
+    soft-neighbour fit is tried."""
+    X, y = _noisy_moons(seed=22, n=120)
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 120, size=(400, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    signs = np.where(rng.random(len(pairs)) < 0.5, 1, -1)  # labels unrelated to y
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
+    assert model.init_ == "euclidean" and model.prior_estimator_ is None

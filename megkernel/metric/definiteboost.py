@@ -27,7 +27,13 @@ from .._solvers.definiteboost import (
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from ..definiteboost_kernel import DefiniteBoostKernel
 from ._base import _FeatureMetric, _PairInput
-from ._training_length import MAX_PASSES, doubling_checkpoints, validate_length
+from ._pairs import _ClassPairs
+from ._training_length import (
+    MAX_PASSES,
+    doubling_checkpoints,
+    pair_components,
+    validate_length,
+)
 from .meg import MEGMetric
 
 __all__ = ["DefiniteBoostMetric", "DefiniteBoostPairMetric"]
@@ -164,7 +170,10 @@ class DefiniteBoostMetric(_FeatureMetric):
         :class:`MEGMetric`'s soft-neighbour metric of the same labels
         (``from_labels="soft-neighbors"``, its length validated by its own
         folds) when its held-out gain over the Euclidean metric is real,
-        else the Euclidean metric; from pairs the Euclidean metric. (The
+        else the Euclidean metric; from given pairs (:meth:`fit_pairs`) the
+        same when their similar pairs' connected components stand in for
+        classes (as :class:`MEGMetric` validates them), else the Euclidean
+        metric. (The
         sweeps' validation refits that prior on each fold's training points,
         so a fold scores it on labels it has not seen.)
         DefiniteBoost is the metric closest to its prior that meets the
@@ -264,7 +273,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.verbose = verbose
 
     def _learn(self, centred, trace, pairs, pair_labels, classes=None):
-        classes = classes[0] if classes else None  # one kind of pairs: no choice
+        drew_pairs = bool(classes)  # from labels: the pairs are its own
+        classes = (classes[0] if classes  # one kind of pairs: no choice
+                   else self._pair_classes(len(centred), pairs, pair_labels))
         self.validation_ = None
         prior = self._prior_factor(centred, classes)
         if self.verbose and self.prior_estimator_ is not None:  # the prior tried
@@ -277,7 +288,7 @@ class DefiniteBoostMetric(_FeatureMetric):
             max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,
                                                 classes)
         with warnings.catch_warnings():
-            if classes is not None:  # pairs it drew itself: dropping some is no news
+            if drew_pairs:  # pairs it drew itself: dropping some is no news
                 warnings.filterwarnings("ignore", "Dropped", UserWarning)
             if max_iter == 0:  # the prior earned its place
                 return self._keep_prior(prior, centred, trace, pairs, pair_labels)
@@ -293,6 +304,20 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.n_iter_ = estimator.n_iter_
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
+
+    def _pair_classes(self, n_points, pairs, signs):
+        """Return the classes of given pairs for the soft-neighbour prior, or ``None``.
+
+        Those of the similar pairs' connected components, where they stand in
+        for classes (:func:`pair_components`, as :meth:`MEGMetric.fit_pairs`
+        validates them).
+        """
+        if self.init != "auto":
+            return None
+        components = pair_components(n_points, pairs, signs)
+        if components is None:
+            return None
+        return _ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)
 
     def _validated_max_iter(self, centred, prior, trace, pairs, signs, classes=None):
         """Greedy steps by cross-validation over the training points.
