@@ -194,8 +194,9 @@ class DefiniteBoostMetric(_FeatureMetric):
         The prior used: ``"soft-neighbors"`` or ``"euclidean"``.
     prior_estimator_ : MEGMetric or None
         The soft-neighbour fit tried as the prior (``init="auto"`` from
-        labels; its ``validation_`` says whether its gain was real), fitted
-        on the centred training features ``X - mean_``.
+        labels, or from given pairs whose components stand in for classes;
+        its ``validation_`` says whether its gain was real), fitted on the
+        centred training features ``X - mean_``.
     components_ : ndarray of shape (rank, n_features)
         ``transform(X) = (X - mean_) @ components_.T``.
     n_components_ : int
@@ -418,7 +419,9 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     :meth:`score` the ROC AUC.
 
     Parameters are those of :class:`DefiniteBoostMetric` (``n_constraints``
-    and ``init`` unused: pairs start from the Euclidean metric).
+    unused; ``init`` as in :meth:`~DefiniteBoostMetric.fit_pairs`: the
+    soft-neighbour metric of the similar pairs' components where those stand
+    in for classes, else the Euclidean metric).
 
     Attributes
     ----------
@@ -436,8 +439,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         As in :class:`DefiniteBoostMetric`.
     from_labels_ : None
         As in :class:`DefiniteBoostMetric` (``None``: learned from pairs).
-    init_, prior_estimator_ : str, None
-        ``"euclidean"`` and ``None``: pairs start from the Euclidean metric.
+    init_, prior_estimator_ : str, MEGMetric or None
+        As in :class:`DefiniteBoostMetric` after :meth:`~DefiniteBoostMetric.fit_pairs`.
     violated_fraction_, prior_violated_fraction_ : float
         As in :class:`DefiniteBoostMetric`.
     constraint_loss_, prior_constraint_loss_ : float
