@@ -328,3 +328,25 @@ def test_definiteboost_folds_refit_their_prior_at_the_prior_temperature(monkeypa
     chosen = model.prior_estimator_.temperature_
     folds = [entry for entry in seen if entry[0] != "auto"]
     assert folds and all(t == chosen and used == chosen for _, t, used in folds)
+
+
+def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):
+    """Each temperature's validation warns; only the kept temperature's warning is shown."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    import megkernel.metric._meg_epochs as epochs_module
+
+    original = epochs_module.validate_length
+
+    def validate_length(*args, **kwargs):
+        temperature = args[3].__defaults__[0]  # make_path's bound temperature
+        warnings.warn(f"from temperature {temperature}", ConvergenceWarning)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(epochs_module, "validate_length", validate_length)
+    X, labels = _data(seed=6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = MEGMetric(random_state=0, from_labels="soft-neighbors").fit(X, labels)
+    shown = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert shown == [f"from temperature {model.temperature_}"]

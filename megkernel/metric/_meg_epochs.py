@@ -157,15 +157,20 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
         def make_path(scorer, temperature=temperature):
             return _SoftNeighborPath(scorer, coordinates, classes.codes, prior, temperature)
 
-        iterations, log = validate_length(
-            len(coordinates), pairs, signs, make_path,
-            checkpoints=soft_neighbor_checkpoints(max_iter), n_folds=n_folds, rng=fold_rng,
-            patience=patience, z=z, elasticity=elasticity, min_items=min_items,
-            learner="MEGMetric", classes=classes,
-            safety_net=f"max_iter (now {max_iter:g} iterations)")
-        results.append((_held_out_at_choice(log), iterations, log, fold_rng, temperature))
+        with warnings.catch_warnings(record=True) as caught:  # the kept one's only
+            warnings.simplefilter("always")
+            iterations, log = validate_length(
+                len(coordinates), pairs, signs, make_path,
+                checkpoints=soft_neighbor_checkpoints(max_iter), n_folds=n_folds,
+                rng=fold_rng, patience=patience, z=z, elasticity=elasticity,
+                min_items=min_items, learner="MEGMetric", classes=classes,
+                safety_net=f"max_iter (now {max_iter:g} iterations)")
+        results.append((_held_out_at_choice(log), iterations, log, fold_rng, temperature,
+                        caught))
     best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
-    _, iterations, log, fold_rng, temperature = results[best]
+    _, iterations, log, fold_rng, temperature, caught = results[best]
+    for record in caught:
+        warn_user(str(record.message), record.category)
     rng.bit_generator.state = fold_rng.bit_generator.state  # as if only it had run
     log["temperature"] = temperature
     log["temperatures"] = {result[4]: result[0] for result in results}
