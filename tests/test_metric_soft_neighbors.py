@@ -340,7 +340,7 @@ def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):
 
     def validate_length(*args, **kwargs):
         temperature = args[3].__defaults__[0]  # make_path's bound temperature
-        warnings.warn(f"from temperature {temperature}", ConvergenceWarning)
+        warnings.warn(f"from temperature {temperature}", ConvergenceWarning, stacklevel=2)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(epochs_module, "validate_length", validate_length)
