@@ -266,3 +266,67 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
     assert model.init_ == "euclidean" and model.prior_estimator_ is None
+
+
+def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_little():
+    """Components that are classes but whose points span fewer directions than X
+    (22 linked points in 30 dimensions): a prior learned on them would drop the other
+    directions for every point, so none is tried (issue 20's review)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 30))
+    y = (X[:, 0] > 0).astype(int)
+    chains = [np.flatnonzero(y == c)[:11] for c in (0, 1)]
+    similar = np.vstack([np.column_stack([c[:-1], c[1:]]) for c in chains])
+    dissimilar = np.column_stack([chains[0], chains[1]])
+    pairs = np.vstack([similar, dissimilar])
+    signs = np.r_[np.ones(len(similar)), -np.ones(len(dissimilar))]
+    from megkernel.metric._training_length import pair_components
+
+    assert pair_components(len(X), pairs, signs) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
+    assert model.init_ == "euclidean" and model.prior_estimator_ is None
+    assert model.n_components_ == 30
+
+
+def test_a_model_pickled_before_the_move_and_the_temperature_loads_and_refits():
+    """MEGPairMetric's old module path and a MEGMetric without ``temperature``."""
+    import pickle
+
+    from megkernel.metric.meg import MEGPairMetric as OldPath
+    from megkernel.metric.meg_pairs import MEGPairMetric
+
+    assert OldPath is MEGPairMetric
+    model = MEGMetric(random_state=0)
+    del model.temperature  # as unpickled from before the parameter
+    old = pickle.loads(pickle.dumps(model))
+    assert old.get_params()["temperature"] == "auto"
+    X, y = _noisy_moons(seed=23, n=80)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert old.fit(X, y).temperature_ in (1.0, 0.5)
+
+
+def test_definiteboost_fit_pairs_with_an_unused_component_prior_validates_as_euclidean():
+    """Components that are classes, a soft-neighbour prior without a real gain (labels
+    unrelated to X): the sweeps' validation is init="euclidean"'s to the digit (its
+    folds' queries drawn from the same generator; 1000 points, so a fold subsamples
+    its 400 queries)."""
+    rng = np.random.default_rng(0)
+    n = 1000
+    X, y = rng.normal(size=(n, 1)), rng.integers(0, 2, n)
+    similar = [pair for c in (0, 1) for pair in zip(np.flatnonzero(y == c)[:-1],
+                                                    np.flatnonzero(y == c)[1:])]
+    a, b = rng.integers(0, n, (2, 1500))
+    other = a[y[a] != y[b]], b[y[a] != y[b]]
+    pairs = np.array(similar + list(zip(*other)))
+    signs = np.r_[np.ones(len(similar)), -np.ones(len(other[0]))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
+        euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
+            X, pairs, signs)
+    assert auto.prior_estimator_ is not None and auto.init_ == "euclidean"
+    assert auto.validation_["scores"] == euclidean.validation_["scores"]
+    assert auto.n_iter_ == euclidean.n_iter_

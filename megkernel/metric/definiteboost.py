@@ -276,7 +276,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     def _learn(self, centred, trace, pairs, pair_labels, classes=None):
         drew_pairs = bool(classes)  # from labels: the pairs are its own
         classes = (classes[0] if classes  # one kind of pairs: no choice
-                   else self._pair_classes(len(centred), pairs, pair_labels))
+                   else self._pair_classes(centred, pairs, pair_labels))
         self.validation_ = None
         prior = self._prior_factor(centred, classes)
         if self.verbose and self.prior_estimator_ is not None:  # the prior tried
@@ -287,7 +287,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         max_iter = self.max_iter
         if max_iter == "auto":
             max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,
-                                                classes)
+                                                classes, drew_pairs=drew_pairs)
         with warnings.catch_warnings():
             if drew_pairs:  # pairs it drew itself: dropping some is no news
                 warnings.filterwarnings("ignore", "Dropped", UserWarning)
@@ -306,26 +306,32 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.kernel_estimator_ = estimator
         return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
 
-    def _pair_classes(self, n_points, pairs, signs):
+    def _pair_classes(self, centred, pairs, signs):
         """Return the classes of given pairs for the soft-neighbour prior, or ``None``.
 
         Those of the similar pairs' connected components, where they stand in
         for classes (:func:`pair_components`, as :meth:`MEGMetric.fit_pairs`
-        validates them).
+        validates them) and their points span the training points' features
+        (a prior learned on a lower-dimensional subset would drop the other
+        directions for every point).
         """
         if self.init != "auto":
             return None
-        components = pair_components(n_points, pairs, signs)
-        if components is None:
+        components = pair_components(len(centred), pairs, signs)
+        if components is None or (np.linalg.matrix_rank(centred[components >= 0])
+                                  < np.linalg.matrix_rank(centred)):
             return None
         return _ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)
 
-    def _validated_max_iter(self, centred, prior, trace, pairs, signs, classes=None):
+    def _validated_max_iter(self, centred, prior, trace, pairs, signs, classes=None, *,
+                            drew_pairs=True):
         """Greedy steps by cross-validation over the training points.
 
         Each fold starts from its own prior: the Euclidean metric, or the
         soft-neighbour metric refitted on the fold's training points alone
         (:meth:`_fold_prior`; the final prior has seen the held-out labels).
+        Given pairs (``drew_pairs`` False) are the folds' own, as without a
+        soft-neighbour prior: the loop scores them by their components itself.
         """
         seed = derived_seed(self.random_state)
         checkpoints = doubling_checkpoints(MAX_PASSES)
@@ -340,7 +346,7 @@ class DefiniteBoostMetric(_FeatureMetric):
                                     rng=np.random.default_rng(seed),
                                     learner="DefiniteBoostMetric",
                                     safety_net=f"the sweeps ({MAX_PASSES})",
-                                    classes=classes)
+                                    classes=classes if drew_pairs else None)
         self.validation_ = log
         if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
             best = 1.0

@@ -249,6 +249,7 @@ class MEGMetric(_FeatureMetric):
 
     _loss_name = "pair_mse"
     _FROM_LABELS_AUTO = ("soft-neighbors", "random")
+    temperature = "auto"  # the default, for models pickled before the parameter
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,

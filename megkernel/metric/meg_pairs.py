@@ -8,6 +8,7 @@ A thin subclass (metric-learn's pair-learner convention, ``X`` of shape
 
 from __future__ import annotations
 
+from . import meg as _meg_module
 from ._base import _PairInput
 from .meg import MEGMetric
 
@@ -65,3 +66,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
     >>> model.predict(pairs[:3]).shape
     (3,)
     """
+
+
+# Its old path, ``megkernel.metric.meg.MEGPairMetric``, for imports and pickles made
+# before the move (the package imports this module whenever it imports ``meg``).
+_meg_module.MEGPairMetric = MEGPairMetric
