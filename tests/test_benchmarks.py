@@ -47,13 +47,19 @@ def test_labels_protocol_runs_nca_and_both_fits(bench_itml, tmp_path):
     paths = bench_itml.save_splits("wine", bench_itml.DATASETS["wine"], 1, 40, tmp_path)
     results = bench_itml.run_ours(paths[0], labels=True)
     assert set(results) == {"Euclidean", "NCA", "MEGMetric pairs", "MEGMetric labels",
-                            "DefiniteBoostMetric pairs", "DefiniteBoostMetric labels"}
+                            "DefiniteBoostMetric pairs", "DefiniteBoostMetric labels",
+                            bench_itml.AT_CHOICE}
     for result in results.values():
         assert 0.5 < result["accuracy"]["1"] <= 1.0
     summary = bench_itml.summarise([results])
     summary["NCA"]["1"] = 2.0  # a peer no learner can reach
+    summary["NCA"]["seconds"] = 1e-12  # and a time no fit can reach
     text = bench_itml.check_label_targets({"wine": summary}, with_itml=False)
     assert "labels >= best peer - 0.005 on 0/1 (short: wine" in text
+    assert "refitted at its validated choice (no validation), within 3x of NCA's time on 0/1" \
+        in text
+    share = 1 - summary[bench_itml.AT_CHOICE]["seconds"] / summary["MEGMetric labels"]["seconds"]
+    assert f"median {share:.0%}" in text
     assert len(text.splitlines()) == 2  # one line per learner
 
 

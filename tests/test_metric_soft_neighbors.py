@@ -350,3 +350,24 @@ def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):
         model = MEGMetric(random_state=0, from_labels="soft-neighbors").fit(X, labels)
     shown = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert shown == [f"from temperature {model.temperature_}"]
+
+
+def test_a_refit_at_the_validated_choice_is_the_same_metric_without_validating(monkeypatch):
+    """The user guide's recipe: kind, length and temperature fixed (any seed)
+    give the validated fit's metric, and no validation runs."""
+    import megkernel.metric._meg_epochs as meg_epochs
+
+    X, y = _moons(seed=13, n=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(random_state=0).fit(X, y)
+    assert model.from_labels_ == "soft-neighbors" and model.n_epochs_ > 0
+
+    def no_validation(*args, **kwargs):
+        raise AssertionError("validated although every choice was fixed")
+
+    monkeypatch.setattr(meg_epochs, "validate_length", no_validation)
+    refit = MEGMetric(from_labels=model.from_labels_, n_epochs=model.n_epochs_,
+                      temperature=model.temperature_, random_state=7).fit(X, y)
+    np.testing.assert_allclose(refit.components_, model.components_, rtol=0, atol=1e-12)
+    assert refit.temperature_ == model.temperature_ and refit.validation_ is None
