@@ -468,7 +468,7 @@ def markdown_table(summaries, with_itml):
             s = summary[m]
             cells += [f"{s['1']:.3f}", f"{s['3']:.3f}"]
             if m != "Euclidean":
-                cells.append(f"{s['seconds']:.2f}")
+                cells.append(f"{s['seconds']:.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -535,7 +535,7 @@ def check_label_targets(summaries, with_itml):
             + (f"; refitted at its validated choice (no validation), within 3x of NCA's "
                f"time on {n - len(slow_refit)}/{n} (not: {', '.join(slow_refit) or 'none'}), "
                f"validation's share of the default fit: median {np.median(shares):.0%}, "
-               f"min {min(shares):.0%}" if shares else ""))
+               f"min {min(shares):.0%}, max {max(shares):.0%}" if shares else ""))
     return "\n".join(lines)
 
 
