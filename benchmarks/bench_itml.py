@@ -41,7 +41,7 @@ KNeighborsClassifier``).
 Usage::
 
     python benchmarks/bench_itml.py [--held-out] [--check] [--check-late]
-        [--check-2026-12-03] [--check-fourth] [--labels] [--kernelised] [--splits 5]
+        [--check-2026-12-03] [--check-fourth] [--check-fifth] [--labels] [--kernelised] [--splits 5]
         [--cache-dir DIR]
 """
 
@@ -309,6 +309,38 @@ CHECK_FOURTH = {
         weights=[0.4, 0.3, 0.2, 0.1], random_state=304),
 }
 
+#: Modules of matplotlib (a dependency) whose public docstrings make the
+#: fifth check's text set (names a module imports count as its own, as a
+#: user's messy corpus would).
+MATPLOTLIB_MODULES = ("colors", "patches", "text", "ticker", "transforms", "collections",
+                      "lines", "dates", "scale", "widgets", "backend_bases", "markers")
+
+
+def _circles_with_noise():
+    """Two concentric noisy circles and 6 noise features."""
+    X, y = datasets.make_circles(n_samples=400, noise=0.08, factor=0.5, random_state=401)
+    return np.hstack([X, np.random.default_rng(401).normal(size=(len(X), 6))]), y
+
+
+def _anisotropic_blobs():
+    """Four blobs in 2 dimensions under an anisotropic map, and 8 noise features."""
+    X, y = datasets.make_blobs(n_samples=450, centers=4, n_features=2, random_state=402)
+    X = X @ np.array([[0.6, -0.64], [-0.4, 0.85]])
+    noise = np.random.default_rng(402).normal(scale=1.5, size=(len(X), 8))
+    return np.hstack([X, noise]), y
+
+
+#: The fifth check (``--check-fifth``): made on 2026-12-03 (ninth session)
+#: before the number of validation folds was chosen, run once to check it.
+CHECK_FIFTH = {
+    "matplotlib_docs": lambda: docstrings("matplotlib", MATPLOTLIB_MODULES),
+    "circles_noise": _circles_with_noise,
+    "anisotropic_blobs": _anisotropic_blobs,
+    "classification_8c": lambda: datasets.make_classification(
+        n_samples=500, n_features=20, n_informative=8, n_redundant=2, n_classes=8,
+        n_clusters_per_class=1, random_state=403),
+}
+
 HELD_OUT = {
     "classification_4c": lambda: datasets.make_classification(
         n_samples=600, n_features=20, n_informative=5, n_redundant=5, n_classes=4,
@@ -556,6 +588,9 @@ def main(argv=None):
     parser.add_argument("--check-fourth", action="store_true",
                         help="also run the fourth check sets (made after the temperatures "
                              "were narrowed to 1 and 1/2, never used to choose a default)")
+    parser.add_argument("--check-fifth", action="store_true",
+                        help="also run the fifth check sets (made before the number of "
+                             "validation folds was chosen, never used to choose a default)")
     parser.add_argument("--kernelised", action="store_true",
                         help="also run the bundled sets through an RBF Nystroem map")
     parser.add_argument("--gyrb-dir", type=Path, default=GYRB_DIR,
@@ -583,6 +618,8 @@ def main(argv=None):
                  if args.check_temperature else {}),
               **({"fourth check (made after the temperatures 1 and 1/2)": CHECK_FOURTH}
                  if args.check_fourth else {}),
+              **({"fifth check (made before the validation folds)": CHECK_FIFTH}
+                 if args.check_fifth else {}),
               **({"unseen check (gyrB set B, kernel PCA)": {
                   "gyrb_set_b": lambda: gyrb_set_b(args.gyrb_dir)}}
                  if (args.gyrb_dir / GYRB_SET_B).exists() else {}),

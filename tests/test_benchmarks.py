@@ -70,12 +70,18 @@ def test_check_sets_are_labelled_and_finite(bench_itml):
 
 
 def test_later_check_sets_are_labelled_finite_and_deterministic(bench_itml):
-    """The third and fourth checks: every class at least 40 points, the same on every call."""
-    for group in (bench_itml.CHECK_TEMPERATURE, bench_itml.CHECK_FOURTH):
+    """The third to fifth checks: every class at least 40 points (a text set: 4), the same
+    on every call."""
+    for group in (bench_itml.CHECK_TEMPERATURE, bench_itml.CHECK_FOURTH,
+                  bench_itml.CHECK_FIFTH):
         for name, loader in group.items():
             X, y = loader()
-            assert np.all(np.isfinite(X)) and len(X) == len(y) >= 400, name
-            assert np.unique(y, return_counts=True)[1].min() >= 40, name
+            counts = np.unique(y, return_counts=True)[1]
+            if name.endswith("_docs"):  # a real corpus: small classes, each split in two
+                assert np.all(np.isfinite(X)) and len(counts) >= 10 and counts.min() >= 4
+            else:
+                assert np.all(np.isfinite(X)) and len(X) == len(y) >= 400, name
+                assert counts.min() >= 40, name
             X_again, y_again = loader()
             np.testing.assert_array_equal(X, X_again)
             np.testing.assert_array_equal(y, y_again)
