@@ -62,7 +62,7 @@ class _EpochPath:
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
-                    batch_size, rng, n_folds=2, max_epochs=MAX_PASSES, checkpoints=None,
+                    batch_size, rng, n_folds="auto", max_epochs=MAX_PASSES, checkpoints=None,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
                     classes=None):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
@@ -127,7 +127,7 @@ class _SoftNeighborPath:
         return self.scorer.score(embedding(self.coordinates, self.ascent.exponent))
 
 
-def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n_folds=2,
+def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n_folds="auto",
                             max_iter=MAX_PASSES, patience=2, z=2.0,
                             elasticity=ELASTICITY, min_items=_MIN_ITEMS,
                             temperatures=TEMPERATURES):

@@ -32,6 +32,7 @@ from ._training_length import (
     MAX_PASSES,
     doubling_checkpoints,
     pair_components,
+    resolve_n_folds,
     validate_length,
 )
 from .meg import MEGMetric
@@ -142,8 +143,12 @@ class DefiniteBoostMetric(_FeatureMetric):
         converges earlier stops there.
     tol : float, default=1e-2
     projection : {"approximate", "exact"}, default="approximate"
-    n_folds : int, default=2
-        Folds of the validation for ``max_iter="auto"``.
+    n_folds : int or "auto", default="auto"
+        Folds of the validation for ``max_iter="auto"``; ``"auto"``: 5 below 600
+        training points, else 2 (small data sets repeat their folds until the
+        fold models together learn from 600 points, so five cost about as
+        much as repeated halves; a half validates the length that suits half
+        the data).
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -247,7 +252,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         **_FeatureMetric._parameter_constraints,
         "slack": [Interval(Real, 0, None, closed="neither"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "n_folds": [Interval(Integral, 2, None, closed="left")],
+        "n_folds": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
         "tol": [Interval(Real, 0, None, closed="left")],
         "projection": [StrOptions({"approximate", "exact"})],
         "from_labels": [StrOptions({"auto", "neighbors", "random"})],  # pairs only
@@ -255,7 +260,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
-                 max_iter="auto", tol=1e-2, projection="approximate", n_folds=2,
+                 max_iter="auto", tol=1e-2, projection="approximate", n_folds="auto",
                  from_labels="auto", n_neighbors=5, n_constraints=None, init="auto",
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
@@ -363,7 +368,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
         if (self.init != "auto" or classes is None
                 or np.unique(classes.codes[labelled]).size < 2
-                or not self.n_folds <= len(labelled) <= SOFT_NEIGHBORS_MAX_POINTS):
+                or not (resolve_n_folds(self.n_folds, len(labelled)) <= len(labelled)
+                        <= SOFT_NEIGHBORS_MAX_POINTS)):
             return centred
         with warnings.catch_warnings():  # its choice is reported in init_
             warnings.simplefilter("ignore")

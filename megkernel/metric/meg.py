@@ -112,8 +112,12 @@ class MEGMetric(_FeatureMetric):
         Pairs per MEG update in :meth:`fit` (1: on-line MEG). ``"auto"``:
         ``max(50, 2 rank)``, so that a batch's products (``O(b rank^2)``)
         cost about one eigendecomposition (``O(rank^3)``).
-    n_folds : int, default=2
-        Folds of the validation for ``n_epochs="auto"``.
+    n_folds : int or "auto", default="auto"
+        Folds of the validation for ``n_epochs="auto"``; ``"auto"``: 5 below 600
+        training points, else 2 (small data sets repeat their folds until the
+        fold models together learn from 600 points, so five cost about as
+        much as repeated halves; a half validates the length that suits half
+        the data).
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -259,14 +263,14 @@ class MEGMetric(_FeatureMetric):
         "n_epochs": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "n_folds": [Interval(Integral, 2, None, closed="left")],
+        "n_folds": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
         "shuffle": ["boolean"],
         "temperature": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", loss="one-sided",
                  learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
-                 batch_size="auto", n_folds=2, shuffle=True, from_labels="auto",
+                 batch_size="auto", n_folds="auto", shuffle=True, from_labels="auto",
                  n_neighbors=5, temperature="auto", n_constraints=None,
                  random_state=None, method="auto", verbose=0):
         self.gamma = gamma
