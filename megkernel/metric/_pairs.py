@@ -238,8 +238,8 @@ class _ClassPairs:
     """The class labels a fit drew its pairs from, for the validation's folds.
 
     Random pairs (``n_constraints`` set): a fold draws as many as the final
-    fit among its own training points (:func:`draw_pairs`), not the quarter
-    of those with both ends in a half. Neighbourhood pairs
+    fit among its own training points (:func:`draw_pairs`), not the share
+    of those with both ends among them (a quarter for a half). Neighbourhood pairs
     (:func:`neighbor_pairs`, ``n_constraints=None``): a fold keeps the final
     pairs among its points (:meth:`draw` says why). Either way the classes
     are the validation's labels.

@@ -1,14 +1,15 @@
 """How long a metric learner trains: one validation loop for every learner.
 
-The training points are split into folds; each fold's model learns from
+The training points are split into folds (:func:`resolve_n_folds`: five
+below 600 points, else two); each fold's model learns from
 pairs among the other points only (as the final model learns from pairs
 among the training points and then meets new points) and is scored on the
 held-out points after each checkpoint of its training length. From class
 labels the classes are the k-NN score's labels; random pairs drawn from them
 are drawn again for each fold, as many as the final fit draws, among the
-fold's own training points (the pairs with both ends in a fold's half are
-only about a quarter of them, too few to show a gain the full fit makes,
-issue 20), and the final fit runs ``n / n_f`` times the validated length
+fold's own training points (with two folds, the pairs with both ends in a
+fold's half are only about a quarter of them, too few to show a gain the
+full fit makes, issue 20), and the final fit runs ``n / n_f`` times the validated length
 (:func:`_length_scale`). Neighbourhood pairs (the default from labels) and
 given pairs stay the fold's pairs with both ends among its training points.
 
