@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from sklearn.model_selection import train_test_split
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from megkernel import (
@@ -102,6 +105,21 @@ def quietly(func, *args, category=Warning, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category)
         return func(*args, **kwargs)
+
+
+def standardised_halves(X, y, seed=0):
+    """A stratified 50/50 split standardised on its training half, and the
+    held-out 1-NN accuracy of a fitted metric's embedding (``held_out(model)``)."""
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5, stratify=y,
+                                                        random_state=seed)
+    scaler = StandardScaler().fit(X_train)
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+
+    def held_out(model):
+        knn = KNeighborsClassifier(1).fit(model.transform(X_train), y_train)
+        return knn.score(model.transform(X_test), y_test)
+
+    return X_train, X_test, y_train, y_test, held_out
 
 
 # -- random kernels, matrices and pairs --------------------------------------------

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import standardised_halves
 from sklearn import config_context
 from sklearn.datasets import load_iris
 from sklearn.kernel_approximation import Nystroem
@@ -878,19 +879,10 @@ def test_five_folds_see_a_gain_the_halves_cannot():
     (of seeds 601-604 tried: this one gained 0.085, two tied, one 0.010
     lower). The default is five folds here; n_folds=2 is the old rule."""
     from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
 
     X, y = make_classification(n_samples=400, n_features=20, n_informative=6,
                                n_redundant=4, n_classes=6, random_state=601)
-    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5, stratify=y,
-                                                        random_state=0)
-    scaler = StandardScaler().fit(X_train)
-    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
-
-    def held_out(model):
-        knn = KNeighborsClassifier(1).fit(model.transform(X_train), y_train)
-        return knn.score(model.transform(X_test), y_test)
-
+    X_train, _, y_train, _, held_out = standardised_halves(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = MEGMetric(random_state=0).fit(X_train, y_train)

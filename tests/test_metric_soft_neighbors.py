@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import standardised_halves
 
 from megkernel import MEGMetric
 from megkernel._solvers.metric_meg import MetricExponent, embedding, whiten
@@ -272,20 +273,8 @@ def test_the_validated_temperature_is_the_best_held_out_and_uses_the_same_folds(
 def test_local_classes_get_a_sharper_temperature_and_a_better_held_out_1nn():
     """Noisy moons (seed unused elsewhere): validated temperature < 1, and held-out
     1-NN at least that of the broad soft neighbourhood (temperature=1)."""
-    from sklearn.model_selection import train_test_split
-    from sklearn.neighbors import KNeighborsClassifier
-    from sklearn.preprocessing import StandardScaler
-
     X, y = _moons(seed=11, n=400)
-    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5,
-                                                        stratify=y, random_state=0)
-    scaler = StandardScaler().fit(X_train)
-    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
-
-    def held_out(model):
-        knn = KNeighborsClassifier(1).fit(model.transform(X_train), y_train)
-        return knn.score(model.transform(X_test), y_test)
-
+    X_train, _, y_train, _, held_out = standardised_halves(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto = MEGMetric(random_state=0).fit(X_train, y_train)
