@@ -455,13 +455,16 @@ AT_CHOICE = "MEGMetric at its choice"
 
 
 def at_choice(model):
-    """Parameters that refit a fitted ``MEGMetric`` at its validated choice.
+    """Parameters that refit ``MEGMetric`` fitted from labels at its validated choice.
 
     Its kind, length and temperature fixed: no validation runs. For the
     soft-neighbour kind (deterministic) the refit is the same metric; for
-    pairs drawn from labels it draws its own pairs (the same number).
+    pairs it draws the same pairs but shuffles them in another order (the
+    validation drew from the generator first), so its metric differs.
     """
-    settings = {"random_state": 0, "from_labels": model.from_labels_ or "auto",
+    if model.from_labels_ is None:
+        raise ValueError("at_choice needs a MEGMetric fitted from labels (fit(X, y)).")
+    settings = {"random_state": 0, "from_labels": model.from_labels_,
                 "n_epochs": model.n_epochs_}
     if model.temperature_ is not None:
         settings["temperature"] = model.temperature_

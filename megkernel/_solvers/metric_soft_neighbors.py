@@ -48,7 +48,7 @@ MAX_POINTS = 4000
 #: 0.836 against NCA's 0.87-0.90. Fixed at 1/4 it scored 0.90-0.93 there but
 #: lost 0.08 on a make_classification set. Validated among 1, 1/2, 1/4 on the
 #: 22 benchmark sets, the folds' accuracies chose 1/4 on SciPy's docstrings
-#: (folds of half the points: 1-NN 0.84-0.88 there, held-out 0.92-0.96) where
+#: (folds then of half the points: 1-NN 0.84-0.88, held-out 0.92-0.96) where
 #: held-out 1-NN fell 0.955 -> 0.932; among 1 and 1/2 it stayed 0.948 while
 #: the moons rose 0.836 -> 0.932 (NCA 0.877). 1/8 was never chosen.
 TEMPERATURES = (1.0, 0.5)

@@ -102,10 +102,10 @@ ELASTICITY = 0.5
 #: Queries per fold of the k-NN validation score (a random subset beyond).
 _MAX_QUERIES = 400
 
-#: The validation's budget: its fold models together learn from at least
-#: this many training items (points, or pairs for the AUC score); small
-#: data sets repeat the folds (at most ``_MAX_REPEATS`` times) to reach it.
-#: With two folds it is the number of held-out items scored.
+#: The validation's budget: small data sets repeat the folds (at most
+#: ``_MAX_REPEATS`` times) until ``(n_folds - 1) x items x repetitions``
+#: reaches it (see :func:`validation_folds`); with two folds it is the
+#: number of held-out items scored.
 _MIN_ITEMS, _MAX_REPEATS = 600, 10
 
 #: Folds of ``n_folds="auto"`` below ``_MIN_ITEMS`` training points; from
@@ -232,8 +232,7 @@ def resolve_n_folds(n_folds, n_objects):
     """Return the folds of a validation over ``n_objects`` training points.
 
     ``"auto"``: ``SMALL_DATA_FOLDS`` (5) below ``_MIN_ITEMS`` (600) points,
-    where the folds are repeated anyway and five folds cost about as much
-    as the repeated halves (:func:`validation_folds`), else 2. A fold of
+    with the repetitions of :func:`validation_folds`, else 2. A fold of
     half the points validates the length that suits half the data: where a
     learned metric needs every point to show its gain (noisy spirals, 200
     points: the folds' 1-NN 0.55-0.61 at every length, held out 0.83 at 16
@@ -243,9 +242,12 @@ def resolve_n_folds(n_folds, n_objects):
     from labels and from pairs; 6-class ``make_classification`` 0.405 ->
     0.485, spirals 0.577 -> 0.657 (MEGMetric from labels); largest loss
     0.024 (diabetes tertiles, from pairs, a set where no metric beats
-    Euclidean). From 600 points on, a half already holds 300 and five folds
-    would cost four times as much (digits, 898 points: +0.001 and +0.007
-    at 4.3x and 2.6x the fit time).
+    Euclidean). The cost: 1.2-3.4x the repeated halves' fit time between
+    120 and 599 points (the folds' models train on up to four times as many
+    points, and a fold keeps about ``((k-1)/k)**2`` of given pairs, 0.64
+    against 0.25), so a fit on 599 points takes about 4x one on 600. From
+    600 points on a half already holds 300, and five folds would cost 2.6-
+    4.3x for little (digits, 898 points: +0.001 and +0.007).
     """
     if isinstance(n_folds, str):  # "auto" (at most one fold per point)
         return max(2, min(SMALL_DATA_FOLDS, n_objects)) if n_objects < _MIN_ITEMS else 2
@@ -255,12 +257,14 @@ def resolve_n_folds(n_folds, n_objects):
 def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_ITEMS):
     """Draw held-out masks of the points: ``n_folds`` folds, repeated as needed.
 
-    The folds are repeated with new random splits until their models
-    together learn from about ``min_items`` training items: each repetition
-    holds out every item once and trains on each ``n_folds - 1`` times, so
-    ``ceil(min_items / ((n_folds - 1) items))`` repetitions (with two
-    folds, until ``min_items`` held-out items are scored). More folds thus
-    cost about the same as fewer, repeated more often.
+    The folds are repeated with new random splits, ``ceil(min_items /
+    ((n_folds - 1) items))`` times (at most ``_MAX_REPEATS``): with labelled
+    points as items, each repetition holds every point out once and trains
+    on it ``n_folds - 1`` times, so the folds' models together learn from
+    about ``min_items`` points; with two folds, ``min_items`` held-out items
+    are scored, as before five folds. (With pairs as items, a fold trains
+    only on the pairs with both ends among its points, about ``((k-1)/k)**2``
+    of them: the formula then counts what the points would give.)
 
     Returns
     -------

@@ -147,8 +147,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         Folds of the validation for ``max_iter="auto"``; ``"auto"``: 5 below 600
         training points, else 2 (small data sets repeat their folds until the
         fold models together learn from 600 points, so five cost about as
-        much as repeated halves; a half validates the length that suits half
-        the data).
+        much as repeated halves below 150 points and up to 3.4x more up to 599;
+        a half validates the length that suits half the data).
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -219,7 +219,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         Projections made (0 when the validation kept the prior).
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
-        mean ``"scores"``, ``"gain_is_real"``, ``"n_repeats"``,
+        mean ``"scores"``, ``"gain_is_real"``, ``"n_folds"``, ``"n_repeats"``,
         ``"stopped"`` (``"patience"`` or ``"max_length"``) and
         ``"length_scale"`` (the sweeps run over the chosen ones, see ``n_folds``).
     pairs_, pair_labels_ : ndarray

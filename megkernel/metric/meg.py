@@ -116,8 +116,8 @@ class MEGMetric(_FeatureMetric):
         Folds of the validation for ``n_epochs="auto"``; ``"auto"``: 5 below 600
         training points, else 2 (small data sets repeat their folds until the
         fold models together learn from 600 points, so five cost about as
-        much as repeated halves; a half validates the length that suits half
-        the data).
+        much as repeated halves below 150 points and up to 3.4x more up to 599;
+        a half validates the length that suits half the data).
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -197,7 +197,8 @@ class MEGMetric(_FeatureMetric):
         of held-out points, the similar pairs' connected components standing
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
         components cannot), ``"checkpoints"``, mean ``"scores"``, ``"gain_is_real"``,
-        ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"max_length"``), ``"length_scale"``
+        ``"n_folds"``, ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"max_length"``),
+        ``"length_scale"``
         (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs whose components stand
         in for classes), ``"from_labels"``: each kind validated and its
