@@ -262,7 +262,7 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
     points as items, each repetition holds every point out once and trains
     on it ``n_folds - 1`` times, so the folds' models together learn from
     about ``min_items`` points; with two folds, ``min_items`` held-out items
-    are scored, as before five folds. (With pairs as items, a fold trains
+    are scored (the rule of every fold count until 2026-12-03). (With pairs as items, a fold trains
     only on the pairs with both ends among its points, about ``((k-1)/k)**2``
     of them: the formula then counts what the points would give.)
 
