@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
+from ._kernel_learner import KernelLearnerMixin
 from ._numerics.validation import check_pair_labels
 from ._pair_estimator import (
     KernelViewsMixin,
@@ -51,7 +52,7 @@ from .meg_regressor import MEGKernelRegressor
 __all__ = ["DefiniteBoostKernel"]
 
 
-class DefiniteBoostKernel(KernelViewsMixin, ClassifierMixin, BaseEstimator):
+class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin, BaseEstimator):
     r"""Kernel closest to a prior under pair constraints (DefiniteBoost).
 
     Solves (Section 4 of Tsuda, Raetsch & Warmuth 2004, eqs. 8-14)

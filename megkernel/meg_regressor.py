@@ -16,6 +16,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import METHOD_CONSTRAINT
+from ._kernel_learner import MEGKernelLearnerMixin
 from ._meg_regressor_batch import MIN_VALIDATION_PAIRS as MIN_VALIDATION_PAIRS
 from ._meg_regressor_batch import _fit_batch
 from ._meg_regressor_trials import (
@@ -51,7 +52,7 @@ WEAK_R2 = 0.1
 __all__ = ["MEGKernelRegressor"]
 
 
-class MEGKernelRegressor(KernelViewsMixin, RegressorMixin, BaseEstimator):
+class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin, BaseEstimator):
     r"""Learn a kernel from (squared) distances of pairs with MEG updates.
 
     Each sample is a pair of objects ``(a, b)`` with target the squared

@@ -33,7 +33,7 @@ def _layer(module):
     if top == "_solvers":
         return LAYERS["solvers"]
     if top in ("_pair_estimator", "_progress", "meg_regressor", "definiteboost_kernel",
-               "neighbors", "metric", "objects") or top.startswith(("_objects_",
+               "neighbors", "metric", "objects", "_kernel_learner") or top.startswith(("_objects_",
                                                                        "_meg_regressor_")):
         return LAYERS["estimators"]
     if top in ("evaluation", "datasets", "experiments", "plotting", "cli", "__main__",
