@@ -97,25 +97,6 @@ def test_imports_only_downward_and_at_module_level(module, path):
                                f"function (line {inner[0].lineno})")
 
 
-#: A module's longest allowed length (lines), the compiled kernel modules aside.
-MAX_MODULE_LINES = 600
-#: Modules still over the limit while their owners split them (issue 18, item 7):
-#: remove each name once its module is split.
-OVER_THE_LIMIT: set = set()
-
-
-@pytest.mark.parametrize("module, path", MODULES, ids=[m for m, _ in MODULES])
-def test_no_module_is_over_the_line_limit(module, path):
-    """Issue 18, item 7: one concern per module, none over 600 lines
-    (``_engines/_*_kernels.py``, numba kernels compiled as a whole, aside)."""
-    if module.startswith("_engines._") and module.endswith("_kernels"):
-        return
-    lines = len(path.read_text().splitlines())
-    if module in OVER_THE_LIMIT and lines > MAX_MODULE_LINES:
-        pytest.skip(f"megkernel.{module} has {lines} lines: to be split (OVER_THE_LIMIT)")
-    assert lines <= MAX_MODULE_LINES, f"megkernel.{module} has {lines} lines: split it"
-
-
 def _part_of(module):
     """The public module that a private top-level part ``_<module>_<part>``
     belongs to, or None (the engines' compiled kernels have their own rule)."""
