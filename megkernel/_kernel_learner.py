@@ -1,16 +1,358 @@
 """The protocol through which :class:`~megkernel.KernelDistances` asks a learner for a kernel.
 
-(Placeholder: filled in by the learner-protocol work.)
+``KernelDistances`` never reads a learner's parameters, never calls its
+private methods and never fits it in place: it validates its own side
+information, then asks the learner through these methods (all of them
+public, all given defaults by :class:`KernelLearnerMixin`):
+
+``learn_kernel(pairs, targets=None, *, objects=None)``
+    Learn a kernel from a pair table (``pairs`` of shape ``(n_pairs, 2)``
+    holding object ids or indices, ``targets`` of shape ``(n_pairs,)`` or
+    ``None``) and return a :class:`LearnedKernel` ``(kernel, objects)``:
+    the kernel over the objects and the ids of its rows. ``objects`` (or
+    ``None``) are the ids of every object the pairs come from (the rows of
+    the user's distance matrix): a learner declaring no objects of its own
+    learns its kernel over them. Called for arrays of side information and
+    for the observed entries of a distance matrix (then ``targets`` are
+    squared distances). The learner itself is left unchanged (a clone is
+    fitted); the learner's own ``ValueError`` reaches the user.
+
+``check_stream()``
+    Called before a stream of chunks is read: raise ``ValueError`` when
+    the learner cannot learn from a stream (no ``partial_fit``, invalid
+    parameters, ``shuffle=True``...), so the user hears it before a pass
+    over a large stream.
+
+``learn_kernel_stream(stream)``
+    Learn a kernel from a :class:`PairStream`, the stream's chunks read and
+    checked by ``KernelDistances`` (each call of ``stream.chunks()`` is one
+    pass) with what its first pass saw; return a :class:`LearnedKernel`.
+    A ``ValueError`` about one chunk names it (``"Chunk 3 of the stream:
+    ..."``).
+
+``targets_are_distances(targets)``
+    Whether these ``targets`` (not ``None``) are distances, squared or not,
+    so that the observed distances can be compared with the learned kernel
+    (``KernelDistances.verdict_``).
+
+``learns_from_distances()``
+    Whether the learner takes squared distances of pairs as its targets, so
+    that ``KernelDistances(distances=...)`` can teach it the observed
+    entries of a distance matrix.
+
+The learned kernel is cached by ``KernelDistances``: ``learn_kernel`` and
+``learn_kernel_stream`` must depend only on the learner's class and
+parameters (``get_params(deep=True)``, the cache key) and on their
+arguments.
+
+A learner whose ``fit`` sets ``kernel_`` (an ``(n_objects, n_objects)``
+PSD array) and ``objects_`` (the ids of its rows) plugs in by subclassing
+:class:`KernelLearnerMixin`; it overrides a method where its defaults do
+not fit. :class:`MEGKernelLearnerMixin` is :class:`~megkernel.MEGKernelRegressor`'s:
+its stream fixes the scale over the whole stream.
 """
 
 from __future__ import annotations
 
-__all__ = ["KernelLearnerMixin", "MEGKernelLearnerMixin"]
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.base import clone, is_regressor
+
+from ._numerics.validation import check_n_trials, check_pair_indices
+from ._pair_estimator import (
+    MAX_INFERRED_OBJECTS,
+    ObjectIndex,
+    _as_index_array,
+    declared_n_objects,
+    initial_state,
+)
+from ._solvers.definiteboost_distances import resolve_y_kind
+from ._solvers.meg import auto_learning_rate
+
+__all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "PairStream"]
+
+#: The methods ``KernelDistances`` calls on its learner.
+PROTOCOL_METHODS = ("learn_kernel", "check_stream", "learn_kernel_stream",
+                    "targets_are_distances", "learns_from_distances")
+
+
+class LearnedKernel(NamedTuple):
+    """A learned kernel and the ids of its rows.
+
+    Attributes
+    ----------
+    kernel : ndarray of shape (n_objects, n_objects)
+        The kernel (symmetric PSD).
+    objects : ndarray of shape (n_objects,)
+        The ids of its rows.
+    """
+
+    kernel: np.ndarray
+    objects: np.ndarray
+
+
+class PairStream(NamedTuple):
+    """A stream of ``(pairs, targets)`` chunks, checked, with what its first pass saw.
+
+    ``KernelDistances`` builds it after a first pass over the user's stream
+    (the checks and the cache key), and hands it to the learner's
+    ``learn_kernel_stream``.
+
+    Attributes
+    ----------
+    chunks : callable
+        ``chunks()`` is one pass: an iterator of ``(pairs, targets)``
+        chunks, each checked (``pairs`` of shape ``(n, 2)`` with ``n >= 1``
+        as the user gave them, finite ``targets`` of shape ``(n,)``). A pass
+        that gives other chunks than the first raises ``ValueError`` at its
+        end.
+    n_pairs : int
+        Pairs over all chunks (the trials of one pass).
+    ids : ndarray or None
+        The distinct ids of all chunks (sorted when they can be), or
+        ``None`` when the pairs hold integer indices.
+    max_index : int
+        The largest index over all chunks (``-1`` for ids).
+    n_distinct_pairs : int
+        Pairs of two distinct objects over all chunks.
+    sum_distinct_targets : float
+        The sum of their targets.
+    """
+
+    chunks: Callable
+    n_pairs: int
+    ids: np.ndarray | None
+    max_index: int
+    n_distinct_pairs: int
+    sum_distinct_targets: float
+
+
+def _chunk_error(i, error):
+    return ValueError(f"Chunk {i} of the stream: {error}")
 
 
 class KernelLearnerMixin:
-    """Learn a kernel over object ids from a validated pair table."""
+    """Mixin of the kernel learners: the protocol :class:`~megkernel.KernelDistances` calls.
+
+    Its defaults fit a clone with ``fit`` (arrays) or ``partial_fit``
+    (streams) and read ``kernel_`` and ``objects_``: a learner whose ``fit``
+    sets them plugs in by subclassing it (as
+    :class:`~megkernel.DefiniteBoostKernel` does). See
+    :mod:`megkernel._kernel_learner` for the protocol.
+    """
+
+    def learn_kernel(self, pairs, targets=None, *, objects=None):
+        """Learn a kernel from a pair table, on a clone of this learner.
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2)
+            Objects ``(a, b)`` of each pair: ids or integer indices.
+        targets : array-like of shape (n_pairs,), default=None
+            The pairs' targets (``None``: ``fit(pairs)``).
+        objects : array-like of shape (n_objects,), default=None
+            Ids of every object the pairs come from: a learner with an
+            ``objects`` parameter left at ``None`` learns its kernel over
+            them (the default); ``None``: the learner's own rule.
+
+        Returns
+        -------
+        learned : LearnedKernel
+            ``(kernel, objects)``: the fitted clone's ``kernel_`` and
+            ``objects_``.
+        """
+        model = clone(self)
+        if objects is not None and model.get_params(deep=False).get("objects", 0) is None:
+            model.set_params(objects=objects)
+        model = model.fit(pairs) if targets is None else model.fit(pairs, targets)
+        return LearnedKernel(model.kernel_, np.asarray(model.objects_))
+
+    def check_stream(self):
+        """Refuse, before a stream is read, what keeps this learner from learning it.
+
+        The default needs ``partial_fit``, validates the parameters and
+        refuses ``shuffle=True`` (a stream is replayed in its order).
+
+        Raises
+        ------
+        ValueError
+            When this learner cannot learn from a stream.
+        """
+        if not hasattr(self, "partial_fit"):
+            raise ValueError(f"A stream of chunks is learned by partial_fit, which "
+                             f"{type(self).__name__} does not have.")
+        if hasattr(self, "_validate_params"):  # its errors, not a chunk's
+            self._validate_params()
+        self._stream_epochs()
+
+    def learn_kernel_stream(self, stream):
+        """Learn a kernel from a stream of chunks, on a clone of this learner.
+
+        The default fixes the parameters the whole stream determines (none
+        here: ``trace="auto"`` or ``learning_rate="auto"`` are refused), then
+        runs ``partial_fit`` chunk by chunk, over the whole stream once per
+        ``n_epochs`` (1 without that parameter).
+
+        Parameters
+        ----------
+        stream : PairStream
+            The checked chunks and what the first pass over them saw.
+
+        Returns
+        -------
+        learned : LearnedKernel
+            ``(kernel, objects)``: the clone's ``kernel_`` and ``objects_``.
+
+        Raises
+        ------
+        ValueError
+            A chunk the learner refuses (named), too many trials, or a
+            stream that changed between passes.
+        """
+        epochs = self._stream_epochs()
+        # partial_fit keeps each trial's loss (losses_): 8 bytes a trial
+        check_n_trials(epochs, stream.n_pairs, name=f"{type(self).__name__}.n_epochs",
+                       bytes_per_trial=8, record="its on-line loss in losses_")
+        model = clone(self).set_params(**self._stream_params(stream))
+        for _ in range(epochs):
+            for i, (pairs, targets) in enumerate(stream.chunks()):
+                try:
+                    model.partial_fit(pairs, targets)
+                except ValueError as error:
+                    raise _chunk_error(i, error) from error
+        return LearnedKernel(model.kernel_, np.asarray(model.objects_))
+
+    def targets_are_distances(self, targets):
+        """Whether ``targets`` are distances (squared or not) one can rank neighbors by.
+
+        The default: a regressor's targets are; a learner with a ``y_kind``
+        parameter (:class:`~megkernel.DefiniteBoostKernel`) says what its
+        targets hold; otherwise they are not.
+
+        Parameters
+        ----------
+        targets : array-like of shape (n_pairs,)
+            The targets given to :meth:`learn_kernel`.
+
+        Returns
+        -------
+        bool
+        """
+        if is_regressor(self):
+            return True
+        params = self.get_params(deep=False)
+        if "y_kind" in params:
+            try:
+                values = np.array(targets, dtype=float)
+                return resolve_y_kind(params["y_kind"], values) != "labels"
+            except (TypeError, ValueError):
+                return False
+        return False
+
+    def learns_from_distances(self):
+        """Whether this learner takes squared distances of pairs as targets.
+
+        ``KernelDistances(distances=...)`` teaches such a learner the
+        observed entries of the matrix. The default: regressors do.
+
+        Returns
+        -------
+        bool
+        """
+        return is_regressor(self)
+
+    def _stream_epochs(self):
+        """Return the passes over a stream: ``n_epochs`` when a parameter, else 1.
+
+        A stream is replayed in its order, so ``shuffle=True`` is refused.
+        """
+        params = self.get_params(deep=False)
+        if params.get("shuffle"):
+            raise ValueError(f"{type(self).__name__}(shuffle=True) cannot shuffle a "
+                             "stream: it is replayed in its order (shuffle the chunks in the "
+                             "stream, and leave shuffle=False).")
+        epochs = params.get("n_epochs", 1)
+        return epochs if isinstance(epochs, int) and epochs >= 1 else 1
+
+    def _stream_params(self, stream):
+        """Return the parameters fixed over the whole stream before ``partial_fit``."""
+        params = self.get_params(deep=False)
+        if params.get("trace") == "auto" or params.get("learning_rate") == "auto":
+            raise ValueError(
+                f"A stream fixes the scale up front, which the default of "
+                f"learn_kernel_stream cannot do: give {type(self).__name__} a numeric "
+                "trace and learning_rate (or override learn_kernel_stream).")
+        return {}
 
 
 class MEGKernelLearnerMixin(KernelLearnerMixin):
-    """The protocol for :class:`~megkernel.MEGKernelRegressor` (streams fix its scale)."""
+    """The protocol for :class:`~megkernel.MEGKernelRegressor`: a stream fixes its scale.
+
+    Its ``learn_kernel_stream`` learns what the one-shot on-line fit of the
+    chunks' concatenation learns: the objects (all chunks' ids), and
+    ``trace="auto"`` (and low-rank ``learning_rate="auto"``) computed over
+    all chunks, not over the first.
+    """
+
+    def _stream_params(self, stream):
+        """Fix the objects, ``trace`` and low-rank ``learning_rate`` over the whole stream."""
+        params = self.get_params(deep=False)
+        fixed = {}
+        index = None
+        if params["objects"] is not None:
+            index = ObjectIndex(params["objects"])
+        elif stream.ids is not None:
+            fixed["objects"] = stream.ids
+            index = ObjectIndex(stream.ids)
+        elif declared_n_objects(self) is None:
+            n_objects = max(stream.max_index + 1, 2)
+            if n_objects > MAX_INFERRED_OBJECTS:
+                raise ValueError(
+                    f"The stream names object index {n_objects - 1}: with n_objects unset "
+                    f"the model would hold {n_objects} objects. Give the learner n_objects "
+                    "(or objects=[...]) to mean it.")
+            fixed["n_objects"] = n_objects
+        model = clone(self).set_params(**fixed)
+        n_objects = declared_n_objects(model) if index is None else len(index)
+        state = initial_state(model, np.zeros((1, 2), dtype=np.intp), index)
+        identity = isinstance(params["init"], str) and params["init_factor"] is None
+        low_rank_rate = params["learning_rate"] == "auto" and state.basis is not None
+        n_moving, sum_targets = stream.n_distinct_pairs, stream.sum_distinct_targets
+        prior_sum, best_pair, best_norm = 2.0 / state.n_objects * n_moving, None, -1.0
+        if not identity or low_rank_rate:  # the prior's distances: a pass over the rows
+            prior_sum = 0.0
+            for i, (pairs, _) in enumerate(stream.chunks()):
+                values = np.asarray(pairs)
+                rows = (index.rows(values, name=f"Chunk {i} of the stream: pairs")
+                        if index is not None else check_pair_indices(
+                            _as_index_array(values), n_objects,
+                            name=f"Chunk {i} of the stream: pairs"))
+                moving = rows[:, 0] != rows[:, 1]
+                a, b = rows[moving, 0], rows[moving, 1]
+                prior_sum += float(state.pair_sq_distances(a, b).sum())
+                if low_rank_rate and len(a):
+                    norms = state.pair_sq_norms(a, b)
+                    if norms.max() > best_norm:
+                        best_norm, best_pair = norms.max(), int(np.argmax(norms))
+                        best_pair = (a[best_pair:best_pair + 1], b[best_pair:best_pair + 1])
+        if params["trace"] == "auto":  # auto_trace of meg_regressor, from the sums
+            if n_moving and not sum_targets > 0:  # as MEGKernelRegressor.fit
+                raise ValueError("Every target of a pair of distinct objects in the stream "
+                                 "is 0: trace='auto' has no scale to learn from. Check the "
+                                 "units of the targets (squares that underflowed?), or give "
+                                 "the trace.")
+            trace = 1.0
+            if n_moving and prior_sum > 0 and sum_targets > 0:
+                with np.errstate(over="ignore"):
+                    trace = (sum_targets / n_moving) / (prior_sum / n_moving)
+                if not np.isfinite(trace):
+                    raise ValueError("The stream's mean squared distance is too large for "
+                                     "double precision at this number of objects.")
+            fixed["trace"] = float(trace)
+        if low_rank_rate:
+            empty = np.zeros(0, dtype=np.intp)
+            a, b = best_pair if best_pair is not None else (empty, empty)
+            fixed["learning_rate"] = float(auto_learning_rate(state, a, b))
+        return fixed

@@ -25,7 +25,6 @@ from typing import NamedTuple
 import joblib
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
 
 from . import _version
 from ._warnings import warn_user
@@ -347,13 +346,4 @@ def _store(key, entry):
             total -= _entry_bytes(_cache.popitem(last=False)[1])
         except KeyError:  # emptied meanwhile
             break
-
-
-def _fitted_entry(learner, pairs, targets):
-    """``fit`` for arrays of side information: a clone, fitted."""
-    def fit():
-        model = clone(learner)
-        model = model.fit(pairs) if targets is None else model.fit(pairs, targets)
-        return model.kernel_, np.asarray(model.objects_)
-    return fit
 

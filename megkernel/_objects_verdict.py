@@ -23,12 +23,10 @@ learned kernel is worse on held-out objects warn on some split.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import is_regressor
 from sklearn.utils.multiclass import type_of_target
 
 from ._objects_given import MISSING_DISTANCE, _as_float, _pair_index, _pair_values
 from ._pair_estimator import ObjectIndex
-from ._solvers.definiteboost_distances import resolve_y_kind
 
 #: At most this many training objects are compared (a seeded sample of them
 #: beyond it): their distance matrices are formed whole.
@@ -70,17 +68,12 @@ def verdict_rows(n_rows):
 
 
 def observed_distances_known(learner, targets):
-    """Whether the learner's targets are distances (squared or not) one can rank by."""
-    if targets is None:
-        return False
-    if is_regressor(learner):
-        return True
-    if "y_kind" in learner.get_params(deep=False):
-        try:
-            return resolve_y_kind(learner.y_kind, _as_float(targets, "targets")) != "labels"
-        except ValueError:
-            return False
-    return False
+    """Whether the learner's targets are distances (squared or not) one can rank by.
+
+    The learner says so (``targets_are_distances`` of the kernel-learner
+    protocol); no targets are no distances.
+    """
+    return targets is not None and bool(learner.targets_are_distances(targets))
 
 
 def observed_block(pairs, targets, objects, rows):

@@ -34,22 +34,16 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from sklearn.base import (
-    BaseEstimator,
-    TransformerMixin,
-    _fit_context,
-    clone,
-    is_regressor,
-)
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
+from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
 from ._numerics.spectral import check_symmetric, induced_sq_distances
-from ._numerics.validation import check_n_trials, squares_of_distances
+from ._numerics.validation import squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
-    _fitted_entry,
     _key,
     _read_only,
     cache_info,
@@ -65,7 +59,7 @@ from ._objects_given import (
     _table_matrix,
     _user_kernel_scale,
 )
-from ._objects_stream import _scan_stream, _stream_epochs, _streamed_entry
+from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     class_labels,
     neighbour_verdict,
@@ -78,7 +72,8 @@ from ._objects_verdict import (
 from ._pair_estimator import ObjectIndex, unchanged_on_error
 from ._warnings import NoImprovementWarning, warn_user
 
-__all__ = ["KernelDistances", "MISSING_DISTANCE", "cache_info", "clear_cache"]
+__all__ = ["KernelDistances", "KernelLearnerMixin", "LearnedKernel", "MISSING_DISTANCE",
+           "PairStream", "cache_info", "clear_cache"]
 
 
 def _kernel_block(kernel, scale, rows, cols, *, squared):
@@ -91,6 +86,33 @@ def _kernel_block(kernel, scale, rows, cols, *, squared):
     sq = np.maximum(induced_sq_distances(kernel[np.ix_(rows, cols)] / scale,
                                          diagonal[rows], diagonal[cols]), 0.0)
     return sq * scale if squared else np.sqrt(sq) * np.sqrt(scale)
+
+
+def _check_kernel_learner(learner):
+    """Refuse a learner without the kernel-learner protocol, naming what it lacks."""
+    missing = [name for name in PROTOCOL_METHODS if not callable(getattr(learner, name, None))]
+    if missing:
+        name = type(learner).__name__
+        raise ValueError(
+            f"KernelDistances asks its learner for a kernel through the kernel-learner "
+            f"protocol, which {name} lacks ({', '.join(missing)}): make {name} a "
+            "subclass of megkernel.objects.KernelLearnerMixin (whose defaults fit a "
+            "clone and read its kernel_ and objects_), or implement these methods.")
+
+
+def _checked_kernel(learned, learner, method):
+    """Return the ``LearnedKernel`` a learner's ``method`` returned, shapes checked."""
+    try:
+        kernel, objects = learned
+    except (TypeError, ValueError):
+        raise ValueError(f"{type(learner).__name__}.{method} must return a LearnedKernel "
+                         f"(kernel, objects), got {type(learned).__name__}.") from None
+    shape, n_objects = np.shape(kernel), len(np.asarray(objects).reshape(-1))
+    if shape != (n_objects, n_objects):
+        raise ValueError(f"{type(learner).__name__}.{method} returned a kernel of shape "
+                         f"{shape} for {n_objects} objects; it must be (n_objects, "
+                         "n_objects), its rows the objects.")
+    return LearnedKernel(kernel, objects)
 
 
 def _with_copies(block, copies):
@@ -319,6 +341,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
                 f"not the class {self.learner.__name__}.")
+        if self.learner is not None:
+            _check_kernel_learner(self.learner)
         kernel, given, objects, matrix = self._source()
         scale = (_user_kernel_scale(kernel, squared=self.squared,
                                     check_psd=self.kernel is not None)
@@ -433,7 +457,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         if source == "distances":
             matrix, objects = _given_matrix(self.distances, self.objects)
         elif self.learner is not None:
-            entry = self._learned(self.learner, self.pairs, self.targets)
+            entry = self._learned(self.pairs, self.targets)
             return _read_only(entry.kernel), None, _read_only(entry.objects), None
         else:
             matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
@@ -448,21 +472,25 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             return None, _read_only(matrix), _read_only(np.array(objects)), None
         return *self._learned_from_matrix(matrix, objects), (matrix, objects)
 
-    def _learned(self, learner, pairs, targets):
-        key = _key(learner, ("arrays", pairs, targets))
-        return _cached_entry(learner, key, _fitted_entry(learner, pairs, targets),
-                             self.memory)
+    def _learned(self, pairs, targets, objects=None):
+        """Return the learner's kernel of a pair table (``objects``: a matrix's ids)."""
+        learner = self.learner
+        data = ("arrays", pairs, targets) if objects is None else (
+            "arrays", pairs, targets, "objects", objects)
+
+        def fit():
+            return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects),
+                                   learner, "learn_kernel")
+        return _cached_entry(learner, _key(learner, data), fit, self.memory)
 
     def _learned_from_matrix(self, matrix, objects):
         learner = self.learner
-        if not is_regressor(learner):
+        if not learner.learns_from_distances():
             raise ValueError(
                 f"distances= gives a learner the squared distances of its observed pairs "
                 f"as targets, which regressors of distances take (MEGKernelRegressor); "
                 f"{type(learner).__name__} is not one: give it pairs= and targets= "
                 "(e.g. pair labels).")
-        if "objects" in learner.get_params(deep=False) and learner.objects is None:
-            learner = clone(learner).set_params(objects=objects)
         upper = np.triu_indices(len(objects), 1)
         observed = ~np.isnan(matrix[upper])
         if not observed.any():
@@ -473,29 +501,25 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         pairs = np.column_stack([ids[a], ids[b]])
         targets = (matrix[a, b] if self.given_squared
                    else squares_of_distances(matrix[a, b], "distances"))
-        entry = self._learned(learner, pairs, targets)
+        entry = self._learned(pairs, targets, objects)
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
     def _streamed(self):
         if self.learner is None:
             raise ValueError("A stream of (pairs, targets) chunks needs a learner with "
                              "partial_fit (pairs is a callable).")
-        if not hasattr(self.learner, "partial_fit"):
-            raise ValueError(f"A stream of chunks is learned by partial_fit, which "
-                             f"{type(self.learner).__name__} does not have.")
+        learner = self.learner
         if self.targets is not None:
             raise ValueError("A stream's chunks hold their targets: leave targets=None "
                              "when pairs is a callable.")
-        if hasattr(self.learner, "_validate_params"):  # its errors, not a chunk's
-            self.learner._validate_params()
-        epochs = _stream_epochs(self.learner)
+        learner.check_stream()  # the learner's refusals, before a pass over the stream
         scan = _scan_stream(self.pairs)
-        # partial_fit keeps each trial's loss (losses_): 8 bytes a trial
-        check_n_trials(epochs, scan.n_pairs, name=f"{type(self.learner).__name__}"
-                       ".n_epochs", bytes_per_trial=8, record="its on-line loss in losses_")
-        key = _key(self.learner, ("stream", scan.digest))
-        entry = _cached_entry(self.learner, key,
-                              _streamed_entry(self.learner, self.pairs, scan), self.memory)
+
+        def fit():
+            return _checked_kernel(learner.learn_kernel_stream(_pair_stream(self.pairs, scan)),
+                                   learner, "learn_kernel_stream")
+        entry = _cached_entry(learner, _key(learner, ("stream", scan.digest)), fit,
+                              self.memory)
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
     #: Parameters holding the user's data: shared by clones, never copied.

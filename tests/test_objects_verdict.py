@@ -27,10 +27,10 @@ from megkernel._objects_verdict import (
     neighbour_verdict,
     observed_block,
 )
-from megkernel.objects import clear_cache
+from megkernel.objects import KernelLearnerMixin, clear_cache
 
 
-class Forgetful(RegressorMixin, BaseEstimator):
+class Forgetful(KernelLearnerMixin, RegressorMixin, BaseEstimator):
     """A 'learner' whose kernel is the identity: every pair equally far apart."""
 
     def __init__(self, objects=None):
@@ -213,7 +213,7 @@ def test_many_objects_are_sampled(monkeypatch):
     assert step.verdict_["n_objects"] == 24
 
 
-class Faithful(RegressorMixin, BaseEstimator):
+class Faithful(KernelLearnerMixin, RegressorMixin, BaseEstimator):
     """A 'learner' whose kernel reproduces given points exactly (its distances
     are the observed ones wherever observed)."""
 
