@@ -207,8 +207,9 @@ def test_fused_loop_calls_back_at_the_given_iterations(monkeypatch):
 
 
 def test_fused_loop_records_grow_with_the_run(monkeypatch):
-    """The review: records sized to max_iter made max_iter=10**9 a 30 GB
-    allocation. They start small and double; the run is the same."""
+    """Records sized to ``max_iter`` would make ``max_iter=10**9`` an
+    allocation of tens of GB: they start small and double; the run is the
+    same."""
     monkeypatch.setattr(fused, "_FIRST_RECORDS", 3)
     settings = solver._Settings(max_iter=200, tol=1e-8)
     (generic, _), (compiled, _) = _both(_problem(120, 8, 500, 0.3, seed=7), settings,

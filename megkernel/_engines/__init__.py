@@ -23,6 +23,14 @@ Every engine is one module with the same two functions:
 Squared distances of many pairs under a dense state, which every engine
 shares, are :func:`pair_sq_distances`.
 
+Solvers that run an engine's kernels in loops of their own (DefiniteBoost's
+compiled greedy loop, :mod:`megkernel._solvers.definiteboost_fused`; its
+lazy run, :mod:`megkernel._solvers.definiteboost_lazy`) take them from the
+engine's record (:class:`Engine`: ``compiled_update``, ``make_workspace``
+and ``refresh_every`` of the rank-one engine; ``pair_steps``, ``declined``
+and ``runs_on`` of the Lanczos engine), never from an engine's private
+modules (``_engines/_*.py``), which only the modules of ``_engines`` import.
+
 All engines give the same results up to round-off. To add one: write the
 module, and add one :class:`Engine` line to :data:`ENGINES` (and, if it
 should ever be picked by ``"auto"``, its costs in :mod:`._cost` and
@@ -91,6 +99,28 @@ class Engine(NamedTuple):
     compile_seconds : float, default=0.0
         How long a cold compile of those kernels takes (the compile note
         says so).
+    runs_on : callable or None, default=None
+        ``runs_on(state) -> bool``: whether the engine runs on ``state``
+        without declining for its round-off or length, or ``None`` (no such
+        limit beyond ``low_rank``).
+    compiled_update : callable or None, default=None
+        The numba kernel behind ``pair_update``, for compiled loops that
+        call it themselves (the rank-one engine's, with the arguments of
+        ``_rank_one_kernels.pair_trials``), or ``None``.
+    make_workspace : callable or None, default=None
+        ``make_workspace(n, m)``: the scratch tuple ``compiled_update`` takes
+        last, for ``n`` eigenpairs of length ``m``.
+    refresh_every : int or None, default=None
+        Updates by ``compiled_update`` between two re-anchorings of the
+        eigendecomposition on ``eigh`` (as ``pair_update`` re-anchors).
+    pair_steps : type or None, default=None
+        Matrix-free DefiniteBoost steps on a dense state
+        (``pair_steps(state)`` with ``values(a, b)``, ``update(a, b, scale,
+        value)``, ``log_partition()`` and ``finish()``, as the Lanczos
+        engine's :class:`~.lanczos.PairSteps`), or ``None``.
+    declined : type or None, default=None
+        The exception ``pair_steps`` raises on a step it declines (the
+        state's eigendecomposition then refreshed).
     """
 
     name: str
@@ -101,18 +131,48 @@ class Engine(NamedTuple):
     pair_sq_distance_after: Callable | None = None
     compiled: ModuleType | None = None
     compile_seconds: float = 0.0
+    runs_on: Callable | None = None
+    compiled_update: Callable | None = None
+    make_workspace: Callable | None = None
+    refresh_every: int | None = None
+    pair_steps: type | None = None
+    declined: type | None = None
 
 
-#: The engines by ``method`` name. Compile times measured on a 2-core
-#: machine: rank-one 4.6 s, Lanczos 1.8 s.
+#: The rank-one eigenproblem needs at least this many eigenpairs.
+RANK_ONE_FROM = 3
+
+
+def _lanczos_runs(state):
+    """Tell whether the Lanczos engine can run trials on ``state``.
+
+    It can in dense mode, with a quadrature it will not decline for its
+    round-off or its length.
+    """
+    if state.basis is not None or state.size < RANK_ONE_FROM:
+        return False
+    lam = state.eigenvalues
+    spread = float(lam[-1] - lam[0])
+    return (lanczos.NOISE * spread <= lanczos.MAX_TOL
+            and _cost.lanczos_steps(state) <= lanczos.MAX_STEPS)
+
+
+#: The engines by ``method`` name. ``compile_seconds`` is the round figure
+#: the compile note quotes for a cold cache (the measured compile times are
+#: on the benchmarks page, "First use: the numba compile").
 ENGINES = {
     "eigh": Engine("eigh", eigh.pair_trials, eigh.pair_update, low_rank=True,
                    pair_sq_distance_after=eigh.pair_sq_distance_after),
     "rank-one": Engine("rank-one", rank_one.pair_trials, rank_one.pair_update,
                        low_rank=True, pair_sq_distance_after=rank_one.pair_sq_distance_after,
-                       compiled=_rank_one_kernels, compile_seconds=5),
+                       compiled=_rank_one_kernels, compile_seconds=5,
+                       compiled_update=_rank_one_kernels.pair_trials,
+                       make_workspace=_rank_one_kernels.make_workspace,
+                       refresh_every=rank_one.REFRESH_EVERY),
     "lanczos": Engine("lanczos", lanczos.pair_trials, None, low_rank=False,
-                      fallback="eigh", compiled=_lanczos_kernels, compile_seconds=2),
+                      fallback="eigh", compiled=_lanczos_kernels, compile_seconds=2,
+                      runs_on=_lanczos_runs, pair_steps=lanczos.PairSteps,
+                      declined=lanczos.Declined),
 }
 
 
@@ -195,7 +255,8 @@ UPDATE_METHOD_CONSTRAINT = MethodOptions("update")
 #: the spread of the eigenvalues, which sets the Lanczos steps, grows). A
 #: rank-one segment runs as many trials as the call has run so far, between
 #: these bounds, or the upper bound at once when no eigenpair deflates any
-#: more (choosing costs about 50 us).
+#: more (each choice costs a look at the state: segments grow so that its
+#: share of a long call stays small).
 AUTO_RANK_ONE_SEGMENT = (16, 4096)
 
 #: ... a Lanczos segment ends with one ``eigh``: it runs as many trials as
@@ -203,37 +264,21 @@ AUTO_RANK_ONE_SEGMENT = (16, 4096)
 #: ``eigh`` to cost at most 1/20 of the segment (by the cost model), at most
 #: 16 times that; and the rest of the call when less than that would be left,
 #: or when Lanczos is at least :data:`AUTO_LANCZOS_MARGIN` times cheaper per
-#: trial (each segment's end, an ``eigh`` and a new choice, cost 1-2 us per
-#: trial of 6-8 us at d = 52: 25 % against Lanczos run alone).
+#: trial (a later switch to rank-one would then rarely pay for the segments'
+#: ends, an ``eigh`` and a new choice each, which the benchmarks page
+#: measured as a noticeable share of a Lanczos trial at small ``d``).
 AUTO_LANCZOS_SEGMENT = 256
 AUTO_LANCZOS_MARGIN = 2.0
 
 #: With "auto", after this many declined trials in one call the rest of the
-#: call runs by the rank-one engine (at a learning rate of 1e6, Lanczos
-#: declined 1483 of 1500 trials at d = 500: 10.6 s against 0.7 s).
+#: call runs by the rank-one engine: each declined trial costs an ``eigh``,
+#: and a state whose trials Lanczos declines (e.g. under huge learning rates)
+#: tends to make it decline nearly all of them.
 AUTO_MAX_DECLINED = 4
 
-#: Calls of fewer trials leave the BLAS threads as they are (setting and
-#: restoring a limit costs about 40 us, two rank-one trials at d = 52).
+#: Calls of fewer trials leave the BLAS threads as they are: setting and
+#: restoring a limit costs about as much as a few small trials.
 PIN_FROM_TRIALS = 8
-
-#: The rank-one eigenproblem needs at least this many eigenpairs.
-RANK_ONE_FROM = 3
-
-
-def _lanczos_runs(state):
-    """Tell whether the Lanczos engine can run trials on ``state``.
-
-    It can in dense mode, with a quadrature it will not decline for its
-    round-off or its length.
-    """
-    if state.basis is not None or state.size < RANK_ONE_FROM:
-        return False
-    lam = state.eigenvalues
-    spread = float(lam[-1] - lam[0])
-    return (lanczos.NOISE * spread <= lanczos.MAX_TOL
-            and _cost.lanczos_steps(state) <= lanczos.MAX_STEPS)
-
 
 def auto_plan(state, a=None, b=None, n_trials=None, done=0):
     """Choose the engine ``"auto"`` runs MEG trials with on a dense ``state``, and for how long.
@@ -392,7 +437,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     engine = None if plan else select(method, state, n_trials=n)
     predictions = np.empty(n)
     t = declined = 0
-    # pinning the BLAS costs about two trials at d = 52: not for a few trials
+    # pinning the BLAS threads costs about as much as a few small trials
     pin = blas_threads(state.size) if n >= PIN_FROM_TRIALS else nullcontext()
     with pin:
         while t < n:

@@ -1,10 +1,11 @@
 """DefiniteBoost's greedy run on a small low-rank state, compiled in one loop.
 
-:func:`~.definiteboost_projections.run_definiteboost` spends 30-60 us per
-projection in Python calls when the rank is small (the metric learners on
-data of a few dozen features), where the arithmetic takes a few: a scan of
-every pair constraint, the choice, eq. 13's step and the rank-one update of
-the exponent's eigenpairs. :func:`run_fused` makes the same iterations --
+:func:`~.definiteboost_projections.run_definiteboost` makes each projection
+by several Python calls -- a scan of every pair constraint, the choice, eq.
+13's step and the rank-one update of the exponent's eigenpairs -- which cost
+more than their arithmetic when the rank is small (the metric learners on
+data of a few dozen features; the benchmarks page has the measurements).
+:func:`run_fused` makes the same iterations --
 the paper's greedy choice at every step (a full scan), ties to the first,
 eq. 13's approximate projection, ``keep``, the rank-one engine's
 compiled update re-anchored on ``eigh`` as often -- in one compiled loop
@@ -16,6 +17,11 @@ checks runs against the generic loop). It applies where
 approximate projection (multiplier caps allowed), no corrections, every
 iteration a scan, the rank-one engine, and a callback only at given
 iterations (the validation's checkpoints).
+
+The rank-one engine's compiled update, its workspace and its re-anchoring
+interval come from its record in the engine registry
+(:data:`megkernel._engines.ENGINES`), read once at import: numba binds the
+update into :func:`_greedy_loop` when it compiles that loop.
 """
 
 from __future__ import annotations
@@ -24,8 +30,6 @@ import numpy as np
 from numba import njit
 
 from .._engines import ENGINES
-from .._engines._rank_one_kernels import make_workspace, pair_trials
-from .._engines.rank_one import REFRESH_EVERY
 from .._numerics.spectral import eigh_symmetric
 from .._numerics.state import NEGLIGIBLE_WEIGHT, ExponentState
 from .._numerics.threads import blas_threads
@@ -36,11 +40,23 @@ __all__ = ["fused_applies", "run_fused"]
 #: Iterations the records first hold (they double when full).
 _FIRST_RECORDS = 4096
 
+#: The rank-one engine's compiled update (``pair_trials`` of its kernels),
+#: which :func:`_greedy_loop` calls; a module global, so that numba binds it
+#: when it compiles the loop.
+_compiled_update = ENGINES["rank-one"].compiled_update
+#: Its scratch (``make_workspace(n, m)``).
+_make_workspace = ENGINES["rank-one"].make_workspace
+#: Updates between two re-anchorings on ``eigh``, as the engine's
+#: ``pair_update`` makes them.
+REFRESH_EVERY = ENGINES["rank-one"].refresh_every
+
 
 def fused_applies(constraints, state, settings, scan_every, callback, engine,
                   callback_at=None):
-    """Whether :func:`run_fused` runs ``run_definiteboost``'s iterations (a
-    callback only at the iterations ``callback_at`` names)."""
+    """Tell whether :func:`run_fused` runs ``run_definiteboost``'s iterations.
+
+    A callback is allowed only at the iterations ``callback_at`` names.
+    """
     return ((callback is None or callback_at is not None) and scan_every == 1
             and type(state) is ExponentState
             and state.basis is not None and engine is ENGINES["rank-one"]
@@ -57,8 +73,8 @@ def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap,
     """Greedy iterations from ``counters[0]`` until the end or a refresh is due.
 
     ``lam``, ``Vt`` (eigenvectors as rows) and ``exponent`` are updated in
-    place by the rank-one engine's compiled update
-    (:func:`~megkernel._engines._rank_one_kernels.pair_trials`), the one
+    place by the rank-one engine's compiled update (``_compiled_update``,
+    its record's ``compiled_update``), the one
     :func:`~megkernel._engines.rank_one.pair_update` runs; ``spare`` is its
     buffer. ``counters``: next iteration, updates since the last ``eigh``,
     iterations made, converged, infeasible, Vt swapped with spare, updates
@@ -155,9 +171,9 @@ def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap,
         one_a[0] = a[chosen]
         one_b[0] = b[chosen]
         one_scale[0] = -alpha * signs[chosen]
-        _, _, swapped, info = pair_trials(lam, Vt, spare, exponent, basis, one_a, one_b,
-                                          none, one_scale, 0.0, 1.0, none, 0, 1, floats,
-                                          ints, lapack_ints)
+        _, _, swapped, info = _compiled_update(lam, Vt, spare, exponent, basis, one_a,
+                                               one_b, none, one_scale, 0.0, 1.0, none, 0,
+                                               1, floats, ints, lapack_ints)
         if swapped:
             Vt, spare = spare, Vt
             counters[5] = 1 - counters[5]
@@ -215,7 +231,7 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
     lam = np.array(state.eigenvalues, dtype=float)
     Vt = np.ascontiguousarray(state.eigenvectors.T, dtype=float)
     best = [exponent.copy(), lam.copy(), Vt.copy()]
-    workspace = make_workspace(*Vt.shape)
+    workspace = _make_workspace(*Vt.shape)
     fixed = (basis, vectors, constraints.a, constraints.b, constraints.signs,
              constraints.thresholds, np.asarray(constraints.lam_max, dtype=float),
              np.asarray(constraints.lam_min, dtype=float),

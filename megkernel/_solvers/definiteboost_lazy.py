@@ -4,14 +4,17 @@
 working set whose values it re-evaluates at every iteration, each update a
 rank-one eigen-update: ``O(d k^2)`` for the ``k`` eigenpairs that do not
 deflate. From the identity prior almost all deflate at first; once the pairs
-touch every object none do, and at ``d = 2000`` an iteration fell from 110 to
-7 per second within 400 iterations (the fit would have taken hours).
+touch every object none do, and with thousands of objects the iterations
+slow down by an order of magnitude or more (the benchmarks page has the
+rates).
 
 Here, for pair constraints ``v = e_a - e_b`` on a dense state, every value
 ``v^T W v`` and every step is a Lanczos quadrature on the exponent itself
-(:class:`megkernel._engines.lanczos.PairSteps`; with the identity prior the
-exponent stays sparse, a signed graph Laplacian of the pairs projected on),
-so an iteration costs about the same at the first step and the ten-thousandth.
+(the Lanczos engine's ``pair_steps``, :class:`megkernel._engines.lanczos.PairSteps`,
+reached through its record in :data:`megkernel._engines.ENGINES`; with the
+identity prior the exponent stays sparse, a signed graph Laplacian of the
+pairs projected on), so an iteration costs about the same at the first step
+and the ten-thousandth.
 The choice is the lazy form of the greedy one (as in lazy greedy
 maximisation): the constraint with the largest score of the last full scan
 is evaluated exactly; if it is still the largest, it is projected on, else
@@ -30,7 +33,7 @@ import math
 
 import numpy as np
 
-from .._engines import ENGINES, _lanczos_runs, lanczos
+from .._engines import ENGINES
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 from .bounds import _log_rho
@@ -50,13 +53,11 @@ __all__ = ["lazy_applies", "lazy_state", "run_lazy", "LAZY_FROM", "MAX_LOOKS", "
 MAX_LOOKS = 8
 #: Iterations between two full scans, as a fraction of the constraints.
 SCAN_FRACTION = 0.5
-#: Objects from which ``"auto"`` runs the lazy run. Measured from 0/1 labels
-#: of 20,000 random pairs (4 families, identity prior, tol 1 % of gamma),
-#: seconds to convergence, eigen-updates against the lazy run: d = 60: 0.40
-#: / 1.03; d = 150: 0.61 / 2.15; d = 300: 4.27 / 4.97; d = 400: 8.81 /
-#: 5.55; d = 500: 19.0 / 7.4. Below, eigen-updates stay cheap (``O(d^3)`` at
-#: most) and the working set's frequent scans keep the greedy choice closer
-#: (554 against 1050 iterations at d = 60).
+#: Objects from which ``"auto"`` runs the lazy run: about where it overtakes
+#: the eigen-updates to convergence. Below, eigen-updates stay cheap
+#: (``O(d^3)`` at most) and the working set's frequent scans keep the greedy
+#: choice closer, in fewer iterations (the measurements are in the user
+#: guide's "scale" page and on the benchmarks page).
 LAZY_FROM = 400
 #: Quadratures the Lanczos engine may decline before the run goes on with
 #: rank-one eigen-updates (each decline costs an ``eigh``).
@@ -75,12 +76,16 @@ def lazy_applies(constraints, state, settings, scan_interval):
 
 
 def lazy_state(state, scan_interval):
-    """Whether the lazy run suits ``state``: a dense state of at least
-    :data:`LAZY_FROM` objects on which the Lanczos quadrature can run (the
-    spread of its eigenvalues), when the greedy choice is already not made
-    at every iteration (``scan_interval > 1``: many constraints)."""
+    """Tell whether the lazy run suits ``state``.
+
+    It does on a dense state of at least :data:`LAZY_FROM` objects on which
+    the Lanczos quadrature can run (the spread of its eigenvalues: the
+    engine's ``runs_on``), when the greedy choice is already not made at
+    every iteration (``scan_interval > 1``: many constraints).
+    """
     return (type(state) is ExponentState and state.basis is None
-            and state.size >= LAZY_FROM and scan_interval > 1 and _lanczos_runs(state))
+            and state.size >= LAZY_FROM and scan_interval > 1
+            and ENGINES["lanczos"].runs_on(state))
 
 
 class _EigenSteps:
@@ -107,13 +112,16 @@ class _EigenSteps:
 class _Oracle:
     """Values and steps by Lanczos, by eigen-updates after repeated declines.
 
-    ``fresh``: whether the state's eigendecomposition is current (it is when
-    the run starts, after a scan, and always once eigen-updates run).
+    ``engine``: the Lanczos engine's record, whose ``pair_steps`` make the
+    steps and raise its ``declined``. ``fresh``: whether the state's
+    eigendecomposition is current (it is when the run starts, after a scan,
+    and always once eigen-updates run).
     """
 
     def __init__(self, state):
         self.state = state
-        self.steps = lanczos.PairSteps(state)
+        self.engine = ENGINES["lanczos"]
+        self.steps = self.engine.pair_steps(state)
         self.declined = 0
         self.fresh = True
 
@@ -122,12 +130,12 @@ class _Oracle:
         self.declined += 1
         self.fresh = True
         self.steps = (_EigenSteps(self.state) if self.declined >= MAX_DECLINED
-                      else lanczos.PairSteps(self.state))
+                      else self.engine.pair_steps(self.state))
 
     def values(self, a, b):
         try:
             return self.steps.values(a, b)
-        except lanczos.Declined:
+        except self.engine.declined:
             out = self.state.pair_sq_distances(a, b)  # refreshed by the decline
             self._declined()
             return out
@@ -135,7 +143,7 @@ class _Oracle:
     def update(self, a, b, scale, value):
         try:
             taken = self.steps.update(a, b, scale, value)
-        except lanczos.Declined:
+        except self.engine.declined:
             ENGINES["rank-one"].pair_update(self.state, a, b, scale)
             self._declined()
             return scale
@@ -148,17 +156,16 @@ class _Oracle:
     def scan(self, constraints):
         """Every constraint's value, exactly, on a current ``eigh`` of the state.
 
-        An ``eigh`` and the compiled walk over the eigenvectors cost less
-        than ``m`` quadratures (measured at d = 1000 with 5000 pairs: 0.5 s
-        against 1.2 s; the same at d = 2000 with 10,000), and re-anchor
-        ``log Z`` exactly.
+        An ``eigh`` and the compiled walk over the eigenvectors cost no more
+        than ``m`` quadratures (the benchmarks page compares them), and
+        re-anchor ``log Z`` exactly.
         """
         if not self.fresh:
             self.state.refresh()
             self.fresh = True
-            if isinstance(self.steps, lanczos.PairSteps):
+            if isinstance(self.steps, self.engine.pair_steps):
                 self.state.partition_anchor = None  # log Z from the new eigh
-                self.steps = lanczos.PairSteps(self.state)
+                self.steps = self.engine.pair_steps(self.state)
         return constraints.values(self.state)
 
     def finish(self):
@@ -169,7 +176,7 @@ class _Oracle:
 
 
 def _lazy_choice(oracle, constraints, stale, multipliers, cap, settings):
-    """The constraint to project on by the lazy greedy rule.
+    """Return the constraint to project on by the lazy greedy rule.
 
     Looks at the largest stale score until the one looked at stays the
     largest, or :data:`MAX_LOOKS` looks found a violated constraint (then
