@@ -45,6 +45,7 @@ def distance_triples(K, n_triples, random_state=None):
     n_triples : int
         Number of examples.
     random_state : int, RandomState instance or None, default=None
+        Seed of the draws; pass an int for reproducible examples.
 
     Returns
     -------
@@ -145,8 +146,11 @@ def dissimilar_pairs(K, gamma_dissimilar, *, shuffle=True, random_state=None):
         Symmetric target kernel.
     gamma_dissimilar : float
         Threshold on the squared distance, in the units of ``K``.
-    shuffle, random_state
+    shuffle : bool, default=True
+        Return the pairs in random order; ``False``: lexicographic order.
         See :func:`similar_pairs`.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the shuffle.
 
     Returns
     -------
@@ -186,8 +190,9 @@ def labelled_pairs(K, gamma, gamma_dissimilar, *, shuffle=True, random_state=Non
     Returns
     -------
     pairs : ndarray of int, shape (n_pairs, 2)
+        ``(a, b)`` of each pair, ``a < b``.
     y : ndarray of int, shape (n_pairs,)
-        ``+1`` or ``-1``.
+        ``+1`` (similar) or ``-1`` (dissimilar).
     """
     if gamma_dissimilar < gamma:
         raise ValueError(

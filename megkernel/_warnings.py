@@ -99,7 +99,24 @@ class NoImprovementWarning(UserWarning):
     """A learned kernel or metric scores no better than its prior on held-out data.
 
     Or no better than the raw information it was given, on data it did not
-    train on.
+    train on. The fit still returns the learned model; the warning says that
+    held-out data give no evidence for it, and names both scores.
+
+    See Also
+    --------
+    sklearn.exceptions.ConvergenceWarning : Warned when a fit stops early.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from megkernel import NoImprovementWarning
+    >>> issubclass(NoImprovementWarning, UserWarning)
+    True
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always", NoImprovementWarning)
+    ...     warnings.warn("no gain on held-out pairs", NoImprovementWarning)
+    >>> caught[0].category.__name__
+    'NoImprovementWarning'
     """
 
 

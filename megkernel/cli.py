@@ -48,8 +48,8 @@ from .plotting import plot_batch_experiment, plot_online_experiment
 
 __all__ = ["main"]
 
-#: Default number of MEG trials, the paper's: about 1.5 minutes on one core
-#: with the eigh-per-trial engine at d = 52, much less with the rank-one one.
+#: Default number of MEG trials, the paper's (for its running time, see the
+#: benchmarks page).
 DEFAULT_TRIALS = 300_000
 
 

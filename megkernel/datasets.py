@@ -332,6 +332,7 @@ def spectrum_kernel(sequences, k=3):
     Parameters
     ----------
     sequences : list of str
+        The sequences, one string each.
     k : int, default=3
         Length of the k-mers; every sequence must have at least one (a
         shorter or blank one is refused: it has no spectrum to normalize).
@@ -397,7 +398,7 @@ def load_fasta_kernel(path, *, n_objects=None, per_class=None, k=3, random_state
         not in the dict are left out). Not together with ``n_objects``;
         if both are None, all records are used.
     k : int, default=3
-        k-mer length of the spectrum kernel.
+        Length of the k-mers of the spectrum kernel.
     random_state : int, RandomState instance or None, default=0
         Seed of the sample.
 
@@ -476,6 +477,11 @@ def gyrb_path():
     Works from an installed package (``importlib.resources``; a zipped
     install is extracted to a temporary file for the ``with`` block).
 
+    Yields
+    ------
+    path : pathlib.Path
+        The path of the FASTA file, valid inside the ``with`` block.
+
     Examples
     --------
     >>> from megkernel.datasets import gyrb_path, read_fasta
@@ -518,7 +524,7 @@ def load_gyrb(n_objects=52, random_state=0, k=3):
     random_state : int, RandomState instance or None, default=0
         Seed of the sample.
     k : int, default=3
-        k-mer length of the spectrum kernel.
+        Length of the k-mers of the spectrum kernel.
 
     Returns
     -------

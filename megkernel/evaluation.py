@@ -30,7 +30,10 @@ __all__ = ["KNNErrorResult", "nearest_neighbor_error", "make_knn_kernel_scorer"]
 class KNNErrorResult:
     """Outcome of :func:`nearest_neighbor_error`.
 
-    Attributes
+    A frozen record of the protocol's errors; each parameter is kept as the
+    attribute of the same name.
+
+    Parameters
     ----------
     errors : ndarray of shape (n_splits,)
         Test error (fraction misclassified) of each split.
@@ -38,6 +41,20 @@ class KNNErrorResult:
         Mean test error over the splits.
     std : float
         Standard deviation of the per-split errors.
+
+    See Also
+    --------
+    nearest_neighbor_error : The protocol that returns it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel.evaluation import nearest_neighbor_error
+    >>> labels = np.repeat([0, 1], 5)
+    >>> K = np.eye(10) + np.equal.outer(labels, labels)
+    >>> result = nearest_neighbor_error(K, labels, n_splits=3, random_state=0)
+    >>> result.errors.shape, float(result.mean)
+    ((3,), 0.0)
     """
 
     errors: np.ndarray
@@ -62,7 +79,7 @@ _PROTOCOL_CONSTRAINTS = {
 )
 def nearest_neighbor_error(K, labels, *, n_splits=10, test_size=0.5,
                            n_neighbors=1, random_state=None):
-    """k-NN test error of a kernel over random splits (the paper's protocol).
+    """Compute the k-NN test error of a kernel over random splits (the paper's protocol).
 
     Equivalent, by construction and exactly, to::
 
@@ -182,8 +199,13 @@ def make_knn_kernel_scorer(labels, *, n_splits=10, test_size=0.5, n_neighbors=1,
     ----------
     labels : array-like of shape (n_objects,)
         Class label of each object, in the kernel's order.
-    n_splits, test_size, n_neighbors
-        See :func:`nearest_neighbor_error`.
+    n_splits : int, default=10
+        Number of random splits of the objects; see
+        :func:`nearest_neighbor_error`.
+    test_size : float or int, default=0.5
+        Test fraction (or count) of each split.
+    n_neighbors : int, default=1
+        Neighbors of the k-NN classifier.
     random_state : int, RandomState instance or None, default=0
         Seed of the object splits. Keep it fixed so that every candidate is
         judged on the same splits.

@@ -51,7 +51,12 @@ PAIR_EIGENVALUE_RANGE = 2.0
 class OnlineExperiment:
     """Outcome of :func:`run_online_experiment` (Figure 2).
 
-    Attributes
+    A plain record: :func:`run_online_experiment` fills it, and
+    :func:`~megkernel.plotting.plot_online_experiment` and
+    :func:`summary_table` read it. Each parameter is kept as the attribute
+    of the same name.
+
+    Parameters
     ----------
     trials : ndarray of int
         Checkpoints (trials done), starting at 0 (the prior ``I/d``).
@@ -77,6 +82,21 @@ class OnlineExperiment:
         Wall time of the whole experiment (examples, trials, evaluations).
     model : MEGKernelRegressor
         The fitted model.
+
+    See Also
+    --------
+    run_online_experiment : The experiment that returns it.
+    BatchExperiment : The outcome of the batch experiment.
+
+    Examples
+    --------
+    >>> from megkernel.datasets import load_gyrb
+    >>> from megkernel.experiments import run_online_experiment
+    >>> gyrb = load_gyrb(n_objects=30)
+    >>> result = run_online_experiment(gyrb.kernel, gyrb.labels, n_trials=300,
+    ...                                n_checkpoints=2)
+    >>> result.trials.tolist(), result.learning_rate
+    ([0, 100, 300], 0.5)
     """
 
     trials: np.ndarray
@@ -97,7 +117,12 @@ class OnlineExperiment:
 class BatchExperiment:
     """Outcome of :func:`run_batch_experiment` (Figure 3).
 
-    Attributes
+    A plain record: :func:`run_batch_experiment` fills it, and
+    :func:`~megkernel.plotting.plot_batch_experiment` and
+    :func:`summary_table` read it. Each parameter is kept as the attribute
+    of the same name.
+
+    Parameters
     ----------
     gamma : float
         Threshold on the squared distance of similar pairs.
@@ -121,6 +146,22 @@ class BatchExperiment:
         The fitted model (``dual_objective_``, ``dual_bound_``, ``n_iter_``).
         Its dual objective is on the trace-one scale (``W_1 = I/d``, starting
         at 1); times ``d`` it is the paper's (``W_1 = I``, starting at ``d``).
+
+    See Also
+    --------
+    run_batch_experiment : The experiment that returns it.
+    OnlineExperiment : The outcome of the on-line experiment.
+
+    Examples
+    --------
+    >>> from megkernel.datasets import load_gyrb, similarity_threshold
+    >>> from megkernel.experiments import run_batch_experiment
+    >>> gyrb = load_gyrb(n_objects=30)
+    >>> gamma = similarity_threshold(gyrb.kernel, 0.1)
+    >>> result = run_batch_experiment(gyrb.kernel, gyrb.labels, gamma=gamma,
+    ...                               n_checkpoints=2)
+    >>> result.n_constraints, result.iterations.tolist()[0], result.model.converged_
+    (44, 0, True)
     """
 
     gamma: float
@@ -234,6 +275,7 @@ def run_online_experiment(K, labels, *, n_trials, n_checkpoints=40, random_state
     Returns
     -------
     result : OnlineExperiment
+        The learning curves, the bound, the reference errors and the model.
     """
     wall = time.perf_counter()
     K = _check_target(K, labels)
@@ -322,6 +364,8 @@ def run_batch_experiment(K, labels, *, gamma, max_iter=2000, n_checkpoints=20,
     Returns
     -------
     result : BatchExperiment
+        The learning curve, the reference errors and the model (whose dual
+        objective and bound trace Theorem 4.1).
     """
     wall = time.perf_counter()
     K = _check_target(K, labels)
@@ -363,7 +407,9 @@ def summary_table(online, batch):
     Parameters
     ----------
     online : OnlineExperiment
+        Result of :func:`run_online_experiment`.
     batch : BatchExperiment
+        Result of :func:`run_batch_experiment`.
 
     Returns
     -------

@@ -96,11 +96,14 @@ def plot_online_experiment(result, *, title=None):
     Parameters
     ----------
     result : megkernel.experiments.OnlineExperiment
+        Result of :func:`~megkernel.experiments.run_online_experiment`.
     title : str, optional
+        Title of the figure; by default it names the learning rate.
 
     Returns
     -------
     figure : matplotlib.figure.Figure
+        The figure, with panels (a) loss and (b) 1-NN error.
     """
     figure = Figure(figsize=(11, 4.4), layout="constrained")
     loss_ax, error_ax = figure.subplots(1, 2)
@@ -131,11 +134,14 @@ def plot_batch_experiment(result, *, title=None):
     Parameters
     ----------
     result : megkernel.experiments.BatchExperiment
+        Result of :func:`~megkernel.experiments.run_batch_experiment`.
     title : str, optional
+        Title of the figure; by default it names the number of pairs.
 
     Returns
     -------
     figure : matplotlib.figure.Figure
+        The figure, with panels (a) dual objective and (b) 1-NN error.
     """
     model = result.model
     d = model.n_objects_

@@ -290,24 +290,6 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_l
     assert model.n_components_ == 30
 
 
-def test_a_model_pickled_before_the_move_and_the_temperature_loads_and_refits():
-    """MEGPairMetric's old module path and a MEGMetric without ``temperature``."""
-    import pickle
-
-    from megkernel.metric.meg import MEGPairMetric as OldPath
-    from megkernel.metric.meg_pairs import MEGPairMetric
-
-    assert OldPath is MEGPairMetric
-    model = MEGMetric(random_state=0)
-    del model.temperature  # as unpickled from before the parameter
-    old = pickle.loads(pickle.dumps(model))
-    assert old.get_params()["temperature"] == "auto"
-    X, y = _noisy_moons(seed=23, n=80)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert old.fit(X, y).temperature_ in (1.0, 0.5)
-
-
 def test_definiteboost_fit_pairs_with_an_unused_component_prior_validates_as_euclidean():
     """Components that are classes, a soft-neighbour prior without a real gain (labels
     unrelated to X): the sweeps' validation is init="euclidean"'s to the digit (its

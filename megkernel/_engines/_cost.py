@@ -7,14 +7,13 @@ spectrum looks like: clustered and random spectra alike), ``m`` their
 length; the Lanczos engine costs a number of Lanczos steps that grows with
 the spread of the exponent's eigenvalues (the Gauss quadrature of ``exp``),
 each a product with the exponent (sparse or dense), plus one ``eigh`` at the
-end of every call. The constants are CPU seconds measured on one BLAS
-thread (2-core AMD EPYC, numpy with OpenBLAS; ``benchmarks/bench_spectra.py``
-checks the choices: within 1.25x of the fastest engine on every row). Only
-their ratios matter, so a uniformly faster or slower machine picks the same
-(the rank-one constants were refitted on 2026-12-02 from that script's rows
-on a machine where its GEMM and secular loops ran 1.3-1.4x slower against
-the Lanczos kernels than on the first: ``R1`` from d = 52, ``R2`` from d =
-500 and 2000).
+end of every call. The constants are CPU seconds on one BLAS thread,
+fitted to the rows of ``benchmarks/bench_spectra.py``, which also checks
+that the choice stays close to the fastest engine (see the benchmarks
+page). Only their ratios matter, so a uniformly faster or slower machine
+picks the same; a machine whose GEMM and secular loops are slower relative
+to the Lanczos kernels calls for refitting the rank-one constants from that
+script's rows (``R1`` from the smallest ``d``, ``R2`` from the largest).
 
 Fitted forms (seconds):
 
@@ -36,8 +35,8 @@ Fitted forms (seconds):
   ``(spread / 8)^(2 j) / (2 j)! <= 1e-16``, ``spread = lam_max - lam_min``
   over the eigenvalues the coming pairs have weight on (all of them
   without trials; the error of a ``j``-point Gauss quadrature of ``exp`` on
-  an interval of that width; measured 3 to 31 steps, mostly within one
-  step of this);
+  an interval of that width; ``benchmarks/bench_spectra.py`` compares it
+  with the engine's step counts);
 * the end of a Lanczos call: ``2e-4 + 5e-8 d^2 + 1.7e-10 d^3`` (``eigh``
   and the column lists).
 """
@@ -116,10 +115,9 @@ def lanczos_spread(state, a=None, b=None):
     of them, of the eigenvalues ``u = e_a - e_b`` has a weight on
     (``z_i^2 > SUPPORT_WEIGHT ||z||^2``, ``z = V^T u``): the Krylov space
     from ``u`` sees only those (a diffusion or centred kernel's constant
-    eigenvector, often its extreme eigenvalue, has no weight on any pair;
-    k-NN graph kernel at d = 52: spread 5.5, 7.7 steps measured, 10
-    estimated from the whole spectrum, 9 from the pairs'). Without trials,
-    the whole spectrum's.
+    eigenvector, often its extreme eigenvalue, has no weight on any pair,
+    so the pairs' spread predicts the steps more closely than the whole
+    spectrum's). Without trials, the whole spectrum's.
     """
     lam = np.asarray(state.eigenvalues)
     if a is not None and len(a) > 0:

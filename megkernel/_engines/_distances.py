@@ -3,10 +3,10 @@
 ``v^T W v`` for ``v = e_a - e_b`` is ``sum_l w_l (V[a, l] - V[b, l])^2``.
 Gathering the rows ``V[a] - V[b]`` of all pairs first (an ``m x d`` array
 read from scattered rows of the eigenvector matrix, which the engines keep
-transposed) is memory-bound: 52 ms per DefiniteBoost iteration at
-``d = 2000`` with 2000 pairs. The compiled loop here walks the eigenvectors
-one at a time (a contiguous row of ``V^T``, in cache) and adds each one's
-term to every pair: ``O(d m)`` arithmetic on cached data (a few ms).
+transposed) is memory-bound and dominates a DefiniteBoost iteration on a
+large state. The compiled loop here walks the eigenvectors one at a time (a
+contiguous row of ``V^T``, in cache) and adds each one's term to every
+pair: the same ``O(d m)`` arithmetic, on cached data.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def factor_rows_sq_distances(factor, a, b):
     """``||F[a_j] - F[b_j]||^2`` for the pairs, by a compiled loop over them.
 
     The rows of a C-contiguous factor are read in place (no ``m x r``
-    gathered temporaries): 4-5x faster than gathering them with numpy for
-    thousands of pairs of 64-column rows (DefiniteBoostMetric on digits).
+    gathered temporaries), which for thousands of pairs is several times
+    faster than gathering them with numpy.
 
     Parameters
     ----------

@@ -95,9 +95,9 @@ def build_structure(A, dense_fraction):
         entries (they are then not filled).
     values : ndarray of shape (d, d), or (d, 1) in dense mode
         ``values[i, p] = A[i, nbr[i, p]]``: the listed entries of each row,
-        contiguous (a sparse product reading them from ``A`` itself touches
-        one cache line per entry: 85 against 24 us per product at d = 2000
-        with 20,700 entries). Kept equal to ``A`` by :func:`pair_trials`.
+        contiguous (a sparse product reading them from ``A`` itself would
+        touch one cache line per entry). Kept equal to ``A`` by
+        :func:`pair_trials`.
     """
     d = A.shape[0]
     mask = A != 0.0
@@ -261,8 +261,7 @@ def _step(A, values, nbr, deg, dense, vectors, beta_prev):
             w[i] = 0.0
         # eight rows of A (A[j, i] == A[i, j]) per sweep of w: the same terms
         # added in the same (ascending) order as one row at a time, with a
-        # third of the loads and stores of w (measured at d = 150: 3.9 ->
-        # 2.6 us per product)
+        # third of the loads and stores of w (the product is memory-bound)
         j = 0
         while j + 8 <= d:
             q0 = q[j]

@@ -84,10 +84,10 @@ MAX_TOL = 1e-11
 MAX_STEPS = 60
 #: Updates between two exact re-anchorings of ``log Z`` on ``eigh(A)``.
 ANCHOR_EVERY = 5000
-#: ... and between two of :class:`PairSteps` (DefiniteBoost): an anchor is an
-#: ``eigh`` (4 s at d = 2000, one thread), which every 5000 steps cost about
-#: a quarter of a run there; ``log Z`` drifts by round-off only (the test of
-#: the lazy run compares it with the exact one).
+#: ... and between two of :class:`PairSteps` (DefiniteBoost): an anchor is a
+#: full ``eigh``, which at the shorter interval would be a large share of a
+#: run on a large state; ``log Z`` drifts by round-off only (the test of the
+#: lazy run compares it with the exact one).
 STEPS_ANCHOR_EVERY = 25_000
 #: A step with ``Z'/Z`` below this re-anchors ``log Z`` (cancellation).
 RATIO_MIN = 1.0 / 16.0
@@ -96,10 +96,10 @@ RATIO_MIN = 1.0 / 16.0
 GL_LIMIT = 2000.0
 #: Largest half-length of a Gauss-Legendre panel (in ``tau = 2 sigma``).
 PANEL_HALF = 8.0
-#: Sparse products while the column lists hold at most this fraction of d^2
-#: (measured: a sparse product costs about 2 ns per entry and 15 ns per row,
-#: a dense one 0.1 ns per entry; at d = 500 with 8 % nonzero entries, 0.25
-#: gave 194 us per trial against 136 us; both give bit-identical products).
+#: Sparse products while the column lists hold at most this fraction of d^2:
+#: a sparse product costs many times more per entry than a dense one (the
+#: cost model's constants, :mod:`megkernel._engines._cost`), so only a
+#: sparse-enough exponent gains; both give bit-identical products.
 DENSE_FRACTION = 0.05
 #: Consecutive quadratures are compared (one ``O(k^2)`` QL evaluation per
 #: step) only from this step on; before, a run stops on Gauss's error bound

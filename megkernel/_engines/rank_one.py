@@ -36,8 +36,8 @@ REFRESH_EVERY = 1000
 
 #: Workspaces of single updates (:func:`pair_update`, :func:`rank_one_eig`)
 #: with at most this many eigenvector entries (``n * m``) are kept for the
-#: next update, one per thread: making one (about 5 us) is a noticeable part
-#: of a small update (about 20 us at n = 20).
+#: next update, one per thread: allocating one is a noticeable part of a
+#: small update.
 _KEEP_WORKSPACE_UP_TO = 1 << 16
 
 _kept = threading.local()

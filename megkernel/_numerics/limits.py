@@ -30,8 +30,8 @@ MAX_DENSE_OBJECTS = 5000
 
 #: Most trials (pair updates) one call may be asked to run: ``n_epochs``
 #: passes over the pairs (or a stream) beyond it are refused before the
-#: first trial. ``2**40`` (1.1e12) trials are 13 days at 1 us a trial (the
-#: fastest engines); a larger ``n_epochs`` is a mistake, not a plan.
+#: first trial. ``2**40`` (about 1.1e12) trials would take days even at the
+#: fastest engines' rate; a larger ``n_epochs`` is a mistake, not a plan.
 MAX_TRIALS = 2**40
 
 #: Most bytes a call may set aside for per-trial records (the on-line loss

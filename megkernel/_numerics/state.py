@@ -160,9 +160,8 @@ class ExponentState:
 
         Eigenvalues below ``NEGLIGIBLE_WEIGHT`` of the largest count as 0:
         after many projections some underflow towards 1e-300, and the
-        subnormal products they leave in every distance made a 4000-pair
-        evaluation 7x slower (2.9 ms against 0.4 ms, digits) for terms
-        that no double sum can hold.
+        subnormal products they would leave in every distance are slow on
+        most CPUs, for terms that no double sum can hold.
         """
         weights = self.density_eigenvalues()
         weights = np.where(weights < NEGLIGIBLE_WEIGHT * weights.max(), 0.0, weights)

@@ -1,7 +1,8 @@
 """BLAS thread pinning for small dense linear algebra.
 
 Products of matrices below :data:`SINGLE_THREAD_BELOW` rows are faster on one
-BLAS thread than on several (measured in ``benchmarks/bench_speed.py``).
+BLAS thread than on several: the threads' start-up and synchronisation cost
+more than they share (``benchmarks/bench_speed.py`` times both).
 
 **The rule: nothing here can be left held by an exception.** A
 ``KeyboardInterrupt`` can arrive between any two lines, also inside an
@@ -13,7 +14,7 @@ call stack (its block was abandoned by an interrupt before its exit
 finished) is dropped by the next entry or exit, and the BLAS thread counts
 saved by the first holder are restored when no running holder is left. An
 interrupt at any point can therefore leave at most a pin that the next call
-finishes (measured by ``tests/test_interrupts.py``, which raises one at every
+finishes (``tests/test_interrupts.py`` checks this by raising one at every
 line of this module); it can never make a later call wait.
 """
 
@@ -38,8 +39,8 @@ class blas_threads:  # noqa: N801 - used like a function: ``with blas_threads(d)
     """Context pinning the BLAS to one thread for exponents of ``size`` rows.
 
     A BLAS limit is process-wide, and OpenBLAS does not reliably restore one
-    set while other threads use it (measured: two threads pinning in turn
-    left it at one thread in one run of two). So only the main thread pins
+    set while other threads use it (two threads pinning in turn can leave
+    it at one thread). So only the main thread pins
     (nested blocks share the outermost's pin, which the last one to leave
     restores); blocks in other threads, and large exponents, run with the
     BLAS as configured. See the module docstring for what an interrupt

@@ -37,6 +37,11 @@ def meg_learning_rate(r, c=math.inf):
         of every instance (``2`` for distance pairs ``X_t = u u^T``).
     c : float, default=inf
         Trade-off constant; ``inf`` is the realizable case, ``eta = 2/r^2``.
+
+    Returns
+    -------
+    float
+        The learning rate ``eta``.
     """
     _positive(r, "r")
     if c <= 0:
@@ -60,6 +65,12 @@ def meg_loss_bound(r, divergence, comparator_loss=0.0, c=math.inf):
     c : float, default=inf
         Trade-off constant used for the learning rate; ``inf`` requires
         ``comparator_loss == 0`` and gives ``r^2 Delta / 2``.
+
+    Returns
+    -------
+    float
+        The bound on MEG's total loss (trace-one units); ``inf`` when
+        ``c`` is infinite and ``comparator_loss`` is positive.
     """
     _positive(r, "r")
     if divergence < 0 or comparator_loss < 0:
@@ -75,6 +86,20 @@ def meg_optimal_c(r, max_comparator_loss, max_divergence):
     r"""Return the best ``c`` given :math:`L_U \le \ell_{max}`, :math:`\Delta \le d_{max}`.
 
     :math:`c = r \sqrt{2 d_{max} / \ell_{max}}` (``inf`` when ``l_max = 0``).
+
+    Parameters
+    ----------
+    r : float
+        Eigenvalue-range bound of the instances.
+    max_comparator_loss : float
+        ``l_max``, a bound on the comparator's total loss ``L_U``.
+    max_divergence : float
+        ``d_max``, a bound on ``Delta(U, W_1)``.
+
+    Returns
+    -------
+    float
+        The trade-off constant ``c`` that minimises Lemma 3.2's bound.
     """
     _positive(r, "r")
     if max_comparator_loss < 0 or max_divergence < 0:
@@ -87,8 +112,23 @@ def meg_optimal_c(r, max_comparator_loss, max_divergence):
 def meg_regret_bound(r, max_comparator_loss, max_divergence, divergence=None):
     r"""Bound the regret at the optimal ``c``.
 
-    :math:`L_{MEG} - L_U \le r \sqrt{2 \ell_{max} d_{max}} + r^2 \Delta / 2`
-    (``divergence`` defaults to ``max_divergence``).
+    :math:`L_{MEG} - L_U \le r \sqrt{2 \ell_{max} d_{max}} + r^2 \Delta / 2`.
+
+    Parameters
+    ----------
+    r : float
+        Eigenvalue-range bound of the instances.
+    max_comparator_loss : float
+        ``l_max``, a bound on the comparator's total loss ``L_U``.
+    max_divergence : float
+        ``d_max``, a bound on ``Delta(U, W_1)``.
+    divergence : float, default=None
+        ``Delta(U, W_1)`` of the comparator; None uses ``max_divergence``.
+
+    Returns
+    -------
+    float
+        The bound on ``L_MEG - L_U`` (trace-one units).
     """
     _positive(r, "r")
     if divergence is None:
@@ -104,6 +144,20 @@ def definiteboost_step(r, lam_max, lam_min):
     \log \frac{1 - r/\lambda_{min}}{1 - r/\lambda_{max}}`, for a violation
     ``0 <= r < lam_max`` of a constraint with eigenvalues in
     ``[lam_min, lam_max]``, ``lam_min < 0 < lam_max``. Vectorized.
+
+    Parameters
+    ----------
+    r : float or array-like
+        The violation ``r_t`` of the constraint, ``0 <= r < lam_max``.
+    lam_max : float or array-like
+        Largest eigenvalue of the constraint matrix (positive).
+    lam_min : float or array-like
+        Smallest eigenvalue of the constraint matrix (negative).
+
+    Returns
+    -------
+    float or ndarray
+        The step size ``alpha``, of the inputs' broadcast shape.
     """
     r = np.asarray(r, dtype=float)
     r = np.minimum(r, lam_max * (1.0 - 1e-15))
@@ -115,7 +169,22 @@ def definiteboost_rho(r, lam_max, lam_min):
 
     :math:`\rho = (1 - r/\lambda_{max})^{\lambda_{max}/(\lambda_{max}-\lambda_{min})}
     (1 - r/\lambda_{min})^{-\lambda_{min}/(\lambda_{max}-\lambda_{min})}`.
-    Vectorized; returns ``log rho`` when called via :func:`_log_rho`.
+    Vectorized.
+
+    Parameters
+    ----------
+    r : float or array-like
+        The violation ``r_t`` of the constraint, ``0 <= r < lam_max``.
+    lam_max : float or array-like
+        Largest eigenvalue of the constraint matrix (positive).
+    lam_min : float or array-like
+        Smallest eigenvalue of the constraint matrix (negative).
+
+    Returns
+    -------
+    float or ndarray
+        The factor ``rho`` by which an approximate projection at least
+        lowers the dual objective, of the inputs' broadcast shape.
     """
     return np.exp(_log_rho(r, lam_max, lam_min))
 

@@ -92,6 +92,7 @@ def definiteboost(constraints, prior, *, projection="approximate", max_iter=1000
         Step of eq. 13 (Theorem 4.1's bound holds) or the exact projection
         of eq. 11.
     max_iter : int, default=1000
+        Maximum number of projections.
     tol : float, default=1e-8
         Stop when ``max_j tr(W C_j) <= tol``.
     keep : {"best", "last"}, default="best"

@@ -68,7 +68,7 @@ def scores(values, multipliers, cap, settings):
 
 
 def choose(values, multipliers, cap, settings):
-    """The constraint to project on: ``(j, violation, direction, scores)``.
+    """Choose the constraint to project on: ``(j, violation, direction, scores)``.
 
     ``violation`` (the paper's ``r_t``) is ``values[j]`` (for a corrective
     step how far the constraint is inside its threshold) and ``direction =
@@ -80,8 +80,10 @@ def choose(values, multipliers, cap, settings):
 
 
 def step(constraints, state, j, violation, direction, limit, projection, engine):
-    """Step size ``alpha`` along ``direction * C_j``, at most ``limit``, and the
-    eigenvalue range of ``direction * C_j``."""
+    """Return the step size along ``direction * C_j`` and that matrix's eigenvalue range.
+
+    The step ``alpha`` is at most ``limit``.
+    """
     lam_max, lam_min = constraints.eigen_range(j)
     if direction < 0:
         lam_max, lam_min = -lam_min, -lam_max
@@ -92,7 +94,7 @@ def step(constraints, state, j, violation, direction, limit, projection, engine)
 
 
 def run_bounds(settings, n_constraints):
-    """A run's multiplier caps and the floor of its log-dual objective.
+    """Return a run's multiplier caps and the floor of its log-dual objective.
 
     The floor: the log of the prior's smallest eigenvalue (a dual objective
     below it certifies infeasibility by weak duality); ``-inf`` without one
@@ -107,8 +109,10 @@ def run_bounds(settings, n_constraints):
 
 
 def run_log(record, multipliers, max_violation, converged, infeasible, n_violated):
-    """The log a run returns (see
-    :func:`~.definiteboost_projections.run_definiteboost`) from its records."""
+    """Build the log a run returns from its records.
+
+    See :func:`~.definiteboost_projections.run_definiteboost` for its keys.
+    """
     return {
         "n_violated": n_violated,
         "constraint": np.asarray(record["constraint"], dtype=np.intp),
@@ -125,9 +129,12 @@ def run_log(record, multipliers, max_violation, converged, infeasible, n_violate
 
 
 def kept_best(best, settings, violation, largest, state):
-    """``keep="best"`` at a scan: ``(quality, largest violation, state copy)``
-    of the iterate nearest the answer so far (with corrections the
-    projection's KKT score ``violation``, else the largest violation)."""
+    """Track the iterate nearest the answer so far, for ``keep="best"``.
+
+    Returns ``(quality, largest violation, state copy)`` of that iterate;
+    the quality is the projection's KKT score ``violation`` with
+    corrections, else the largest violation.
+    """
     quality = violation if settings.corrective else largest
     if settings.keep == "best" and (best is None or quality < best[0]):
         return quality, largest, state.copy()

@@ -39,7 +39,7 @@ DISTANCE_PAIR_FRACTION = 0.1
 
 
 def resolve_y_kind(y_kind, y):
-    """What ``y`` holds: ``"labels"``, ``"sq_distances"`` or ``"distances"``.
+    """Resolve what ``y`` holds: ``"labels"``, ``"sq_distances"`` or ``"distances"``.
 
     ``"auto"``: squared distances when ``y`` is of a floating dtype,
     finite, non-negative and holds a value other than 0 and 1; labels
@@ -69,7 +69,7 @@ def resolve_y_kind(y_kind, y):
 
 
 def pair_sq_distances_from_y(y, pairs, y_kind):
-    """The pairs' squared distances from ``y`` (``y_kind`` resolved).
+    """Return the pairs' squared distances from ``y`` (``y_kind`` resolved).
 
     Raises
     ------

@@ -86,7 +86,7 @@ class MatrixConstraints:
         return self.lam_max[j], self.lam_min[j]
 
     def project(self, state, j, alpha, engine):
-        """``A <- A - alpha C_j``; returns the change of the log-dual offset.
+        """Update ``A <- A - alpha C_j``; return the change of the log-dual offset.
 
         A general ``C_j`` is no rank-one change: every engine re-decomposes.
         """
@@ -94,8 +94,10 @@ class MatrixConstraints:
         return 0.0
 
     def value_after(self, state, j, alpha, engine=None):
-        """``tr(W(alpha) C_j)`` with ``W(alpha) ~ exp(A - alpha C_j)`` (a
-        general ``C_j``: one ``eigh`` whatever the engine)."""
+        """``tr(W(alpha) C_j)`` with ``W(alpha) ~ exp(A - alpha C_j)``.
+
+        A general ``C_j`` costs one ``eigh`` whatever the engine.
+        """
         lam, vecs = linalg.eigh(state.exponent - alpha * self.matrices[j],
                                 check_finite=False)
         W = (vecs * normalized_exp_weights(lam)) @ vecs.T
@@ -120,7 +122,7 @@ class PairConstraints:
                                           self.a.shape).copy()
         if state.basis is None:  # v = e_a - e_b
             self.vectors = None
-        else:  # kept: gathering P[a] - P[b] again each iteration costs 3x the product
+        else:  # kept: gathering P[a] - P[b] again each iteration costs more than the product
             self.vectors = state.pair_vectors(self.a, self.b)
         self.sq_norms = state.pair_sq_norms(self.a, self.b)
         similar = self.signs > 0
@@ -131,8 +133,10 @@ class PairConstraints:
         return len(self.a)
 
     def values(self, state, subset=None):
-        """``tr(W C_j) = s_j (v_j^T W v_j - gamma_j)`` for every constraint
-        (or those of ``subset``, an index array)."""
+        """``tr(W C_j) = s_j (v_j^T W v_j - gamma_j)`` for every constraint.
+
+        Only those of ``subset``, an index array, when it is given.
+        """
         a, b, signs, thresholds = self.a, self.b, self.signs, self.thresholds
         if subset is not None:
             a, b, signs, thresholds = a[subset], b[subset], signs[subset], thresholds[subset]
@@ -156,7 +160,7 @@ class PairConstraints:
         return self.lam_max[j], self.lam_min[j]
 
     def project(self, state, j, alpha, engine):
-        """``A <- A - alpha s_j v v^T`` by ``engine``; returns ``alpha s_j gamma_j``."""
+        """Update ``A <- A - alpha s_j v v^T`` by ``engine``; return ``alpha s_j gamma_j``."""
         engine.pair_update(state, self.a[j], self.b[j], -alpha * self.signs[j])
         return alpha * self.signs[j] * self.thresholds[j]
 
@@ -210,8 +214,8 @@ def _scan_interval(n_constraints, size):
     of the last scan, at least :data:`_MIN_CANDIDATES`), re-evaluated
     exactly, is projected. With ``m <= r``, or a scan of at most
     :data:`_SCAN_ALWAYS_UP_TO` terms, every iteration scans (the paper's
-    greedy choice exactly). Measured at ``d = 2000`` with 10^4
-    constraints: the scan was 75 % of an iteration (38 of 50 ms).
+    greedy choice exactly). Without the working set, on a large state with
+    many constraints the scan is most of an iteration's cost.
     """
     if n_constraints * size <= _SCAN_ALWAYS_UP_TO:
         return 1
@@ -230,10 +234,9 @@ def _factor_scan_interval(n_constraints, n_objects, rank):
     m / r) / s`` (``n + m / r`` for ``s = 1``, where no working set is
     kept); the ``s`` of least cost is taken. A scan of at most
     :data:`_SCAN_ALWAYS_UP_TO` multiply-adds runs at every iteration (the
-    paper's greedy choice). Measured on digits (898 points, r = 64, 4000
-    pairs: ``s = 11``): a scan 260 us against 40 us for a projection; the
-    DefiniteBoostMetric fit from labels 9.3 -> 3.6 s, the same held-out
-    1-NN.
+    paper's greedy choice). The working set changes which constraint is
+    projected only between scans, so the learned metric's held-out quality
+    is kept while a fit makes fewer scans (see the benchmarks page).
     """
     rank = max(int(rank), 1)
     if n_objects * rank * rank + n_constraints * rank <= _SCAN_ALWAYS_UP_TO:
@@ -249,8 +252,10 @@ def _factor_scan_interval(n_constraints, n_objects, rank):
 
 
 def _scans_factor(constraints, state):
-    """Whether a full scan of ``constraints`` goes through the points' factor
-    (the branch of :meth:`PairConstraints.values`)."""
+    """Whether a full scan of ``constraints`` goes through the points' factor.
+
+    This is the branch :meth:`PairConstraints.values` takes.
+    """
     return (getattr(constraints, "vectors", None) is not None
             and type(state) is ExponentState and len(constraints) > state.n_objects)
 
@@ -272,7 +277,7 @@ def _check_settings(settings, n_constraints):
 
 
 def _working_set(scores, n_candidates):
-    """Indices (ascending: ties still go to the first) of the largest scores."""
+    """Return the indices of the largest scores, ascending (ties go to the first)."""
     if n_candidates >= scores.size:
         return None
     top = np.argpartition(-scores, n_candidates - 1)[:n_candidates]
@@ -420,9 +425,11 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
 
 
 def _warn_outcome(log, max_iter, units="", hint=""):
-    """Warn when the run stopped infeasible or unconverged (the log's
-    ``max_violation`` in the caller's units; ``units`` says which; ``hint``
-    ends the message)."""
+    """Warn when the run stopped infeasible or unconverged.
+
+    The log's ``max_violation`` is in the caller's units, which ``units``
+    names; ``hint`` ends the message.
+    """
     if log["infeasible"]:
         warn_user(
             "The constraints are infeasible: the dual objective fell below the "

@@ -42,15 +42,11 @@ MAX_POINTS = 4000
 
 #: Temperatures validated, in units of :func:`prior_temperature` (the mean
 #: squared distance to the nearest neighbour under the Euclidean prior).
-#: Measured (issue 20; 5 splits, held-out 1-NN, MEGMetric from labels). At 1
-#: alone, on noisy moons the metric weighted one informative coordinate 0.84
-#: to 0.16 (a broad soft neighbourhood sees the moons' global split): 0.785-
-#: 0.836 against NCA's 0.87-0.90. Fixed at 1/4 it scored 0.90-0.93 there but
-#: lost 0.08 on a make_classification set. Validated among 1, 1/2, 1/4 on the
-#: 22 benchmark sets, the folds' accuracies chose 1/4 on SciPy's docstrings
-#: (folds then of half the points: 1-NN 0.84-0.88, held-out 0.92-0.96) where
-#: held-out 1-NN fell 0.955 -> 0.932; among 1 and 1/2 it stayed 0.948 while
-#: the moons rose 0.836 -> 0.932 (NCA 0.877). 1/8 was never chosen.
+#: A broad soft neighbourhood (1) sees classes that are globally separated;
+#: a sharper one (1/2) classes that are local, such as interleaved moons.
+#: Sharper ones still are left out: the folds, of fewer points, cannot tell
+#: them apart reliably, and the choice then costs held-out accuracy (see the
+#: benchmarks page).
 TEMPERATURES = (1.0, 0.5)
 
 #: Halvings of the step before an iteration gives up (no ascent direction

@@ -85,12 +85,14 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training points.
         y : array-like of shape (n_samples,)
             Class labels.
 
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         check_class_labels(y)  # a missing label or a mix of kinds, named
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=float)
@@ -142,6 +144,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         X = validate_data(self, X, ensure_min_samples=2, dtype=float)
         pairs = check_pair_indices(pairs, len(X), name="pairs", min_pairs=1)
@@ -224,6 +227,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Points with the training features.
 
         Returns
         -------
@@ -235,18 +239,52 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return (X - self.mean_) @ self.components_.T
 
     def get_mahalanobis_matrix(self):
-        """Return ``A = components_.T @ components_``: ``d(x, x')^2 = (x - x')^T A (x - x')``."""
+        """Return the Mahalanobis matrix of the learned metric.
+
+        Returns
+        -------
+        A : ndarray of shape (n_features, n_features)
+            ``components_.T @ components_``, so that
+            ``d(x, x')^2 = (x - x')^T A (x - x')``.
+        """
         check_is_fitted(self, "components_")
         return self.components_.T @ self.components_
 
     def pair_sq_distances(self, X, pairs):
-        """Learned squared distances between rows ``pairs[:, 0]`` and ``pairs[:, 1]`` of ``X``."""
+        """Learned squared distances between rows ``pairs[:, 0]`` and ``pairs[:, 1]`` of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Points with the training features.
+        pairs : array-like of int, shape (n_pairs, 2)
+            Row indices into ``X``.
+
+        Returns
+        -------
+        sq_distances : ndarray of shape (n_pairs,)
+            The learned squared distance of each pair.
+        """
         Z = self.transform(X)
         pairs = check_pair_indices(pairs, len(Z), name="pairs")
         return np.sum((Z[pairs[:, 0]] - Z[pairs[:, 1]]) ** 2, axis=1)
 
     def pair_distances(self, X, pairs):
-        """Return squared distances: deprecated alias of :meth:`pair_sq_distances`."""
+        """Return squared distances: deprecated alias of :meth:`pair_sq_distances`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Points with the training features.
+        pairs : array-like of int, shape (n_pairs, 2)
+            Row indices into ``X``.
+
+        Returns
+        -------
+        sq_distances : ndarray of shape (n_pairs,)
+            The learned squared distance of each pair (a ``FutureWarning``
+            says that the name is deprecated).
+        """
         warn_user("pair_distances is deprecated since megkernel 0.2 (it returns "
                   "squared distances) and will be removed in 0.3; use "
                   "pair_sq_distances.", FutureWarning)
@@ -344,6 +382,7 @@ class _PairInput:
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         pairs_of_points = self._check_pairs(X, reset=True)
         n_pairs, _, n_features = pairs_of_points.shape
@@ -364,23 +403,71 @@ class _PairInput:
         return pairs_of_points
 
     def pair_score(self, X):
-        """Learned squared distances of pairs of points, shape (n_pairs,)."""
+        """Learned squared distances of pairs of points.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
+
+        Returns
+        -------
+        sq_distances : ndarray of shape (n_pairs,)
+            The learned squared distance of each pair.
+        """
         check_is_fitted(self, "components_")
         pairs_of_points = self._check_pairs(X, reset=False)
         difference = (pairs_of_points[:, 0] - pairs_of_points[:, 1]) @ self.components_.T
         return np.einsum("ij,ij->i", difference, difference)
 
     def decision_function(self, X):
-        """``threshold_ - squared distance``: positive for pairs called similar."""
+        """Score pairs: ``threshold_`` minus their learned squared distance.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_pairs,)
+            Positive for the pairs called similar.
+        """
         check_is_fitted(self, "threshold_")
         return self.threshold_ - self.pair_score(X)
 
     def predict(self, X):
-        """``+1`` (similar) where the squared distance is ``<= threshold_``, else ``-1``."""
+        """Predict pair labels from the learned squared distances.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_pairs,)
+            ``+1`` (similar) where the squared distance is ``<= threshold_``,
+            else ``-1``.
+        """
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
     def score(self, X, y):
-        """ROC AUC of :meth:`decision_function` on labeled pairs (metric-learn's)."""
+        """ROC AUC of :meth:`decision_function` on labeled pairs (metric-learn's).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
+        y : array-like of shape (n_pairs,)
+            Pair labels: ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
+            ``False`` dissimilar.
+
+        Returns
+        -------
+        score : float
+            The area under the ROC curve, 1 for pairs perfectly ordered.
+        """
         check_is_fitted(self, "threshold_")
         signs = _pair_labels(y, len(np.asarray(X)))
         return float(roc_auc_score(signs, self.decision_function(X)))
@@ -391,6 +478,7 @@ class _PairInput:
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2, n_features)
+            The two points of each pair.
         y : array-like of shape (n_pairs,)
             Pair labels.
         strategy : {"accuracy"}, default="accuracy"
@@ -400,6 +488,7 @@ class _PairInput:
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         if strategy != "accuracy":
             raise ValueError(f"strategy must be 'accuracy', got {strategy!r}.")

@@ -195,21 +195,18 @@ def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
     validated on the same folds (a copy of the generator); kept (in
     ``pairs_``, ``from_labels_``) is the one whose chosen length has the
     higher held-out 1-NN accuracy, then margin (ties: the first).
-    The margins alone favoured random pairs on every split of wine and
-    digits (their dissimilar pairs spread the classes apart everywhere)
-    where the accuracy was the same or lower. ``validation_["from_labels"]``
+    Accuracy comes first because the margins alone favour random pairs,
+    whose dissimilar pairs spread the classes apart everywhere, even where
+    the 1-NN accuracy does not rise. ``validation_["from_labels"]``
     holds each kind's (accuracy, margin).
 
     From labels (``classes`` made by :meth:`fit`), a first candidate
     ``"soft-neighbors"`` whose validated gain over the Euclidean prior is
     real is kept without validating the others: the labels' own objective
     is preferred, and the pairs are its fallback where it shows no gain.
-    Picking the best of several kinds by their held-out accuracies chose
-    random pairs over it on 3 of 5 splits of wine and every split of a
-    SciPy docstring set, where they then scored lower on the test halves
-    (wine 0.975 -> 0.969, SciPy 0.955 -> 0.939: the fold accuracies of
-    kinds within 0.01 of each other are too noisy to choose between), at
-    three times the cost.
+    Fold accuracies of kinds close to each other are too noisy to choose
+    between, and validating every kind costs several times as much (see
+    the benchmarks page).
     """
     candidates = classes or [None]
     results = []

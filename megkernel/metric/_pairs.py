@@ -39,10 +39,13 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
     Parameters
     ----------
     labels : array-like of shape (n_samples,)
+        Class label of each point.
     n_constraints : int
         Number of pairs of each kind.
     random_state : int, RandomState instance or None, default=None
+        Seed of the draws; pass an int for reproducible pairs.
     max_rounds : int, default=10
+        How many times repeated pairs are redrawn before giving up.
 
     Returns
     -------
@@ -96,8 +99,11 @@ def neighbor_pairs(X, labels, n_neighbors=N_NEIGHBORS):
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features)
+        The points; neighbours are found in their Euclidean metric.
     labels : array-like of shape (n_samples,)
+        Class label of each point.
     n_neighbors : int, default=5
+        Neighbours of each kind (same class, other classes) per point.
 
     Returns
     -------
@@ -258,9 +264,9 @@ class _ClassPairs:
         ``None`` for neighbourhood pairs: the fold learns from the final
         fit's pairs among ``points`` (each point's neighbours that are also
         training points of the fold), as :meth:`fit_pairs` validates. Made
-        again among the fold's points, the neighbourhoods reach farther (a
-        sparser sample) and the validation said "learn" where held-out 1-NN
-        fell (iris: 5 of 5 splits, 0.955 -> 0.877; issue 20).
+        again among the fold's points, the neighbourhoods would reach
+        farther (a sparser sample) than the final fit's: the fold would
+        validate other pairs than those the final fit learns from.
         """
         if self.from_labels in ("neighbors", "soft-neighbors"):
             return None

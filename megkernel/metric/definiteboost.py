@@ -142,13 +142,19 @@ class DefiniteBoostMetric(_FeatureMetric):
         with a :class:`~sklearn.exceptions.ConvergenceWarning`); a run that
         converges earlier stops there.
     tol : float, default=1e-2
+        Margin of the constraints, relative to ``gamma``: passed to
+        :class:`DefiniteBoostKernel`, which stops when every constraint
+        holds within ``tol * gamma / 2``.
     projection : {"approximate", "exact"}, default="approximate"
+        Step of each projection: eq. 13's approximate step, or the exact
+        projection (as :class:`DefiniteBoostKernel`).
     n_folds : int or "auto", default="auto"
         Folds of the validation for ``max_iter="auto"``; ``"auto"``: 5 below 600
-        training points, else 2 (small data sets repeat their folds until the
-        fold models together learn from 600 points, so five cost about as
-        much as repeated halves below 150 points and up to 3.4x more up to 599;
-        a half validates the length that suits half the data).
+        training points, else 2. Small data sets repeat their folds until the
+        fold models together learn from 600 points, so that the choice rests
+        on enough held-out points; five folds cost more than repeated halves
+        (see the benchmarks page) but each learns from most of the data,
+        where a half validates the length that suits half the data.
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -157,12 +163,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         ``n_constraints`` random
         pairs of each kind (:func:`~megkernel.draw_pairs`), or each point's
         ``n_neighbors`` nearest of its class and of the others
-        (:func:`~megkernel.neighbor_pairs`). Random by default: a
-        neighbourhood's nearest other-class points pushed out to
-        ``gamma_dissimilar`` (the mean squared distance) bend the metric
-        more than 1-NN gains (held-out 1-NN, 5 splits: iris 0.947 -> 0.877,
-        breast cancer 0.958 -> 0.928), where MEGMetric's one-sided loss
-        gains.
+        (:func:`~megkernel.neighbor_pairs`). Random by default: hard
+        constraints that push a neighbourhood's nearest other-class points
+        out to ``gamma_dissimilar`` (the mean squared distance) bend the
+        metric more than the 1-NN vote gains, where MEGMetric's one-sided
+        loss, which stops at the target, gains (see the benchmarks page).
     n_neighbors : int, default=5
         Neighbours of each kind per point for ``from_labels="neighbors"``.
     n_constraints : int, default=None
@@ -184,14 +189,16 @@ class DefiniteBoostMetric(_FeatureMetric):
         DefiniteBoost is the metric closest to its prior that meets the
         constraints; pair constraints cannot express classes that differ by
         radius or by several clusters each, where the soft-neighbour
-        objective learns (held-out 1-NN, 5 splits: a 4-class
-        ``make_classification`` set 0.452 -> 0.612, 3 classes with 5 %
-        flipped labels 0.922 -> 0.945; wine 0.982 -> 0.971, NCA's 0.975).
-        See ``init_``.
+        objective learns, so starting from its metric carries that gain
+        over (the benchmarks page compares both priors). See ``init_``.
     random_state : int, RandomState instance or None, default=None
         Seed for drawing the pairs and the validation's folds.
     method : {"auto", "eigh", "rank-one"}, default="auto"
+        Engine of each projection (:class:`DefiniteBoostKernel`'s); same
+        result up to round-off.
     verbose : int, default=0
+        Nonzero: lines on stderr after fitting, naming the prior chosen and
+        how well the metric meets the pairs against its prior.
 
     Attributes
     ----------
@@ -235,6 +242,12 @@ class DefiniteBoostMetric(_FeatureMetric):
         Deprecated aliases of ``violated_fraction_`` and
         ``prior_violated_fraction_`` (a ``FutureWarning``; removed in 0.3).
     n_features_in_ : int
+
+    See Also
+    --------
+    DefiniteBoostPairMetric : The same learner, from labeled pairs of points.
+    MEGMetric : A metric learned with MEG updates.
+    DefiniteBoostKernel : DefiniteBoost on a kernel over a fixed set of objects.
 
     Examples
     --------
@@ -430,10 +443,40 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     ``y`` the pair labels; ``threshold_`` calibrated on the training pairs,
     :meth:`score` the ROC AUC.
 
-    Parameters are those of :class:`DefiniteBoostMetric` (``n_constraints``
-    unused; ``init`` as in :meth:`~DefiniteBoostMetric.fit_pairs`: the
-    soft-neighbour metric of the similar pairs' components where those stand
-    in for classes, else the Euclidean metric).
+    Parameters
+    ----------
+    gamma : float or "auto", default="auto"
+        Threshold of similar pairs, as in :class:`DefiniteBoostMetric`.
+    gamma_dissimilar : float or "auto", default="auto"
+        Threshold of dissimilar pairs, as in :class:`DefiniteBoostMetric`.
+    slack : float or None, default=log(2)
+        Cap of the soft constraints, as in :class:`DefiniteBoostMetric`.
+    max_iter : int or "auto", default="auto"
+        Greedy projections, as in :class:`DefiniteBoostMetric`; ``"auto"``
+        validates them on folds of the pairs' points.
+    tol : float, default=1e-2
+        Margin of the constraints, as in :class:`DefiniteBoostMetric`.
+    projection : {"approximate", "exact"}, default="approximate"
+        Step of each projection, as in :class:`DefiniteBoostMetric`.
+    n_folds : int or "auto", default="auto"
+        Folds of the validation, as in :class:`DefiniteBoostMetric`.
+    from_labels : {"auto", "random", "neighbors"}, default="auto"
+        Unused: the pairs are given.
+    n_neighbors : int, default=5
+        Unused: the pairs are given.
+    n_constraints : int, default=None
+        Unused: the pairs are given.
+    init : {"auto", "euclidean"}, default="auto"
+        The prior, as in :meth:`~DefiniteBoostMetric.fit_pairs`: with
+        ``"auto"``, the soft-neighbour metric of the similar pairs'
+        components where those stand in for classes, else the Euclidean
+        metric.
+    random_state : int, RandomState instance or None, default=None
+        Seed for the validation's folds.
+    method : {"auto", "eigh", "rank-one"}, default="auto"
+        Engine of each projection, as in :class:`DefiniteBoostMetric`.
+    verbose : int, default=0
+        As in :class:`DefiniteBoostMetric`.
 
     Attributes
     ----------
@@ -458,4 +501,22 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     constraint_loss_, prior_constraint_loss_ : float
         Deprecated aliases, as in :class:`DefiniteBoostMetric`.
     n_features_in_ : int
+
+    See Also
+    --------
+    DefiniteBoostMetric : The same learner, from points and class labels or index pairs.
+    MEGPairMetric : MEG's metric from labeled pairs of points.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import DefiniteBoostPairMetric
+    >>> rng = np.random.default_rng(0)
+    >>> points = rng.normal(size=(40, 3))
+    >>> labels = (points[:, 0] > 0).astype(int)
+    >>> a, b = rng.integers(0, 40, (2, 200))
+    >>> pairs = np.stack([points[a], points[b]], axis=1)
+    >>> model = DefiniteBoostPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
+    >>> model.predict(pairs[:3]).shape
+    (3,)
     """

@@ -87,9 +87,9 @@ class MEGMetric(_FeatureMetric):
         loss is its squared distance).
     gamma_dissimilar : float or "auto", default="auto"
         Target of dissimilar pairs. ``"auto"``: the median squared distance
-        between distinct training points. (The trace fixes the mean squared
+        between distinct training points. The trace fixes the mean squared
         distance: every dissimilar pair can be at least as far as a typical
-        pair, not all beyond a high quantile.)
+        pair, not all beyond a high quantile.
     loss : {"one-sided", "square"}, default="one-sided"
         ``"square"``: every pair's error counts (the paper's loss).
     learning_rate : float or "auto", default="auto"
@@ -114,10 +114,11 @@ class MEGMetric(_FeatureMetric):
         cost about one eigendecomposition (``O(rank^3)``).
     n_folds : int or "auto", default="auto"
         Folds of the validation for ``n_epochs="auto"``; ``"auto"``: 5 below 600
-        training points, else 2 (small data sets repeat their folds until the
-        fold models together learn from 600 points, so five cost about as
-        much as repeated halves below 150 points and up to 3.4x more up to 599;
-        a half validates the length that suits half the data).
+        training points, else 2. Small data sets repeat their folds until the
+        fold models together learn from 600 points, so that the choice rests
+        on enough held-out points; five folds cost more than repeated halves
+        (see the benchmarks page) but each learns from most of the data,
+        where a half validates the length that suits half the data.
         From labels (:meth:`fit`) the classes are the folds' labels; random pairs
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
@@ -159,6 +160,9 @@ class MEGMetric(_FeatureMetric):
         Deprecated and ignored: the metric is learned in its own
         ``rank x rank`` space, one eigendecomposition per batch.
     verbose : int, default=0
+        Nonzero: a line on stderr after fitting, saying what was learned
+        and for how long, and how well the metric meets the pairs against
+        its prior.
 
     Attributes
     ----------
@@ -243,6 +247,12 @@ class MEGMetric(_FeatureMetric):
         ``FutureWarning``; removed in 0.3).
     n_features_in_ : int
 
+    See Also
+    --------
+    MEGPairMetric : The same learner, from labeled pairs of points.
+    DefiniteBoostMetric : A metric from DefiniteBoost's Bregman projections.
+    MEGKernelRegressor : MEG on a kernel over a fixed set of objects.
+
     Examples
     --------
     >>> from sklearn.datasets import load_iris
@@ -254,7 +264,6 @@ class MEGMetric(_FeatureMetric):
 
     _loss_name = "pair_mse"
     _FROM_LABELS_AUTO = ("soft-neighbors", "random")
-    temperature = "auto"  # the default, for models pickled before the parameter
 
     _parameter_constraints: dict = {
         **_FeatureMetric._parameter_constraints,
@@ -445,6 +454,7 @@ class MEGMetric(_FeatureMetric):
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         first = not hasattr(self, "exponent_")
         if np.ndim(X) == 2:
@@ -541,8 +551,11 @@ class MEGMetric(_FeatureMetric):
 
         Parameters
         ----------
-        X, y : the stream, as given to :meth:`partial_fit`.
-        comparator : ndarray of shape (rank, rank) or None
+        X : array-like of shape (n_pairs, 2, n_features)
+            The stream's pairs of points, as given to :meth:`partial_fit`.
+        y : array-like of shape (n_pairs,)
+            Their pair labels, as given to :meth:`partial_fit`.
+        comparator : ndarray of shape (rank, rank) or None, default=None
             ``None``: the metric learned so far (hindsight's comparator).
 
         Returns

@@ -8,7 +8,6 @@ A thin subclass (metric-learn's pair-learner convention, ``X`` of shape
 
 from __future__ import annotations
 
-from . import meg as _meg_module
 from ._base import _PairInput
 from .meg import MEGMetric
 
@@ -25,7 +24,43 @@ class MEGPairMetric(_PairInput, MEGMetric):
     After fitting, ``threshold_`` is calibrated on the training pairs
     (:meth:`calibrate_threshold`); :meth:`score` is the ROC AUC.
 
-    Parameters are those of :class:`MEGMetric` (``n_constraints`` unused).
+    Parameters
+    ----------
+    gamma : float or "auto", default="auto"
+        Target squared distance of similar pairs, as in :class:`MEGMetric`.
+    gamma_dissimilar : float or "auto", default="auto"
+        Target of dissimilar pairs, as in :class:`MEGMetric`.
+    loss : {"one-sided", "square"}, default="one-sided"
+        The loss of each pair, as in :class:`MEGMetric`.
+    learning_rate : float or "auto", default="auto"
+        MEG's ``eta``, as in :class:`MEGMetric`.
+    n_epochs : int, float or "auto", default="auto"
+        Passes over the pairs, as in :class:`MEGMetric`; ``"auto"``
+        validates it on folds of the pairs' points.
+    max_iter : int, default=1000
+        Safety net of ``n_epochs="auto"``, as in :class:`MEGMetric`.
+    batch_size : int or "auto", default="auto"
+        Pairs per MEG update, as in :class:`MEGMetric`.
+    n_folds : int or "auto", default="auto"
+        Folds of the validation, as in :class:`MEGMetric`.
+    shuffle : bool, default=True
+        Draw a new order of the pairs for each epoch.
+    from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
+        As in :meth:`MEGMetric.fit_pairs`: with ``"auto"``, the
+        soft-neighbour objective of the similar pairs' connected components
+        where those stand in for classes, else the pairs.
+    n_neighbors : int, default=5
+        As in :class:`MEGMetric`.
+    temperature : float or "auto", default="auto"
+        Temperature of the soft-neighbour objective, as in :class:`MEGMetric`.
+    n_constraints : int, default=None
+        Unused: the pairs are given.
+    random_state : int, RandomState instance or None, default=None
+        Seed for the folds and the order of the pairs.
+    method : {"auto", "eigh", "rank-one"}, default="auto"
+        Deprecated and ignored, as in :class:`MEGMetric`.
+    verbose : int, default=0
+        As in :class:`MEGMetric`.
 
     Attributes
     ----------
@@ -53,6 +88,11 @@ class MEGPairMetric(_PairInput, MEGMetric):
         Deprecated aliases, as in :class:`MEGMetric`.
     n_features_in_ : int
 
+    See Also
+    --------
+    MEGMetric : The same learner, from points and class labels or index pairs.
+    DefiniteBoostPairMetric : DefiniteBoost's metric from labeled pairs of points.
+
     Examples
     --------
     >>> import numpy as np
@@ -66,8 +106,3 @@ class MEGPairMetric(_PairInput, MEGMetric):
     >>> model.predict(pairs[:3]).shape
     (3,)
     """
-
-
-# Its old path, ``megkernel.metric.meg.MEGPairMetric``, for imports and pickles made
-# before the move (the package imports this module whenever it imports ``meg``).
-_meg_module.MEGPairMetric = MEGPairMetric
