@@ -2,7 +2,7 @@
 
 Issue 20, item 2. ``MEGMetric`` and ``DefiniteBoostMetric`` at their defaults
 choose their training length by cross-validation over the training points
-(:mod:`megkernel.metric._training_length`): the fitted ``validation_`` says
+(:mod:`megkernel._solvers.holdout`): the fitted ``validation_`` says
 either "learn" (``gain_is_real``: a learned length was chosen) or "keep
 Euclidean" (length 0). This script checks that verdict against the held-out
 1-NN accuracy.

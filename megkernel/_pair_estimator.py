@@ -32,6 +32,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
@@ -41,6 +43,7 @@ from ._numerics.validation import check_n_objects, check_pair_indices
 
 __all__ = [
     "KernelViewsMixin",
+    "PairKernelEstimator",
     "ObjectIndex",
     "check_class_labels",
     "check_id_kinds",
@@ -579,3 +582,50 @@ class KernelViewsMixin:
         pairs = check_pair_indices(np.column_stack([indices, indices]),
                                    self.n_objects_, name=name)
         return pairs[:, 0]
+
+
+class PairKernelEstimator(KernelViewsMixin, BaseEstimator):
+    """What the two kernel learners share: the objects, the prior, the views.
+
+    :class:`~megkernel.MEGKernelRegressor` and
+    :class:`~megkernel.DefiniteBoostKernel` learn a kernel over the same kind
+    of objects (``n_objects``, ``objects``) from the same kind of prior
+    (``init``, ``init_factor``, ``trace``): their shared parameters are
+    constrained here once, and the prior is made from them by one rule
+    (:meth:`_initial_state`).
+    """
+
+    _parameter_constraints: dict = {
+        "n_objects": [Interval(Integral, 2, None, closed="left"), None],
+        "objects": ["array-like", None],
+        "init": [StrOptions({"auto", "identity"}), "array-like"],
+        "init_factor": ["array-like", None],
+        "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def _validate_pair_table(self, X, y=None):
+        """Validate a first call's pairs: ``(pairs, y, index)`` (see :func:`validate_pairs`)."""
+        return validate_pairs(self, X, y, reset=True, n_objects=declared_n_objects(self),
+                              objects=self.objects)
+
+    def _validate_more_pairs(self, X, y=None):
+        """Validate pairs for a fitted model: ``(pairs, y)`` by its objects."""
+        pairs, y, _ = validate_pairs(self, X, y, reset=False, n_objects=self.n_objects_,
+                                     index=self._object_index)
+        return pairs, y
+
+    def _initial_state(self, pairs, index=None):
+        """Return the prior's state from ``init``, ``init_factor`` and ``n_objects``."""
+        return initial_state(self, pairs, index)
+
+    def _uses_data_prior(self):
+        """Whether the prior is learned from the data (``init="auto"``, no factor)."""
+        return (isinstance(self.init, str) and self.init == "auto"
+                and self.init_factor is None)
+
+    def _fitted_objects(self, state, index):
+        """Return the fitted attributes of the objects (``n_objects_``, ``objects_``)."""
+        return {"n_objects_": state.n_objects, "objects_": object_ids(state, index),
+                "_object_index": index}

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -14,14 +14,7 @@ from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
 from ._numerics.validation import check_pair_labels
-from ._pair_estimator import (
-    KernelViewsMixin,
-    declared_n_objects,
-    initial_state,
-    object_ids,
-    unchanged_on_error,
-    validate_pairs,
-)
+from ._pair_estimator import PairKernelEstimator, unchanged_on_error, validate_pairs
 from ._solvers.definiteboost import update_engine
 from ._solvers.definiteboost_distances import (
     Y_KINDS,
@@ -39,7 +32,8 @@ from ._solvers.definiteboost_rules import (
     prior_trace,
     working_state,
 )
-from ._solvers.definiteboost_verdict import split_pairs
+from ._solvers.holdout import split_labelled_pairs
+from ._solvers.meg_batch import fit_batch
 from ._warnings import (
     NoImprovementWarning,
     deferred_warnings,
@@ -47,12 +41,11 @@ from ._warnings import (
     warn_if_not_better,
     warn_user,
 )
-from .meg_regressor import MEGKernelRegressor
 
 __all__ = ["DefiniteBoostKernel"]
 
 
-class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin, BaseEstimator):
+class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimator):
     r"""Kernel closest to a prior under pair constraints (DefiniteBoost).
 
     Solves (Section 4 of Tsuda, Raetsch & Warmuth 2004, eqs. 8-14)
@@ -297,8 +290,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
     """
 
     _parameter_constraints: dict = {
-        "n_objects": [Interval(Integral, 2, None, closed="left"), None],
-        "objects": ["array-like", None],
+        **PairKernelEstimator._parameter_constraints,
         "gamma": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "gamma_dissimilar": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "projection": [StrOptions({"approximate", "exact"})],
@@ -306,13 +298,8 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
         "slack": [Interval(Real, 0, None, closed="neither"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "init": [StrOptions({"auto", "identity"}), "array-like"],
-        "init_factor": ["array-like", None],
-        "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
-        "random_state": ["random_state"],
         "method": [UPDATE_METHOD_CONSTRAINT],
-        "verbose": ["verbose"],
         "y_kind": [StrOptions(set(Y_KINDS))],
     }
 
@@ -358,9 +345,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
         self : object
         """
         with unchanged_on_error(self):
-            pairs, y, index = validate_pairs(self, X, y, reset=True,
-                                             n_objects=declared_n_objects(self),
-                                             objects=self.objects)
+            pairs, y, index = self._validate_pair_table(X, y)
             y_kind = resolve_y_kind(self.y_kind, y)
             if y_kind == "labels":
                 self._fit_labels(pairs, y, index)
@@ -380,7 +365,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
                 raise ValueError(f"{error} If y holds the pairs' distances, give "
                                  "y_kind='sq_distances' (or 'distances').") from error
             raise
-        state = initial_state(self, pairs, index)
+        state = self._initial_state(pairs, index)
         trace = (prior_trace(self.init, self.init_factor) if self.trace == "auto"
                  else float(self.trace))
         train, held_out = self._split(pairs, signs, state.n_objects)
@@ -402,7 +387,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
         gamma_dissimilar = (gamma_dissimilar if self.gamma_dissimilar == "auto"
                             else self.gamma_dissimilar)
         constrained = pairs[chosen]
-        n_objects = initial_state(self, pairs, index).n_objects
+        n_objects = self._initial_state(pairs, index).n_objects
         train, held_out = self._split(
             constrained, signs, n_objects,
             constraints=f"the closest and farthest tenth of {len(pairs)} pairs")
@@ -432,28 +417,25 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
                 "a tie means the constraints added nothing to it")
         self._finish(dense_state(state), index, constrained, signs, log, trace,
                      len(chosen) if train is None else len(train), held_out,
-                     note=note if self._prior_from_distances() else "")
-
-    def _prior_from_distances(self):  # noqa: D102
-        return self.init_factor is None and isinstance(self.init, str) and self.init == "auto"
+                     note=note if self._uses_data_prior() else "")
 
     def _distance_prior(self, pairs, sq_distances, index):
         """The prior's state and trace (the distances' units) in distance mode.
 
-        ``init="auto"``: the kernel of ``MEGKernelRegressor`` (its defaults:
-        the batch least-squares fit from the classical-scaling prior) fitted
-        to the observed squared distances. ``init="identity"``: ``I / d`` at
+        ``init="auto"``: the kernel of MEG's batch fit at
+        ``MEGKernelRegressor``'s defaults (least squares from the
+        classical-scaling prior, :func:`~megkernel._solvers.meg_batch.fit_batch`)
+        fitted to the observed squared distances. ``init="identity"``: ``I / d`` at
         the trace where its squared distance is the observed mean. A matrix
         or factor given: as given (``trace="auto"``: its own trace).
         """
-        if self._prior_from_distances():
-            prior = MEGKernelRegressor(
-                n_objects=initial_state(self, pairs, index).n_objects,
-                random_state=self.random_state, method=self.method,
-            ).fit(pairs, sq_distances)
-            state, trace = working_state(prior, self.method, self.projection), prior.trace_
+        if self._uses_data_prior():
+            prior = fit_batch(pairs, sq_distances, prior=self._initial_state(pairs, index),
+                              spectral=True, random_state=self.random_state)
+            state = working_state(prior.state, prior.subspace, self.method, self.projection)
+            trace = prior.trace
         else:
-            state = initial_state(self, pairs, index)
+            state = self._initial_state(pairs, index)
             if state.basis is None and isinstance(self.init, str):
                 distinct = pairs[:, 0] != pairs[:, 1]
                 trace = 0.5 * state.n_objects * float(np.mean(sq_distances[distinct]))
@@ -492,8 +474,9 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
         """Training pair indices and held-out pairs (``None, None``: no split)."""
         if self.validation_fraction is None:
             return None, None
-        train, held_out, reason = split_pairs(pairs, signs, n_objects,
-                                              self.validation_fraction, self.random_state)
+        train, held_out, reason = split_labelled_pairs(pairs, signs, n_objects,
+                                                       self.validation_fraction,
+                                                       self.random_state)
         if train is None:
             gamma = ("at 0.1 of the prior's mean squared distance" if constraints is None
                      else "at the closest tenth's largest squared distance")
@@ -513,9 +496,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, KernelViewsMixin, ClassifierMixin,
 
     def _store(self, state, index, signs, log, trace, n_train):
         self.state_ = state
-        self.n_objects_ = state.n_objects
-        self.objects_ = object_ids(state, index)
-        self._object_index = index
+        self.__dict__.update(self._fitted_objects(state, index))
         self.trace_ = trace
         self.n_train_pairs_ = n_train
         self.prior_score_ = log["prior_score"]

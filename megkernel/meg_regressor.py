@@ -1,47 +1,35 @@
 """Kernel learning from distances with MEG updates: batch fit, on-line partial_fit.
 
-The estimator's parameters, input checks, transactions and fitted views are
-here; its parts hold the fits: ``_meg_regressor_batch.py`` (the batch fit)
-and ``_meg_regressor_trials.py`` (the on-line trials and a call's start).
+The estimator validates its input, makes one solver call and commits the
+result: :func:`~megkernel._solvers.meg_batch.fit_batch` (the batch fit) or
+:func:`~megkernel._solvers.meg.fit_online` (the paper's on-line trials).
 """
 
 from __future__ import annotations
 
+import time
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import METHOD_CONSTRAINT
 from ._kernel_learner import MEGKernelLearnerMixin
-from ._meg_regressor_batch import MIN_VALIDATION_PAIRS as MIN_VALIDATION_PAIRS
-from ._meg_regressor_batch import _fit_batch
-from ._meg_regressor_trials import (
-    _check_targets,
-    _fast_call,
-    _fit_online,
-    _partial_fit_fast,
-    _run,
-    _Start,
-    _start,
-    warn_short_first_chunk,
-)
 from ._numerics.validation import (
+    MAX_STEP,
     check_pair_indices,
     check_squared_distances,
     squares_of_distances,
 )
-from ._pair_estimator import (
-    KernelViewsMixin,
-    declared_n_objects,
-    object_ids,
-    unchanged_on_error,
-    validate_pairs,
-)
-from ._solvers.meg import auto_trace as auto_trace
+from ._pair_estimator import PairKernelEstimator, unchanged_on_error, validate_pairs
+from ._progress import bar as progress_bar
+from ._progress import detail as progress_detail
+from ._progress import note_compiling
+from ._solvers.meg import fit_online, run_meg_trials, trial_engine
+from ._solvers.meg_batch import fit_batch
 from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
 
 #: A held-out R^2 below this, learned and prior alike, means the held-out
@@ -49,10 +37,24 @@ from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
 #: then says so and points at the observed distances alone.
 WEAK_R2 = 0.1
 
+#: Pairs of distinct objects from which a first ``partial_fit`` call's
+#: ``trace="auto"`` (a mean of squared distances) is taken without a
+#: warning: with a coefficient of variation near 1, the mean of ``k`` is
+#: within ``1 / sqrt(k)`` (18 % at 30), and later chunks never change it.
+MIN_TRACE_PAIRS = 30
+
+#: Trials between two updates of the progress bar when ``verbose``.
+_PROGRESS_EVERY = 10_000
+
+#: ``verbose=1`` draws a bar for calls of at least this many trials (shorter
+#: ones end before a bar says anything; one pair per ``partial_fit`` would
+#: print a bar per call); ``verbose=2`` draws one for every call.
+_BAR_FROM = 1000
+
 __all__ = ["MEGKernelRegressor"]
 
 
-class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin, BaseEstimator):
+class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstimator):
     r"""Learn a kernel from (squared) distances of pairs with MEG updates.
 
     Each sample is a pair of objects ``(a, b)`` with target the squared
@@ -69,7 +71,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
     distances) and runs to convergence unless held-out pairs show it
     overfitting; they also give the verdict ``validation_score_`` against
     ``prior_score_``. See
-    :func:`megkernel._solvers.meg_batch.minimize_pair_loss`.
+    :func:`megkernel._solvers.meg_batch.fit_batch`.
 
     **partial_fit (on-line, the paper's algorithm)** and ``fit`` with
     ``solver="online"``: trial ``t`` predicts :math:`\hat y_t = \tau\,\mathrm{tr}(W_t X_t)` and
@@ -293,12 +295,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
     """
 
     _parameter_constraints: dict = {
-        "n_objects": [Interval(Integral, 2, None, closed="left"), None],
-        "objects": ["array-like", None],
+        **PairKernelEstimator._parameter_constraints,
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "init": [StrOptions({"auto", "identity"}), "array-like"],
-        "init_factor": ["array-like", None],
-        "trace": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "solver": [StrOptions({"batch", "online"})],
         "squared": ["boolean"],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -308,10 +306,11 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "shuffle": ["boolean"],
-        "random_state": ["random_state"],
         "method": [METHOD_CONSTRAINT],
-        "verbose": ["verbose"],
     }
+
+    #: Parameters the first ``partial_fit`` fixes.
+    _FIXED_PARAMS = ("trace", "n_objects", "objects", "init", "init_factor")
 
     def __init__(self, *, n_objects=None, objects=None, learning_rate="auto",
                  init="auto", init_factor=None, trace="auto", solver="batch", squared=True,
@@ -358,41 +357,87 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         with unchanged_on_error(self):
+            pairs, y, index = self._validate_first_call(X, y)
+            prior = self._initial_state(pairs, index)
             if self.solver == "batch":
-                fitted = self._fit_batch(X, y)
+                with self._batch_progress() as callback:
+                    result = fit_batch(
+                        pairs, y, prior=prior, spectral=self._uses_data_prior(),
+                        trace=self.trace, learning_rate=self.learning_rate,
+                        max_iter=self.max_iter, tol=self.tol,
+                        n_iter_no_change=self.n_iter_no_change,
+                        validation_fraction=(self.validation_fraction
+                                             if self.early_stopping else None),
+                        random_state=self.random_state, callback=callback)
+                fitted = self._batch_attributes(result, index)
             else:
-                fitted = self._fit_online(X, y)
+                with self._trials_progress(prior, len(y), done=0) as (chunk, callback):
+                    result = fit_online(
+                        pairs, y, prior=prior, trace=self.trace,
+                        learning_rate=self.learning_rate, n_epochs=self.n_epochs,
+                        shuffle=self.shuffle, random_state=self.random_state,
+                        method=self.method, chunk=chunk, callback=callback, summary=True)
+                fitted = self._online_attributes(result, index)
             fitted["_validated_params"] = self._param_values()
             self.__dict__.update(fitted)  # one step: an interrupt cannot split it
-            self._report()
+            self._report(result)
             return self  # inside the block: an interrupt up to here restores the model
 
-    def _fit_online(self, X, y):
-        return _fit_online(self, X, y)
+    def _batch_attributes(self, result, index):
+        """Return the fitted attributes of a batch fit (not yet stored)."""
+        if result.split_reason:
+            warn_user(
+                f"MEGKernelRegressor: {result.split_reason}; training on every pair "
+                "without early stopping and with no verdict (validation_score_ and "
+                "prior_score_ are NaN). Give more pairs, or early_stopping=False to "
+                "silence this.", UserWarning)
+        return {**self._started(result.state, result.trace, result.learning_rate, index),
+                "n_updates_": 0, "_loss_buffer": np.zeros(0),
+                "n_iter_": result.n_iter, "converged_": result.converged,
+                "loss_curve_": result.loss_curve,
+                "validation_scores_": result.validation_scores,
+                "validation_score_": result.validation_score,
+                "prior_score_": result.prior_score, "prior_rank_": result.prior_rank,
+                "prior_imputations_": result.prior_imputations,
+                # the subspace form, which DefiniteBoost's prior continues in
+                "_subspace": result.subspace}
 
-    def _fit_batch(self, X, y):
-        return _fit_batch(self, X, y)
+    def _online_attributes(self, result, index):
+        """Return the fitted attributes of ``solver="online"``'s fit (not yet stored)."""
+        return {**self._started(result.state, result.trace, result.learning_rate, index),
+                "n_updates_": len(result.losses), "_loss_buffer": result.losses,
+                "n_iter_": self.n_epochs, "converged_": True,
+                "loss_curve_": result.trace * np.sqrt([result.prior_loss, result.final_loss]),
+                "validation_scores_": np.zeros(0), "validation_score_": np.nan,
+                "prior_score_": np.nan, "prior_rank_": None, "prior_imputations_": None,
+                "_subspace": None}
 
-    def _report(self):
+    def _started(self, state, trace, learning_rate, index):
+        """Return the attributes every first call sets: state, units, objects, fixed params."""
+        return {"state_": state, "trace_": trace, "learning_rate_": learning_rate,
+                **self._fitted_objects(state, index),
+                "_fixed_params": {name: getattr(self, name) for name in self._FIXED_PARAMS}}
+
+    def _report(self, result):
         """Warn about a finished ``fit`` (after the model is stored)."""
         name = type(self).__name__
         if self.solver == "online":
-            diverged, before, after, rate = self._diverged
-            if diverged:
+            if result.final_loss > result.prior_loss and result.final_loss > 0:
                 warn_user(
                     f"{name}: the on-line fit diverged: the training R^2 fell from "
-                    f"{before:.4g} under the prior to {after:.4g} at learning_rate="
-                    f"{self.learning_rate!r} ({rate:.4g} in trace-one units); lower the "
-                    "learning rate, or use solver='batch', which needs none.",
-                    ConvergenceWarning)
+                    f"{result.prior_r2:.4g} under the prior to {result.final_r2:.4g} at "
+                    f"learning_rate={self.learning_rate!r} ({result.learning_rate:.4g} in "
+                    "trace-one units); lower the learning rate, or use solver='batch', "
+                    "which needs none.", ConvergenceWarning)
             return
         if not self.converged_:
             warn_user(
                 f"{name}: the batch fit stopped at max_iter={self.max_iter} iterations "
                 "before its loss settled; raise max_iter.", ConvergenceWarning)
-        if self._verdict:
+        if result.held_out:
             weak = max(self.validation_score_, self.prior_score_) < WEAK_R2
             advice = (f"the held-out distances are barely predictable from the others "
                       f"(R^2 below {WEAK_R2}): too few or too noisy pairs to learn from. "
@@ -428,8 +473,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         Returns
         -------
         self : object
+            The estimator, its on-line sequence continued.
         """
-        if _fast_call(self, X, y):
+        if self._fast_call(X, y):
             return self._partial_fit_fast(X, y)
         return self._partial_fit(X, y)
 
@@ -438,31 +484,89 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
             if first:
-                start = self._start(X, y)
-                warn_short_first_chunk(self, start)
+                pairs, y, index = self._validate_first_call(X, y)
+                state, trace, learning_rate = self._initial_state(pairs, index), \
+                    self.trace, self.learning_rate
             else:
                 self._check_fixed_params()
-                pairs, y = self._validate_trials(X, y, reset=False)
-                learning_rate = (self.learning_rate_ if self.learning_rate == "auto"
-                                 else float(self.learning_rate))
-                start = _Start(pairs, y, self._object_index, self.state_.copy(),
-                               self.trace_, learning_rate)
-                _check_targets(start)
-            losses = self._run(start.state, start.pairs, start.y, start.learning_rate,
-                               start.trace, epoch=None,
-                               done=0 if first else self.n_updates_)
-            self._commit(start, losses, first=first)
+                pairs, y = self._validate_more_pairs(X, y)
+                y = self._squared_targets(y, len(pairs))
+                index, state, trace = self._object_index, self.state_, self.trace_
+                learning_rate = self._current_learning_rate()
+            with self._trials_progress(state, len(y), done=0 if first else self.n_updates_
+                                       ) as (chunk, callback):
+                result = fit_online(pairs, y, prior=state, trace=trace,
+                                    learning_rate=learning_rate, method=self.method,
+                                    chunk=chunk, callback=callback)
+            if first:
+                self._warn_short_first_chunk(pairs, result.trace)
+            self._commit(result.state, result.losses,
+                         started=self._started(result.state, result.trace,
+                                               result.learning_rate, index) if first else None,
+                         learning_rate=result.learning_rate)
             return self  # inside the block: an interrupt up to here restores the model
+
+    def _current_learning_rate(self):
+        """Return a later call's learning rate: ``learning_rate_`` unless set since."""
+        return (self.learning_rate_ if self.learning_rate == "auto"
+                else float(self.learning_rate))
+
+    def _warn_short_first_chunk(self, pairs, trace):
+        """Warn when ``partial_fit``'s first chunk sets ``trace="auto"`` from few pairs."""
+        n_moving = int(np.count_nonzero(pairs[:, 0] != pairs[:, 1]))
+        if self.trace == "auto" and n_moving < MIN_TRACE_PAIRS:
+            warn_user(
+                f"trace='auto' is set by the first partial_fit call from {n_moving} pairs "
+                f"of distinct objects (fewer than {MIN_TRACE_PAIRS}), and later calls keep "
+                f"it (trace_={trace:.4g}). Give the trace, a larger first chunk, or stream "
+                "through KernelDistances (a first pass over the whole stream sets it).",
+                UserWarning)
 
     # -- the on-line fast path: one example per call, as river's learn_one ------
     def _param_values(self):
         return tuple(self.__dict__[name] for name in _PARAM_NAMES)
 
-    def _partial_fit_fast(self, X, y):
-        return _partial_fit_fast(self, X, y)
+    def _fast_call(self, X, y):
+        """Whether a ``partial_fit`` call may skip scikit-learn's validation.
 
-    #: Parameters the first ``partial_fit`` fixes.
-    _FIXED_PARAMS = ("trace", "n_objects", "objects", "init", "init_factor")
+        A later call on plain integer index arrays, with every parameter the
+        very object validated by the previous call (``set_params`` makes new
+        ones), no feature names and no ids to map: the checks that matter
+        (shape, indices, targets, step bound) still run, before any change.
+        """
+        params = self.__dict__.get("_validated_params")
+        return (params is not None and type(X) is np.ndarray and type(y) is np.ndarray
+                and X.ndim == 2 and X.shape[1] == 2 and len(X) > 0
+                and X.dtype.kind in "iu" and y.ndim == 1 and y.dtype.kind == "f"
+                and not self.verbose
+                and self.__dict__.get("_object_index") is None
+                and "feature_names_in_" not in self.__dict__
+                and all(now is then for now, then in zip(self._param_values(), params)))
+
+    def _partial_fit_fast(self, X, y):
+        """Run one pass over plain, clean examples.
+
+        Anything unusual (a bad index or target, a self-pair, a target out
+        of reach, a step near overflow) goes to the validated path, which
+        raises or warns exactly as always.
+        """
+        learning_rate = self._current_learning_rate()
+        trace = self.trace_
+        if len(y) != len(X) or X.min() < 0 or X.max() >= self.n_objects_:
+            return self._partial_fit(X, y)
+        y = y.astype(float, copy=False)  # float32 targets: no float32 arithmetic below
+        low, high = float(y.min()), float(y.max())  # NaN fails every comparison below
+        if not (low >= 0 and high <= 2.0 * trace
+                and 8.0 * learning_rate * (1.0 + high / trace) <= MAX_STEP
+                and not (X[:, 0] == X[:, 1]).any()):
+            return self._partial_fit(X, y)
+        pairs = X.astype(np.intp, copy=False)
+        with unchanged_on_error(self):
+            state = self.state_.copy()
+            predictions = run_meg_trials(state, pairs, y, learning_rate=learning_rate,
+                                         trace=trace, method=self.method)
+            self._commit(state, (predictions - y) ** 2, learning_rate=learning_rate)
+            return self  # inside the block: an interrupt up to here restores the model
 
     def _check_fixed_params(self):
         for name, value in self._fixed_params.items():
@@ -477,30 +581,29 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
                     f"continues the same model (call fit to start again with "
                     f"{name}={now!r}).")
 
-    def _start(self, X, y):
-        return _start(self, X, y)
+    def _validate_first_call(self, X, y):
+        """Validate a first call: return ``(pairs, squared targets, index)``."""
+        self._require_targets(y)
+        pairs, y, index = self._validate_pair_table(X, y)
+        y = self._squared_targets(y, len(pairs))
+        moving = pairs[:, 0] != pairs[:, 1]
+        if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
+            raise ValueError(
+                "Every target of a pair of distinct objects is 0: trace='auto' has "
+                "no scale to learn from. Check the units of y (squares that "
+                "underflowed?), or give the trace.")
+        return pairs, y, index
 
-    def _validate_trials(self, X, y, *, reset):
+    def _validate_more_pairs(self, X, y=None):
+        self._require_targets(y)
+        return super()._validate_more_pairs(X, y)
+
+    def _require_targets(self, y):
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 "is None (give the squared distances of the pairs)."
             )
-        if reset:
-            pairs, y, index = validate_pairs(
-                self, X, y, reset=True, n_objects=declared_n_objects(self),
-                objects=self.objects)
-            y = self._squared_targets(y, len(pairs))
-            moving = pairs[:, 0] != pairs[:, 1]
-            if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
-                raise ValueError(
-                    "Every target of a pair of distinct objects is 0: trace='auto' has "
-                    "no scale to learn from. Check the units of y (squares that "
-                    "underflowed?), or give the trace.")
-            return pairs, y, index
-        pairs, y, _ = validate_pairs(self, X, y, reset=False, n_objects=self.n_objects_,
-                                     index=self._object_index)
-        return pairs, self._squared_targets(y, len(pairs))
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""
@@ -509,44 +612,39 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)")
         return squares_of_distances(y, "y (distances, squared=False)")
 
-    def _run(self, state, pairs, y, learning_rate, trace, *, epoch, done):
-        return _run(self, state, pairs, y, learning_rate, trace, epoch=epoch, done=done)
+    def _commit(self, state, losses, *, learning_rate, started=None):
+        """Store the result of an on-line call in one step.
 
-    def _fitted(self, start, losses):
-        """Return the attributes of a model fitted from scratch (not yet stored)."""
-        return {"state_": start.state, "learning_rate_": start.learning_rate,
-                "n_updates_": len(losses), "_loss_buffer": np.array(losses, dtype=float),
-                "n_objects_": start.state.n_objects, "trace_": start.trace,
-                "objects_": object_ids(start.state, start.index),
-                "_object_index": start.index,
-                "_fixed_params": {name: getattr(self, name)
-                                  for name in self._FIXED_PARAMS},
-                "_subspace": None}  # the batch fit's subspace form, if any
-
-    def _commit(self, start, losses, *, first):
-        """Store the result of a call in one step: nothing before it changed the model.
-
-        Called last inside the caller's ``unchanged_on_error`` block, so an
-        interrupt at the caller's ``return`` still restores it.
+        Nothing before it changed the model. Called last inside the caller's
+        ``unchanged_on_error`` block, so an interrupt at the caller's
+        ``return`` still restores it. ``started``: the attributes of a first
+        call.
         """
-        done = 0 if first else self.n_updates_
-        buffer = np.zeros(0) if first else self._loss_buffer
+        done = 0 if started is not None else self.n_updates_
+        buffer = np.zeros(0) if started is not None else self._loss_buffer
         needed = done + len(losses)
         if needed > len(buffer):
             grown = np.zeros(max(needed, 2 * len(buffer)))
             grown[:done] = buffer[:done]
             buffer = grown
         buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
-        update = {"state_": start.state, "learning_rate_": start.learning_rate,
+        update = {**(started or {}), "state_": state, "learning_rate_": learning_rate,
                   "n_updates_": needed, "_loss_buffer": buffer,
                   "_validated_params": self._param_values(), "_subspace": None}
-        if first:
-            update.update(n_objects_=start.state.n_objects, trace_=start.trace,
-                          objects_=object_ids(start.state, start.index),
-                          _object_index=start.index,
-                          _fixed_params={name: getattr(self, name)
-                                         for name in self._FIXED_PARAMS})
         self.__dict__.update(update)  # one step: an interrupt cannot split it
+
+    # -- progress ------------------------------------------------------------
+    def _batch_progress(self):
+        """Return the batch iterations' progress (a context manager yielding the callback)."""
+        return _BatchProgress(self.verbose, self.max_iter)
+
+    def _trials_progress(self, state, n_trials, *, done):
+        """Return the on-line trials' progress (a context manager yielding chunk, callback)."""
+        show = bool(self.verbose) and (self.verbose >= 2 or n_trials >= _BAR_FROM)
+        if show:
+            note_compiling([trial_engine(self.method, state, n_trials)])
+        return _TrialsProgress(show, self.verbose, n_trials, done,
+                               self.n_epochs if self.solver == "online" else 1)
 
     def __getstate__(self):
         """Pickle the model, the loss buffer cut to the losses so far."""
@@ -570,9 +668,19 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
         return float(self.losses_.sum())
 
     def predict(self, X):
-        """Predicted squared distances ``K_aa + K_bb - 2 K_ab`` of pairs.
+        """Predict the squared distances ``K_aa + K_bb - 2 K_ab`` of pairs.
 
         Their square roots, the distances, with ``squared=False``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects ``(a, b)``, as for :meth:`fit`.
+
+        Returns
+        -------
+        y : ndarray of shape (n_pairs,)
+            Squared distances (distances with ``squared=False``).
         """
         check_is_fitted(self, "state_")
         if (type(X) is np.ndarray and X.ndim == 2 and X.shape[1] == 2
@@ -595,3 +703,77 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, KernelViewsMixin, RegressorMixin
 
 #: The parameter names, once (``_get_param_names`` inspects the signature).
 _PARAM_NAMES = tuple(MEGKernelRegressor._get_param_names())
+
+
+class _BatchProgress:
+    """The batch fit's progress bar (a context manager yielding the callback)."""
+
+    def __init__(self, verbose, max_iter):
+        self.verbose, self.max_iter = verbose, max_iter
+
+    def __enter__(self):
+        if not self.verbose:
+            self._bar = None
+            return None
+        self._bar = progress_bar(total=self.max_iter, desc="MEGKernelRegressor (batch)",
+                                 unit="iter", enabled=True)
+        bar = self._bar.__enter__()
+        verbose = self.verbose
+
+        def callback(iteration, train_loss, validation_loss, step):
+            bar.update(1)
+            if verbose >= 2:
+                progress_detail(
+                    f"[MEGKernelRegressor] iteration {iteration}: training loss "
+                    f"{train_loss:.6g}, held-out loss {validation_loss:.6g}, "
+                    f"step {step:.3g} (trace-one units)")
+        return callback
+
+    def __exit__(self, *exc):
+        return False if self._bar is None else self._bar.__exit__(*exc)
+
+
+class _TrialsProgress:
+    """The on-line trials' progress: one bar per epoch, a detail line at ``verbose=2``.
+
+    A context manager yielding ``(chunk, callback)`` for
+    :func:`~megkernel._solvers.meg.fit_online` (``(None, None)`` when silent).
+    """
+
+    def __init__(self, show, verbose, n_trials, done, n_epochs):
+        self.show, self.verbose, self.n, self.done = show, verbose, n_trials, done
+        self.n_epochs = n_epochs
+        self._bar, self._epoch = None, None
+
+    def __enter__(self):
+        if not self.show:
+            return None, None
+        self._clock = time.perf_counter()
+        return _PROGRESS_EVERY, self._callback
+
+    def _open(self, epoch):
+        self._close()
+        where = (f" epoch {epoch + 1}/{self.n_epochs}" if self.n_epochs > 1 else "")
+        self._where = where
+        self._context = progress_bar(total=self.n, desc=f"MEGKernelRegressor{where}",
+                                     unit="trial", enabled=True)
+        self._bar, self._epoch = self._context.__enter__(), epoch
+
+    def _close(self, *exc):
+        if self._bar is not None:
+            self._context.__exit__(*(exc or (None, None, None)))
+            self._bar = None
+
+    def _callback(self, epoch, stop, losses):
+        if epoch != self._epoch:
+            self._open(epoch)
+        self._bar.update(len(losses))
+        if self.verbose >= 2:
+            progress_detail(
+                f"[MEGKernelRegressor]{self._where} trial "
+                f"{self.done + epoch * self.n + stop}: loss of the last {len(losses)} "
+                f"trials {losses.sum():.6g}, {time.perf_counter() - self._clock:.1f} s")
+
+    def __exit__(self, *exc):
+        self._close(*exc)
+        return False

@@ -26,11 +26,17 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._numerics.spectral import check_symmetric, induced_sq_distances
+from ._numerics.spectral import (
+    check_symmetric,
+    induced_sq_distances,
+    power_of_four_scale,
+    warn_if_not_psd,
+)
 from ._pair_estimator import check_class_labels, unchanged_on_error
-from ._warnings import warn_user
 
 __all__ = ["KernelKNeighborsClassifier", "kernel_to_distances", "kernel_distances"]
+
+_power_of_four_scale, _warn_if_not_psd = power_of_four_scale, warn_if_not_psd  # TEMP
 
 
 def kernel_to_distances(K, *, squared=False):
@@ -63,11 +69,11 @@ def kernel_to_distances(K, *, squared=False):
         Symmetric, zero diagonal.
     """
     K = check_symmetric(K, name="K")
-    scale = _power_of_four_scale(np.abs(K).max(initial=0.0))
+    scale = power_of_four_scale(np.abs(K).max(initial=0.0))
     K = K / scale
     diagonal = np.diag(K)
     squared_distances = induced_sq_distances(K, diagonal, diagonal)
-    _warn_if_not_psd(K, diagonal, squared_distances, name="The kernel K")
+    warn_if_not_psd(K, diagonal, squared_distances, name="The kernel K")
     squared_distances = np.maximum(squared_distances, 0.0)
     np.fill_diagonal(squared_distances, 0.0)
     if not squared:
@@ -78,16 +84,6 @@ def kernel_to_distances(K, *, squared=False):
             f"The largest squared distance of K, {largest:.6g} x {scale:.6g}, exceeds the "
             "float range; use squared=False (the distances are finite) or scale K down.")
     return squared_distances * scale
-
-
-def _power_of_four_scale(magnitude):
-    """Return a power of four near ``magnitude`` (1 for 0).
-
-    Dividing by it is exact, and brings the largest entry of a kernel near 1.
-    """
-    magnitude = float(magnitude) or 1.0
-    exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
-    return float(np.ldexp(1.0, 2 * exponent))
 
 
 def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
@@ -112,23 +108,6 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
     """
     squared = induced_sq_distances(kernel_rows, row_diagonal, column_diagonal)
     return np.sqrt(np.maximum(squared, 0.0))
-
-
-def _warn_if_not_psd(kernel, diagonal, squared, *, name="The training kernel"):
-    """Warn when a kernel cannot be positive semidefinite.
-
-    That is when some induced squared distance ``K_ii + K_jj - 2 K_ij``
-    (``squared``), or some ``K_ii``, is clearly negative (``O(n^2)``, no
-    eigendecomposition).
-    """
-    scale = max(float(np.abs(kernel).max(initial=0.0)), np.finfo(float).tiny)
-    worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
-    if worst < -1e-8 * scale:
-        warn_user(
-            f"{name} is not positive semidefinite (an induced squared "
-            f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbors "
-            "of such a 'kernel' are not those of any embedding of the objects.",
-            UserWarning)
 
 
 class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
@@ -235,11 +214,11 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
             # neighbors do not change with the kernel's scale: work at largest
             # entry near 1, so kernels anywhere in the float range give finite
             # distances; a power of 4 scales them (and the distances) exactly
-            scale = _power_of_four_scale(np.abs(X).max())
+            scale = power_of_four_scale(np.abs(X).max())
             X = X / scale
             diagonal = np.diag(X).copy()
             squared = induced_sq_distances(X, diagonal, diagonal)
-            _warn_if_not_psd(X, diagonal, squared)
+            warn_if_not_psd(X, diagonal, squared)
             distances = np.sqrt(np.maximum(squared, 0.0))
             neighbors = KNeighborsClassifier(
                 n_neighbors=self.n_neighbors,
@@ -306,7 +285,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
                         0.0 if test_diagonal is None else np.abs(test_diagonal).max())
         scale = self.kernel_scale_
         if magnitude > scale * 2.0**256:
-            scale = _power_of_four_scale(magnitude)
+            scale = power_of_four_scale(magnitude)
         X = X / scale
         if test_diagonal is not None:
             return kernel_distances(X, test_diagonal / scale, self.train_diagonal_ / scale)

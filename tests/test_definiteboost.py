@@ -24,7 +24,7 @@ from megkernel import (
 from megkernel._numerics.state import ExponentState
 from megkernel._numerics.validation import check_pair_labels
 from megkernel._solvers import definiteboost_projections as solver
-from megkernel._solvers.definiteboost_verdict import pair_ranking_auc
+from megkernel._solvers.holdout import pair_ranking_auc
 from megkernel._warnings import NoImprovementWarning
 
 # -- helpers -------------------------------------------------------------------

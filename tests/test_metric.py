@@ -431,11 +431,11 @@ def test_definiteboost_metric_keeps_euclidean_on_noise_labels():
     assert kept > 5, kept
 
 
-# -- the one training-length loop (megkernel.metric._training_length) ------------
+# -- the one training-length loop (megkernel._solvers.holdout) ------------
 
 
 def test_doubling_checkpoints_have_no_cap_but_the_safety_net():
-    from megkernel.metric._training_length import doubling_checkpoints
+    from megkernel._solvers.holdout import doubling_checkpoints
 
     assert doubling_checkpoints(1) == [0.0, 0.125, 0.25, 0.5, 1.0]
     assert doubling_checkpoints(3, first=1.0) == [0.0, 1.0, 2.0, 3.0]
@@ -458,7 +458,7 @@ class _ScriptedPath:
 
 
 def _run_loop(curve, max_length, patience=2, **kwargs):
-    from megkernel.metric._training_length import doubling_checkpoints, validate_length
+    from megkernel._solvers.holdout import doubling_checkpoints, validate_length
 
     labels = np.repeat([0, 1], 40)
     pairs, signs = draw_pairs(labels, 300, random_state=0)
@@ -488,7 +488,7 @@ def test_a_creeping_score_does_not_buy_more_training():
     counting every real gain follows the creep to the safety net."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from megkernel.metric._training_length import ELASTICITY
+    from megkernel._solvers.holdout import ELASTICITY
 
     creep = np.log1p
     with warnings.catch_warnings():
@@ -521,7 +521,7 @@ def test_the_loop_warns_at_its_safety_net_while_still_improving():
 @pytest.mark.parametrize("Metric", METRICS)
 def test_both_learners_choose_their_length_by_the_same_loop(Metric):
     from megkernel.metric._meg_epochs import soft_neighbor_checkpoints
-    from megkernel.metric._training_length import MAX_PASSES, doubling_checkpoints
+    from megkernel._solvers.holdout import MAX_PASSES, doubling_checkpoints
 
     points, classes = _noisy_blobs(160, seed=3)
     with warnings.catch_warnings():
@@ -560,7 +560,7 @@ def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
     then gave the final fit four times the fold's updates. From labels, each
     fold draws the final fit's number of pairs among its own training points;
     a length is counted in the final fit's updates."""
-    from megkernel.metric import _training_length
+    from megkernel._solvers import holdout as _training_length
 
     points, classes = _noisy_blobs(120, seed=3, n_noise=4)
     seen = []
@@ -602,7 +602,7 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
     score must be that of a fresh run of exactly that many projections."""
     from megkernel._numerics.state import ExponentState
     from megkernel._solvers.definiteboost import fit_pair_constraints
-    from megkernel.metric._training_length import (
+    from megkernel._solvers.holdout import (
         HeldOutScorer,
         doubling_checkpoints,
         pair_components,
@@ -792,7 +792,7 @@ def test_a_longer_length_with_significantly_fewer_right_never_replaces(n_wrong, 
     """Margins that rise (a real gain) while the share of positive ones falls
     by more than 2 standard errors do not replace the choice; a fall within
     noise does not stop them."""
-    from megkernel.metric._training_length import choose_checkpoint
+    from megkernel._solvers.holdout import choose_checkpoint
 
     prior = [_margins(300, 6, 0.2, -0.1, seed) for seed in (0, 1)]  # 98 % right
     longer = [_margins(300, n_wrong, 0.5, -0.05, seed + 2) for seed in (0, 1)]
@@ -809,7 +809,7 @@ def test_a_longer_length_with_significantly_more_right_replaces(wrong_at_4, repl
     right. A significant rise of the share of positive margins -- the 1-NN
     accuracy the score predicts -- replaces the choice; a rise within
     noise still has to pass the elasticity."""
-    from megkernel.metric._training_length import choose_checkpoint
+    from megkernel._solvers.holdout import choose_checkpoint
 
     prior = [_margins(300, 150, 0.10, -0.10, seed) for seed in (0, 1)]
     at_2 = [_margins(300, 60, 0.30, -0.05, seed + 2) for seed in (0, 1)]
@@ -851,7 +851,7 @@ def test_definiteboost_metric_from_labels_does_not_report_its_own_dropped_pairs(
 
 
 def test_auto_folds_are_five_below_600_points_and_two_from_there():
-    from megkernel.metric._training_length import resolve_n_folds
+    from megkernel._solvers.holdout import resolve_n_folds
 
     assert [resolve_n_folds("auto", n) for n in (2, 3, 5, 150, 599, 600, 5000)] == [
         2, 3, 5, 5, 5, 2, 2]
@@ -864,7 +864,7 @@ def test_fold_repeats_give_the_same_training_budget_whatever_the_folds(
         n_folds, n_points, repeats):
     """Each repetition holds every point out once and trains on it n_folds - 1
     times: the fewest repetitions whose fold models learn from >= 600 points."""
-    from megkernel.metric._training_length import validation_folds
+    from megkernel._solvers.holdout import validation_folds
 
     labels = np.arange(n_points) % 3
     masks, n_repeats = validation_folds(n_points, np.zeros((0, 2), int), labels,

@@ -37,7 +37,7 @@ from megkernel._solvers.metric_meg import (
     run_batches,
     whiten,
 )
-from megkernel.metric._training_length import doubling_checkpoints, pair_components
+from megkernel._solvers.holdout import doubling_checkpoints, pair_components
 from megkernel.metric.meg import validate_epochs
 
 CHECKPOINTS = tuple(doubling_checkpoints())

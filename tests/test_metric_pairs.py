@@ -233,7 +233,7 @@ def test_definiteboost_fit_pairs_starts_from_the_soft_neighbours_of_its_componen
     (issue 20: from pairs it kept the Euclidean metric where MEGMetric learned)."""
     from megkernel._numerics.seeding import derived_seed
     from megkernel.metric import draw_pairs
-    from megkernel.metric._training_length import pair_components
+    from megkernel._solvers.holdout import pair_components
 
     X, y = _noisy_moons(seed=21)
     pairs, signs = draw_pairs(y, 300, random_state=0)
@@ -280,7 +280,7 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_l
     dissimilar = np.column_stack([chains[0], chains[1]])
     pairs = np.vstack([similar, dissimilar])
     signs = np.r_[np.ones(len(similar)), -np.ones(len(dissimilar))]
-    from megkernel.metric._training_length import pair_components
+    from megkernel._solvers.holdout import pair_components
 
     assert pair_components(len(X), pairs, signs) is not None
     with warnings.catch_warnings():

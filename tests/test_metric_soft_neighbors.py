@@ -169,7 +169,7 @@ def test_given_pairs_whose_components_are_classes_validate_the_soft_objective_to
     classes (the validation's labels), the soft-neighbour objective of those
     classes is validated beside the pairs; when they do not, the pairs alone."""
     from megkernel import draw_pairs
-    from megkernel.metric._training_length import pair_components
+    from megkernel._solvers.holdout import pair_components
 
     X, labels = _data(seed=7, n=90)
     pairs, signs = draw_pairs(labels, 300, random_state=0)

@@ -11,7 +11,12 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
+from .._warnings import warn_user
+
 __all__ = [
+    "kernel_distance_block",
+    "power_of_four_scale",
+    "warn_if_not_psd",
     "check_symmetric",
     "check_positive_definite",
     "eigh_symmetric",
@@ -233,6 +238,84 @@ def induced_sq_distances(kernel_rows, row_diagonal=None, column_diagonal=None, *
     if whole:
         np.fill_diagonal(squared, 0.0)
     return squared
+
+
+def power_of_four_scale(magnitude):
+    """Return a power of four near ``magnitude`` (1 for 0).
+
+    Dividing a kernel by it is exact and brings its largest entry near 1, so
+    that its distances are finite anywhere in the float range (the square
+    root of a power of four is exact too).
+
+    Parameters
+    ----------
+    magnitude : float
+        The kernel's largest absolute entry.
+
+    Returns
+    -------
+    scale : float
+        ``4**k`` with ``k`` in ``[-511, 511]``.
+    """
+    magnitude = float(magnitude) or 1.0
+    exponent = min(max(round(np.log2(magnitude) / 2), -511), 511)
+    return float(np.ldexp(1.0, 2 * exponent))
+
+
+def kernel_distance_block(kernel, rows, cols, *, scale, squared):
+    """Return the distances between objects ``rows`` and ``cols`` under ``kernel``.
+
+    Computed on ``kernel / scale`` (``scale`` a power of four,
+    :func:`power_of_four_scale`) and scaled back exactly; negative squared
+    distances (round-off) are clipped at 0.
+
+    Parameters
+    ----------
+    kernel : ndarray of shape (n, n)
+        The kernel.
+    rows, cols : ndarray of int
+        Object indices.
+    scale : float
+        A power of four near the kernel's largest entry.
+    squared : bool
+        Return squared distances.
+
+    Returns
+    -------
+    distances : ndarray of shape (len(rows), len(cols))
+        (Squared) distances.
+    """
+    diagonal = np.diag(kernel) / scale
+    sq = np.maximum(induced_sq_distances(kernel[np.ix_(rows, cols)] / scale,
+                                         diagonal[rows], diagonal[cols]), 0.0)
+    return sq * scale if squared else np.sqrt(sq) * np.sqrt(scale)
+
+
+def warn_if_not_psd(kernel, diagonal, squared, *, name="The training kernel"):
+    """Warn when a kernel cannot be positive semidefinite.
+
+    That is when some induced squared distance ``K_ii + K_jj - 2 K_ij``, or
+    some ``K_ii``, is clearly negative (``O(n^2)``, no eigendecomposition).
+
+    Parameters
+    ----------
+    kernel : ndarray
+        The kernel (or a block of it).
+    diagonal : ndarray
+        Its ``K_ii``.
+    squared : ndarray
+        Its induced squared distances.
+    name : str, default="The training kernel"
+        What to call the kernel in the warning.
+    """
+    scale = max(float(np.abs(kernel).max(initial=0.0)), np.finfo(float).tiny)
+    worst = min(float(squared.min(initial=0.0)), float(diagonal.min(initial=0.0)))
+    if worst < -1e-8 * scale:
+        warn_user(
+            f"{name} is not positive semidefinite (an induced squared "
+            f"distance K_ii + K_jj - 2 K_ij or a K_ii is {worst:.3g}); the neighbors "
+            "of such a 'kernel' are not those of any embedding of the objects.",
+            UserWarning)
 
 
 #: Pairs gathered per block by :func:`kernel_pair_sq_distances` (three

@@ -404,21 +404,36 @@ def prior_trace(init, init_factor):
                        name="the trace of init")
 
 
-def working_state(prior, method, projection):
-    """DefiniteBoost's working state for a prior fitted by ``MEGKernelRegressor``.
+def working_state(state, subspace, method, projection):
+    """Return DefiniteBoost's working state for a prior fitted by MEG's batch fit.
 
     A prior the batch fit learned in a subspace plus its isotropic complement
-    (``prior._subspace``, from 1500 objects on) is continued in that form
+    (``subspace``, from :data:`~megkernel._solvers.meg_batch.SUBSPACE_FROM`
+    objects on) is continued in that form
     (:class:`~megkernel._numerics.state.SubspaceState`): the projections then
-    stay in the same matrix algebra at ``O(k^3)`` per update (measured at
-    2000 objects: the dense run fell from 16 to 9.5 iterations / s in its
-    first 270 iterations as fewer eigenpairs deflated, heading for ``O(d^3)``
-    each). The exact projection and the rank-one engine need a dense state.
+    stay in the same matrix algebra at ``O(k^3)`` per update instead of
+    ``O(d^3)`` once the dense state's eigenpairs stop deflating. The exact
+    projection and the rank-one engine need a dense state.
+
+    Parameters
+    ----------
+    state : ExponentState
+        The prior's dense state.
+    subspace : SubspaceState or None
+        The same prior in its subspace form, if the fit made one.
+    method : str
+        The update engine asked for.
+    projection : str
+        ``"approximate"`` or ``"exact"``.
+
+    Returns
+    -------
+    state : ExponentState or SubspaceState
+        The state the projections start from (a copy of the subspace form).
     """
-    subspace = getattr(prior, "_subspace", None)
     if subspace is not None and method in ("auto", "eigh") and projection == "approximate":
         return subspace.copy()
-    return prior.state_
+    return state
 
 
 def dense_state(state):
@@ -465,7 +480,7 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     """The fit of :class:`~megkernel.DefiniteBoostKernel` on ``state`` (in place).
 
     ``gamma="auto"``: with ``held_out`` pairs (see
-    :mod:`.definiteboost_verdict`), each threshold of
+    :mod:`.holdout`), each threshold of
     :data:`AUTO_GAMMA_FRACTIONS` of the prior's mean squared distance is
     fitted in turn, from the largest down, and the kernel that ranks the
     held-out pairs best is kept (ties: the larger ``gamma``). With ``warm``

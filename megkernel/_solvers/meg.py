@@ -21,20 +21,26 @@ learning rate does not depend on the scale of the distances: fitting
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+from sklearn.utils import check_random_state
 
 from .._engines import run_pair_trials, select
 from .._numerics.spectral import check_symmetric
 from .._numerics.state import ExponentState, prior_state
 from .._numerics.validation import (
     check_meg_step,
+    check_n_trials,
     check_pair_indices,
     check_squared_distances,
 )
+from .._warnings import warn_user
 from .bounds import meg_learning_rate
+from .holdout import r2_score
 
-__all__ = ["meg", "meg_general", "run_meg_trials", "trial_engine", "auto_learning_rate",
-           "auto_trace"]
+__all__ = ["OnlineFit", "auto_learning_rate", "auto_trace", "fit_online", "meg", "meg_general",
+           "resolve_scale", "run_meg_trials", "trial_engine", "warn_unreachable"]
 
 #: Relative size below which a pair's ``||P[a] - P[b]||^2`` is round-off.
 _ROUND_OFF = 1e-12
@@ -97,6 +103,173 @@ def auto_trace(state, pairs, y):
         raise ValueError(f"The targets' mean squared distance {mean_target:.3g} is too "
                          "large for double precision at this number of objects.")
     return float(trace)
+
+
+def resolve_scale(state, pairs, y, *, trace="auto", learning_rate="auto"):
+    """Return the units of an on-line fit: its trace and learning rate, ``"auto"`` resolved.
+
+    The one place where the ``"auto"`` rules of the on-line trials are applied
+    (:func:`auto_trace`, :func:`auto_learning_rate`).
+
+    Parameters
+    ----------
+    state : ExponentState
+        The prior ``W_1``.
+    pairs : ndarray of int, shape (n, 2)
+        The first call's pairs.
+    y : ndarray of shape (n,)
+        Their squared-distance targets.
+    trace : float or "auto", default="auto"
+        ``tau``.
+    learning_rate : float or "auto", default="auto"
+        ``eta`` in trace-one units.
+
+    Returns
+    -------
+    trace : float
+        ``tau``.
+    learning_rate : float
+        ``eta``.
+    """
+    trace = auto_trace(state, pairs, y) if trace == "auto" else float(trace)
+    learning_rate = (auto_learning_rate(state, pairs[:, 0], pairs[:, 1])
+                     if learning_rate == "auto" else float(learning_rate))
+    return trace, learning_rate
+
+
+def warn_unreachable(pairs, y, trace, *, beyond_trace=True):
+    """Warn once about targets that no kernel of trace ``trace`` can meet.
+
+    A pair of an object with itself has squared distance 0; no squared
+    distance exceeds ``2 * trace``.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        The pairs' objects.
+    y : ndarray of shape (n,)
+        Their squared-distance targets.
+    trace : float
+        ``tau``, in the targets' units.
+    beyond_trace : bool, default=True
+        Whether to check the ``2 * trace`` bound too.
+    """
+    loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
+    if loops.any():
+        warn_user(
+            f"{np.count_nonzero(loops)} of {len(y)} pairs join an object with itself "
+            f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
+            "distance of an object to itself is always 0.", UserWarning)
+    beyond = y > 2.0 * trace
+    if beyond_trace and beyond.any():
+        warn_user(
+            f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
+            f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "
+            f"kernel of trace {trace:.4g} has: give the trace in the targets' units.",
+            UserWarning)
+
+
+class OnlineFit(NamedTuple):
+    """What :func:`fit_online` returns.
+
+    Attributes
+    ----------
+    state : ExponentState
+        ``W`` after the last trial (the prior is not changed).
+    trace : float
+        ``tau``.
+    learning_rate : float
+        ``eta`` (trace-one units).
+    losses : ndarray
+        ``(yhat_t - y_t)^2`` of every trial, each before its update.
+    prior_loss, final_loss : float
+        Mean square error (trace-one units) of the prior and of the final
+        kernel over the pairs; NaN unless ``summary=True``.
+    prior_r2, final_r2 : float
+        The same as ``R^2`` of the pairs' squared distances.
+    """
+
+    state: ExponentState
+    trace: float
+    learning_rate: float
+    losses: np.ndarray
+    prior_loss: float = np.nan
+    final_loss: float = np.nan
+    prior_r2: float = np.nan
+    final_r2: float = np.nan
+
+
+def fit_online(pairs, y, *, prior, trace="auto", learning_rate="auto", n_epochs=1,
+               shuffle=False, random_state=None, method="auto", chunk=None, callback=None,
+               summary=False):
+    """Run the paper's on-line trials from ``prior`` over ``n_epochs`` passes.
+
+    The trace and learning rate are resolved (:func:`resolve_scale`), targets
+    out of reach warned about (:func:`warn_unreachable`) and a step beyond
+    double precision refused before the first trial.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Validated object indices, in order.
+    y : ndarray of shape (n,)
+        Validated squared-distance targets.
+    prior : ExponentState
+        The state the trials start from (not changed).
+    trace : float or "auto", default="auto"
+        ``tau``.
+    learning_rate : float or "auto", default="auto"
+        ``eta`` in trace-one units.
+    n_epochs : int, default=1
+        Passes over the pairs.
+    shuffle : bool, default=False
+        Draw each pass's order at its start.
+    random_state : int, RandomState instance or None, default=None
+        The orders' randomness.
+    method : str, default="auto"
+        Engine (see :data:`megkernel._engines.ENGINES`).
+    chunk : int, optional
+        Trials per engine call (see :func:`run_meg_trials`).
+    callback : callable, optional
+        ``callback(epoch, stop, losses)`` after each chunk: the epoch, the
+        trials done in it so far and the chunk's losses (a progress bar).
+    summary : bool, default=False
+        Also compute the prior's and the final kernel's mean square error
+        over the pairs (``prior_loss``, ``final_loss``).
+
+    Returns
+    -------
+    fit : OnlineFit
+        The final state, the units and the losses.
+    """
+    trace, learning_rate = resolve_scale(prior, pairs, y, trace=trace,
+                                         learning_rate=learning_rate)
+    warn_unreachable(pairs, y, trace)
+    check_meg_step(learning_rate, trace, y)
+    check_n_trials(n_epochs, len(y), bytes_per_trial=8,  # losses_ keeps each trial's loss
+                   record="its on-line loss in losses_")
+    rng = check_random_state(random_state)
+    state = prior.copy()
+    losses = []
+    for epoch in range(n_epochs):
+        order = rng.permutation(len(y)) if shuffle else np.arange(len(y))
+        targets = y[order]
+        step = None if callback is None else (
+            lambda stop, predictions, epoch=epoch, targets=targets: callback(
+                epoch, stop, (predictions - targets[stop - len(predictions):stop]) ** 2))
+        predictions = run_meg_trials(state, pairs[order], targets,
+                                     learning_rate=learning_rate, trace=trace,
+                                     method=method, chunk=chunk, callback=step)
+        losses.append((predictions - targets) ** 2)
+    losses = np.concatenate(losses) if losses else np.zeros(0)
+    if not summary:
+        return OnlineFit(state, trace, learning_rate, losses)
+    a, b = pairs.T
+    z = y / trace  # trace-one units: no overflow in any units of y
+    prior_loss = float(np.mean((prior.pair_sq_distances(a, b) - z) ** 2))
+    final_loss = float(np.mean((state.pair_sq_distances(a, b) - z) ** 2))
+    return OnlineFit(state, trace, learning_rate, losses, prior_loss, final_loss,
+                     r2_score(prior_loss, z), r2_score(final_loss, z))
 
 
 def trial_engine(method, state, n_trials):

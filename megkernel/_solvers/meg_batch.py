@@ -41,8 +41,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._numerics.limits import MAX_SCALE, MIN_SCALE
 from .._numerics.state import ExponentState, SubspaceState
 from .._numerics.threads import blas_threads
+from .._numerics.validation import check_trace
+from .holdout import holdout_pairs, r2_score
+from .meg import auto_learning_rate, auto_trace, warn_unreachable
 from .pair_loss import PairLoss, SubspacePairLoss
 from .spectral_prior import (
     ISOTROPIC_FLOOR,
@@ -54,8 +58,8 @@ from .spectral_prior import (
 
 __all__ = ["ISOTROPIC_FLOOR", "OVERFIT_Z", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS",
            "SUBSPACE_FROM", "SUBSPACE_GROWTH", "SUBSPACE_MAX", "SUBSPACE_START", "BatchResult",
-           "PairLoss", "SpectralPrior", "SubspacePairLoss", "minimize_pair_loss", "spectral_prior",
-           "subspace_dimension"]
+           "MEGBatchFit", "PairLoss", "SpectralPrior", "SubspacePairLoss", "check_batch_units",
+           "fit_batch", "minimize_pair_loss", "spectral_prior", "subspace_dimension"]
 
 #: Largest step tried: beyond it ``eta * ||G||`` leaves double precision.
 _MAX_STEP_NORM = 1e4
@@ -385,3 +389,225 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
                        np.asarray(steps), iteration, best_iter, converged, stalled, n_eigh,
                        [i for i in growth if i < best_iter] if early_stopping else growth,
                        subspace)
+
+
+# -- the whole batch fit: split, units, prior, minimisation, refit ----------------
+
+class MEGBatchFit(NamedTuple):
+    """What :func:`fit_batch` returns.
+
+    Attributes
+    ----------
+    state : ExponentState
+        The learned kernel's exponent (trace one).
+    trace : float
+        The kernel's trace, in the targets' units.
+    learning_rate : float
+        Lemma 3.2's on-line rate for continuing from ``state`` on these pairs.
+    n_iter : int
+        Iterations of the run on the training pairs plus those of the refit.
+    converged : bool
+        Whether the stopping rule, not ``max_iter``, ended the run.
+    loss_curve : ndarray
+        Root mean square training error (targets' units) of the prior and of
+        each iterate of the returned kernel's run.
+    validation_scores : ndarray
+        Held-out ``R^2`` of the prior and of each iterate (empty without
+        held-out pairs).
+    validation_score, prior_score : float
+        Held-out ``R^2`` of the chosen iterate and of the prior (NaN without
+        held-out pairs).
+    prior_rank, prior_imputations : int or None
+        The spectral prior's rank and imputations (``None`` for a given prior).
+    held_out : bool
+        Whether pairs were held out (early stopping and the verdict).
+    split_reason : str
+        Why nothing was held out although asked (empty otherwise).
+    subspace : SubspaceState or None
+        The kernel in its subspace form (a subspace fit), else ``None``.
+    """
+
+    state: ExponentState
+    trace: float
+    learning_rate: float
+    n_iter: int
+    converged: bool
+    loss_curve: np.ndarray
+    validation_scores: np.ndarray
+    validation_score: float
+    prior_score: float
+    prior_rank: int | None
+    prior_imputations: int | None
+    held_out: bool
+    split_reason: str
+    subspace: object
+
+
+def check_batch_units(y, unit, what):
+    """Refuse targets whose squared errors leave double precision in the fit's units.
+
+    Parameters
+    ----------
+    y : ndarray
+        The targets.
+    unit : float
+        The unit of the fit: the targets' mean, then the trace.
+    what : str
+        What ``unit`` is, for the message.
+    """
+    if not (np.isfinite(unit) and MIN_SCALE <= unit <= MAX_SCALE):
+        raise ValueError(
+            f"{what[0].upper() + what[1:]} is {unit:.4g}, outside [{MIN_SCALE:g}, "
+            f"{MAX_SCALE:g}] where squared distances and their squared errors stay in "
+            "double precision: give the targets in other units.")
+    largest = float(np.max(y, initial=0.0))
+    if largest > MAX_SCALE * unit:
+        raise ValueError(
+            f"y reaches {largest:.4g}, more than {MAX_SCALE:g} times {what} "
+            f"({unit:.4g}): its squared error leaves double precision. Check the units "
+            "of the targets (and of the trace).")
+
+
+def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="auto",
+              max_iter=1000, tol=1e-4, n_iter_no_change=5, validation_fraction=0.1,
+              random_state=None, callback=None):
+    """Fit a kernel to squared distances of pairs by batch MEG, end to end.
+
+    Holds out ``validation_fraction`` of the pairs (:func:`holdout_pairs`),
+    works in units of the training targets' mean, starts from ``prior`` or
+    from the :func:`spectral_prior` of the training distances (in a subspace
+    from :data:`SUBSPACE_FROM` objects on), minimises the total square loss
+    (:func:`minimize_pair_loss`, early stopped on the held-out pairs), and
+    when held-out pairs chose a number of iterations, refits that many on
+    every pair (as ``LassoCV`` refits its chosen ``alpha``).
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Validated object indices.
+    y : ndarray of shape (n,)
+        Validated squared distances, in any units.
+    prior : ExponentState
+        ``W_1`` (not changed); with ``spectral``, the identity over the
+        objects (only its size is used).
+    spectral : bool, default=False
+        Start from the spectral prior of the distances (``init="auto"``).
+    trace : float or "auto", default="auto"
+        The kernel's trace in the targets' units; ``"auto"``: the spectral
+        prior's fitted trace, or :func:`auto_trace` of a given prior.
+    learning_rate : float or "auto", default="auto"
+        First trial step of the line search.
+    max_iter : int, default=1000
+        Largest number of iterations.
+    tol : float, default=1e-4
+        Relative decrease of the training loss that counts as improvement.
+    n_iter_no_change : int, default=5
+        Iterations without improvement (or overfitting) before stopping.
+    validation_fraction : float or None, default=0.1
+        Share of the pairs held out; ``None``: none.
+    random_state : int, RandomState instance or None, default=None
+        The split's randomness.
+    callback : callable, optional
+        ``callback(iteration, train_loss, validation_loss, step)`` after each
+        iteration of the run on the training pairs.
+
+    Returns
+    -------
+    fit : MEGBatchFit
+        The kernel and the fit's record.
+    """
+    warn_unreachable(pairs, y, 1.0, beyond_trace=False)
+    if validation_fraction is None:
+        train, held, split_reason = np.arange(len(y)), None, ""
+    else:
+        train, held, split_reason = holdout_pairs(len(y), validation_fraction, random_state)
+    a, b = pairs[train].T
+    a_val, b_val = pairs[held].T if held is not None else (a[:0], b[:0])
+    # work in units of the targets' mean (the result does not depend on them)
+    moving = a != b
+    with np.errstate(over="ignore"):  # a mean beyond the float range: refused below
+        unit = float(np.mean(y[train][moving])) if moving.any() else 0.0
+    unit = unit if unit > 0 else 1.0
+    check_batch_units(y, unit, "the mean target of the training pairs of distinct objects")
+    y_train = y[train] / unit
+    y_val = y[held] / unit if held is not None else np.zeros(0)
+    n_objects = prior.n_objects
+    prior_rank = prior_imputations = None
+    subspace = (subspace_dimension(n_objects)
+                if spectral and n_objects >= SUBSPACE_FROM else None)
+    state = prior
+    if spectral:
+        spectral_fit = spectral_prior(n_objects, a, b, y_train,
+                                      *((a_val, b_val, y_val) if held is not None else ()),
+                                      subspace=subspace)
+        fitted_trace, prior_rank = spectral_fit.trace, spectral_fit.rank
+        state = spectral_fit.exponent if subspace is not None else spectral_fit.state
+        prior_imputations = spectral_fit.imputations
+        basis = spectral_fit.basis
+    else:
+        fitted_trace = auto_trace(state, pairs[train], y_train)
+        basis = None
+    # the on-line fit's range of traces, [1e-100, 1e100], and targets in its reach
+    if trace != "auto":
+        fitted_trace = check_trace(trace) / unit
+        warn_unreachable(pairs, y, float(trace))
+        check_batch_units(y, float(trace), "the trace")
+    else:
+        check_trace(fitted_trace * unit)
+    train_loss, validation = _losses(state, basis, a, b, y_train / fitted_trace,
+                                     *((a_val, b_val, y_val / fitted_trace)
+                                       if held is not None else ()))
+    result = minimize_pair_loss(
+        state, train_loss, validation=validation, learning_rate=learning_rate,
+        max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
+        early_stopping=validation is not None, callback=callback, grow=SUBSPACE_GROWTH)
+    if held is not None and result.best_iter > 0:
+        # the held-out pairs chose the rank and the number of iterations;
+        # the kernel returned learns from every pair
+        a_all, b_all = pairs.T
+        y_all = y / unit
+        if prior_rank is None:
+            state = prior.copy()
+            if trace == "auto":
+                fitted_trace = auto_trace(state, pairs, y_all)
+            basis = None
+        else:
+            refit_prior = spectral_prior(n_objects, a_all, b_all, y_all, a_all, b_all, y_all,
+                                         ranks=(prior_rank,), n_imputations=prior_imputations,
+                                         fixed=True, subspace=subspace)
+            fitted_trace = refit_prior.trace if trace == "auto" else fitted_trace
+            state = refit_prior.exponent if subspace is not None else refit_prior.state
+            basis = refit_prior.basis
+        loss, _ = _losses(state, basis, a_all, b_all, y_all / fitted_trace)
+        refit = minimize_pair_loss(
+            state, loss, grow=SUBSPACE_GROWTH, grow_at=result.growth,
+            learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
+            n_iter_no_change=result.best_iter + 1)
+        result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
+                                 n_iter=result.n_iter + refit.n_iter,
+                                 subspace=refit.subspace)
+    kernel_trace = fitted_trace * unit
+    if validation is not None:
+        scores = np.array([r2_score(loss, validation.z) for loss in result.validation_curve])
+    else:
+        scores = np.zeros(0)
+    return MEGBatchFit(
+        state=result.state, trace=kernel_trace,
+        learning_rate=auto_learning_rate(result.state, pairs[:, 0], pairs[:, 1]),
+        n_iter=result.n_iter, converged=bool(result.converged),
+        loss_curve=kernel_trace * np.sqrt(result.loss_curve), validation_scores=scores,
+        validation_score=scores[result.best_iter] if len(scores) else np.nan,
+        prior_score=scores[0] if len(scores) else np.nan,
+        prior_rank=prior_rank, prior_imputations=prior_imputations,
+        held_out=validation is not None, split_reason=split_reason,
+        subspace=result.subspace)
+
+
+def _losses(state, basis, a, b, z, a_val=None, b_val=None, z_val=None):
+    """Return the training loss and the held-out one (``None`` without held-out pairs).
+
+    ``basis`` not ``None``: the subspace form (``state`` is then its exponent).
+    """
+    def loss(a, b, z):
+        return SubspacePairLoss(basis, a, b, z) if basis is not None else PairLoss(state, a, b, z)
+    return loss(a, b, z), (loss(a_val, b_val, z_val) if a_val is not None else None)

@@ -4,7 +4,7 @@ The loss is the one-sided square loss.
 
 Pure solver functions: arrays in, arrays out. :class:`megkernel.MEGMetric`
 wraps them; how long it trains is chosen by
-:mod:`megkernel.metric._training_length`. The derivation of the one-sided loss bound is in
+:mod:`megkernel._solvers.holdout`. The derivation of the one-sided loss bound is in
 the user guide, ``docs/user_guide/metrics.rst``, "The one-sided loss and its bound".
 
 Coordinates

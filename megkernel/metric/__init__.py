@@ -39,7 +39,7 @@ samplers :func:`neighbor_pairs` and :func:`draw_pairs`;
 classification and the input checks; :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost` one learner each, its pair-input
 variant a thin subclass (MEG's in :mod:`megkernel.metric.meg_pairs`);
-:mod:`megkernel.metric._training_length` the one validation loop that
+:mod:`megkernel._solvers.holdout` the one validation loop that
 chooses how long either learns.
 """
 

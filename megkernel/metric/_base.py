@@ -6,7 +6,7 @@ calibration) and input validators; the pairs made from labels are in
 
 The estimators are in :mod:`megkernel.metric.meg` and
 :mod:`megkernel.metric.definiteboost`; how long they learn, in
-:mod:`megkernel.metric._training_length`.
+:mod:`megkernel._solvers.holdout`.
 """
 
 from __future__ import annotations

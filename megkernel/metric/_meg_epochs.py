@@ -3,7 +3,7 @@
 Mini-batch MEG over a fold's training pairs, advanced epoch by epoch, or the
 MEG ascent of the stochastic-neighbour objective over a fold's training
 points, advanced iteration by iteration; scored at each checkpoint of
-:mod:`megkernel.metric._training_length`.
+:mod:`megkernel._solvers.holdout`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .._solvers.metric_soft_neighbors import (
     prior_temperature,
 )
 from .._warnings import warn_user
-from ._training_length import (
+from .._solvers.holdout import (
     _MIN_ITEMS,
     ELASTICITY,
     MAX_PASSES,
@@ -36,7 +36,7 @@ class _EpochPath:
     """One fold of :func:`validate_epochs`.
 
     Mini-batch MEG over the fold's training pairs, advanced epoch by epoch
-    (see :mod:`megkernel.metric._training_length`).
+    (see :mod:`megkernel._solvers.holdout`).
     """
 
     def __init__(self, scorer, coordinates, signs, targets, sides, prior, *,
@@ -67,7 +67,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                     classes=None):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
-    :func:`megkernel.metric._training_length.validate_length` with MEG's
+    :func:`megkernel._solvers.holdout.validate_length` with MEG's
     folds: each learns from the pairs among its training points from the
     prior ``prior`` (eigenvalues of the diagonal start) by
     :func:`megkernel._solvers.metric_meg.run_batches`, over the epochs of
@@ -81,7 +81,7 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     epochs : float
         The chosen checkpoint, times ``log["length_scale"]``.
     log : dict
-        As :func:`~megkernel.metric._training_length.validate_length`.
+        As :func:`~megkernel._solvers.holdout.validate_length`.
     """
     def make_path(scorer):
         return _EpochPath(scorer, coordinates, signs, targets, sides, prior,
@@ -133,7 +133,7 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
                             temperatures=TEMPERATURES):
     """How many ascent iterations of the stochastic-neighbour objective, at which temperature.
 
-    :func:`~megkernel.metric._training_length.validate_length` with the
+    :func:`~megkernel._solvers.holdout.validate_length` with the
     folds of :class:`_SoftNeighborPath` over the checkpoints of
     :func:`soft_neighbor_checkpoints`, once per temperature of
     ``temperatures`` (multiples of :func:`prior_temperature`) on the same

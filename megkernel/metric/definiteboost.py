@@ -3,7 +3,7 @@
 The estimator of :mod:`megkernel.metric` over
 :class:`megkernel.DefiniteBoostKernel` in low-rank mode; the validated number
 of greedy sweeps comes from the one loop of
-:mod:`megkernel.metric._training_length`.
+:mod:`megkernel._solvers.holdout`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_PO
 from ..definiteboost_kernel import DefiniteBoostKernel
 from ._base import _FeatureMetric, _PairInput
 from ._pairs import _ClassPairs
-from ._training_length import (
+from .._solvers.holdout import (
     MAX_PASSES,
     doubling_checkpoints,
     pair_components,
@@ -52,7 +52,7 @@ class _SweepPath:
     """One fold of DefiniteBoostMetric's validation.
 
     The greedy projections on the fold's training pairs, scored after each
-    number of sweeps (see :mod:`megkernel.metric._training_length`).
+    number of sweeps (see :mod:`megkernel._solvers.holdout`).
 
     A run cannot be resumed (its multipliers live inside the solver), so it
     is made ahead, to a horizon, and scored on its way at every checkpoint
@@ -138,7 +138,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         training points among 0, 1/8, 1/4, 1/2, 1, 2, ... sweeps, going on
         while the validated score improves, by the same loop and rule as
         :class:`MEGMetric`'s ``n_epochs`` (see :attr:`validation_` and
-        :mod:`megkernel.metric._training_length`; safety net: 1000 sweeps,
+        :mod:`megkernel._solvers.holdout`; safety net: 1000 sweeps,
         with a :class:`~sklearn.exceptions.ConvergenceWarning`); a run that
         converges earlier stops there.
     tol : float, default=1e-2

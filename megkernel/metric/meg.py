@@ -2,7 +2,7 @@
 
 The estimator of :mod:`megkernel.metric` (see its docs for the coordinates and the loss);
 the MEG arithmetic is the solver :mod:`megkernel._solvers.metric_meg`, and the validated
-number of epochs comes from the one loop of :mod:`megkernel.metric._training_length`.
+number of epochs comes from the one loop of :mod:`megkernel._solvers.holdout`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from ._base import (
 )
 from ._meg_epochs import validate_epochs, validate_kinds
 from ._pairs import _ClassPairs
-from ._training_length import MAX_PASSES, pair_components
+from .._solvers.holdout import MAX_PASSES, pair_components
 
 __all__ = ["MEGMetric", "validate_epochs"]
 
@@ -103,7 +103,7 @@ class MEGMetric(_FeatureMetric):
         1, 2, ... epochs, going on while a longer run's validated gain is
         real and still grows at least as the square root of the epochs (no
         fixed cap but ``max_iter``; see :attr:`validation_` and
-        :mod:`megkernel.metric._training_length`).
+        :mod:`megkernel._solvers.holdout`).
     max_iter : int, default=1000
         Safety net of ``n_epochs="auto"``: at most this many epochs, with a
         :class:`~sklearn.exceptions.ConvergenceWarning` when the validated

@@ -1,4 +1,25 @@
-"""How long a metric learner trains: one validation loop for every learner.
+"""Held-out data, in one place: splits, folds, the verdict's statistics, training length.
+
+Every learner that holds data out goes through this module, with one
+convention: a function takes the data (or its size), the share or number of
+folds, and ``random_state`` (anything :func:`~sklearn.utils.check_random_state`
+takes: a seed, a ``RandomState`` -- used as it is, so a caller's generator
+goes on drawing -- or ``None``), and returns the training indices, what is
+held out, and a reason when nothing could be held out.
+
+* **Splits of pairs.** :func:`holdout_pairs` (a share of the pairs, for the
+  MEG batch fit's early stopping and verdict) and
+  :func:`split_labelled_pairs` (a share of each kind of labelled pair, for
+  DefiniteBoost's verdict and its choice of ``gamma``).
+* **Folds of points.** :func:`resolve_n_folds`, :func:`validation_folds`
+  (the metric learners' validation).
+* **The verdict's statistics.** :func:`r2_score` (held-out squared
+  distances), :func:`pair_ranking_auc` and :class:`HeldOutPairs` (held-out
+  pair constraints), :func:`gain_is_real` (paired gains against their
+  standard error).
+* **Training length** of the metric learners, below.
+
+Training length: one validation loop for every metric learner.
 
 The training points are split into folds (:func:`resolve_n_folds`: five
 below 600 points, else two); each fold's model learns from
@@ -59,11 +80,21 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+from scipy.stats import rankdata
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
 
 from .._warnings import warn_user
 
 __all__ = [
+    "MIN_HELD_OUT",
+    "MIN_RANDOM_PAIRS",
+    "HeldOutPairs",
+    "gain_is_real",
+    "holdout_pairs",
+    "pair_ranking_auc",
+    "r2_score",
+    "split_labelled_pairs",
     "ELASTICITY",
     "FIRST_CHECKPOINT",
     "MAX_PASSES",
@@ -111,6 +142,206 @@ _MIN_ITEMS, _MAX_REPEATS = 600, 10
 #: Folds of ``n_folds="auto"`` below ``_MIN_ITEMS`` training points; from
 #: there on two (see :func:`resolve_n_folds`).
 SMALL_DATA_FOLDS = 5
+
+
+# -- splits of pairs -------------------------------------------------------------
+
+#: Fewest held-out pairs for early stopping and a verdict: with fewer, a
+#: held-out score's standard error is of the order of the score itself.
+MIN_HELD_OUT = 10
+
+#: Random pairs drawn as the other side when only one kind of labelled pair
+#: is held out: at least this many, and at least as many as the held-out ones.
+MIN_RANDOM_PAIRS = 200
+
+
+def holdout_pairs(n_pairs, fraction, random_state, *, min_held=MIN_HELD_OUT):
+    """Hold out a random share of the pairs.
+
+    Parameters
+    ----------
+    n_pairs : int
+        Number of pairs.
+    fraction : float
+        Share held out (rounded to the nearest count).
+    random_state : int, RandomState instance or None
+        The split's randomness.
+    min_held : int, default=MIN_HELD_OUT
+        Fewest pairs held out, and fewest left to train on.
+
+    Returns
+    -------
+    train : ndarray of int
+        Sorted indices of the training pairs (every pair when nothing is
+        held out).
+    held : ndarray of int or None
+        Sorted indices of the held-out pairs; ``None`` when there are too few.
+    reason : str
+        Why nothing was held out, in the user's terms (empty otherwise).
+    """
+    everything = np.arange(n_pairs)
+    n_held = int(round(fraction * n_pairs))
+    if n_held < min_held:
+        return everything, None, (
+            f"{n_pairs} pairs are too few to hold out {min_held} at validation_fraction="
+            f"{fraction} (it takes about {int(np.ceil(min_held / fraction))})")
+    if n_pairs - n_held < min_held:
+        return everything, None, (
+            f"{n_pairs} pairs are too few to keep {min_held} for training at "
+            f"validation_fraction={fraction}, which holds out {n_held} (it takes about "
+            f"{int(np.ceil(min_held / (1.0 - fraction)))}; or a smaller validation_fraction)")
+    order = check_random_state(random_state).permutation(n_pairs)
+    return np.sort(order[n_held:]), np.sort(order[:n_held]), ""
+
+
+class HeldOutPairs:
+    """Held-out pairs in two sides: those that should be closer, and farther.
+
+    Parameters
+    ----------
+    closer, farther : ndarray of int, shape (n, 2)
+        Object indices of each side's pairs.
+    description : str
+        What is ranked against what, for messages.
+    """
+
+    def __init__(self, closer, farther, description):
+        self.closer = closer
+        self.farther = farther
+        self.description = description
+
+    def score(self, sq_distances):
+        """Return the AUC of a kernel, given its squared distances.
+
+        Parameters
+        ----------
+        sq_distances : callable
+            ``sq_distances(a, b)``: the kernel's squared distances of the
+            pairs ``(a[i], b[i])``.
+
+        Returns
+        -------
+        auc : float
+            :func:`pair_ranking_auc` of the two sides.
+        """
+        return pair_ranking_auc(sq_distances(self.closer[:, 0], self.closer[:, 1]),
+                                sq_distances(self.farther[:, 0], self.farther[:, 1]))
+
+
+def split_labelled_pairs(pairs, signs, n_objects, fraction, random_state):
+    """Hold out a share of each kind of labelled pair (similar / dissimilar).
+
+    When only one kind is held out, random pairs of distinct objects stand on
+    the other side of the ranking.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n_pairs, 2)
+        Object indices.
+    signs : ndarray of shape (n_pairs,)
+        ``+1`` similar, ``-1`` dissimilar.
+    n_objects : int
+        Number of objects (for the random pairs).
+    fraction : float
+        Share of each kind held out (rounded down).
+    random_state : int, RandomState instance or None
+        The split's randomness.
+
+    Returns
+    -------
+    train : ndarray of int or None
+        Indices of the training pairs; ``None``: too few pairs to hold any
+        out (see ``reason``).
+    held_out : HeldOutPairs or None
+        The held-out ranking.
+    reason : str
+        Why nothing was held out (empty when something was).
+    """
+    rng = check_random_state(random_state)
+    similar, dissimilar = np.flatnonzero(signs > 0), np.flatnonzero(signs < 0)
+    held = []
+    for kind in (similar, dissimilar):
+        n_held = int(np.floor(fraction * kind.size))
+        held.append(rng.permutation(kind)[:n_held] if n_held else kind[:0])
+    n_held = sum(part.size for part in held)
+    if n_held < MIN_HELD_OUT or n_held == len(pairs):
+        needed = int(np.ceil(MIN_HELD_OUT / fraction))
+        return None, None, (
+            f"{len(pairs)} pairs are too few to hold out {MIN_HELD_OUT} at "
+            f"validation_fraction={fraction:g} (it takes about {needed})")
+    sim_held, dis_held = held
+    if sim_held.size and dis_held.size:
+        held_out = HeldOutPairs(pairs[sim_held], pairs[dis_held],
+                                "held-out similar pairs against held-out dissimilar pairs")
+    else:
+        n_random = max(MIN_RANDOM_PAIRS, n_held)
+        a = rng.randint(n_objects, size=n_random)
+        b = (a + 1 + rng.randint(n_objects - 1, size=n_random)) % n_objects  # b != a
+        random_pairs = np.column_stack([a, b])
+        if sim_held.size:
+            held_out = HeldOutPairs(pairs[sim_held], random_pairs,
+                                    "held-out similar pairs against random pairs")
+        else:
+            held_out = HeldOutPairs(random_pairs, pairs[dis_held],
+                                    "random pairs against held-out dissimilar pairs")
+    train = np.setdiff1d(np.arange(len(pairs)), np.concatenate(held))
+    return train, held_out, ""
+
+
+# -- the verdict's statistics ----------------------------------------------------
+
+def r2_score(loss, z):
+    """Return the ``R^2`` of predictions with mean square error ``loss`` on targets ``z``.
+
+    Parameters
+    ----------
+    loss : float
+        Mean square error of the predictions.
+    z : ndarray
+        The targets.
+
+    Returns
+    -------
+    r2 : float
+        ``1 - loss / var(z)``; NaN when the targets do not vary.
+    """
+    variance = float(np.var(z)) if len(z) else 0.0
+    return 1.0 - loss / variance if variance > 0 else np.nan
+
+
+def pair_ranking_auc(closer, farther):
+    """Return the AUC of two sides of values: how often ``closer`` ranks below ``farther``.
+
+    ``P(closer < farther) + P(closer == farther) / 2`` over all pairs of one
+    value from each side (Mann-Whitney, by ranks: ``O(n log n)``). Values
+    equal up to round-off (relative ``1e-12``) count as ties, so that the
+    prior ``I / d``, whose pair distances differ only by round-off, scores
+    0.5.
+
+    Parameters
+    ----------
+    closer, farther : array-like of float
+        The two sides' values (squared distances).
+
+    Returns
+    -------
+    auc : float
+        In ``[0, 1]``.
+    """
+    closer = np.asarray(closer, dtype=float)
+    farther = np.asarray(farther, dtype=float)
+    values = np.concatenate([closer, farther])
+    scale = np.max(np.abs(values), initial=0.0)
+    if scale > 0:
+        values = np.round(values / scale, 12)
+    ranks = rankdata(values)
+    n_closer, n_farther = closer.size, farther.size
+    # rank sum of the farther side: each (closer, farther) with closer < farther adds 1
+    u = ranks[n_closer:].sum() - n_farther * (n_farther + 1) / 2.0
+    return float(u / (n_closer * n_farther))
+
+
+# -- training length of the metric learners --------------------------------------
 
 
 def pair_components(n_objects, pairs, signs, *, min_size=10, min_coverage=0.8):
@@ -284,7 +515,7 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
     return masks, n_repeats
 
 
-def _gain_is_real(items, prior_items, z, n_repeats=1):
+def gain_is_real(items, prior_items, z, n_repeats=1):
     """Tell whether the mean gain of ``items`` over ``prior_items`` exceeds ``z`` standard errors.
 
     k-NN margins: paired over the held-out points. AUC: DeLong's variance of
@@ -319,14 +550,14 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     the prior) its mean gain over the prior must be at least ``(length
     ratio) ** elasticity`` times the choice's.
     """
-    if not _gain_is_real(table[candidate], table[chosen], z, n_repeats):
+    if not gain_is_real(table[candidate], table[chosen], z, n_repeats):
         return False
     if not isinstance(table[candidate][0], tuple):
         right = [(item > 0).astype(float) for item in table[candidate]]
         right_before = [(item > 0).astype(float) for item in table[chosen]]
-        if _gain_is_real(right_before, right, z, n_repeats):
+        if gain_is_real(right_before, right, z, n_repeats):
             return False  # the margins rose, but significantly fewer points are right
-        if _gain_is_real(right, right_before, z, n_repeats):
+        if gain_is_real(right, right_before, z, n_repeats):
             return True  # significantly more points are right: the score's own aim
     if chosen == 0 or elasticity <= 0:
         return True
