@@ -27,6 +27,13 @@ keyed by the learner's module, class, parameters and data, and, with
 ``n_jobs=2`` learns each kernel once too. A stream of ``(pairs, targets)``
 chunks (``pairs=`` a callable) is learned with the learner's ``partial_fit``,
 its scale fixed by a first pass over the whole stream.
+
+``KernelDistances`` asks its learner for kernels through the kernel-learner
+protocol of :class:`KernelLearnerMixin` (``learn_kernel``, ``check_stream``,
+``learn_kernel_stream``, ``targets_are_distances``,
+``learns_from_distances``; see :mod:`megkernel._kernel_learner`), never by
+reading its parameters: a learner of one's own plugs in by subclassing the
+mixin.
 """
 
 from __future__ import annotations
@@ -174,11 +181,16 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         power of four near its largest entry (finite anywhere in the float
         range), and an indefinite kernel is named in a ``UserWarning``.
     learner : estimator, default=None
-        A kernel learner instance with ``kernel_`` and ``objects_`` after
-        ``fit`` (:class:`~megkernel.MEGKernelRegressor`,
-        :class:`~megkernel.DefiniteBoostKernel`); cloned, never fitted in place.
-        Its parameters are searchable as ``learner__<name>``; ``None``
-        (searchable too) means the given distances themselves.
+        A kernel learner instance (:class:`~megkernel.MEGKernelRegressor`,
+        :class:`~megkernel.DefiniteBoostKernel`, or one of your own): asked
+        for its kernel through the kernel-learner protocol only
+        (:class:`~megkernel.objects.KernelLearnerMixin`: ``learn_kernel``
+        fits a clone, never the learner in place). A learner whose ``fit``
+        sets ``kernel_`` and ``objects_`` plugs in by subclassing
+        ``KernelLearnerMixin``; one without the protocol is refused, naming
+        what it lacks. Its parameters are searchable as
+        ``learner__<name>``; ``None`` (searchable too) means the given
+        distances themselves.
     distances : array-like or DataFrame of shape (n_objects, n_objects), default=None
         The user's distances between the objects, NaN where missing (one of
         ``distances[i, j]``, ``distances[j, i]`` suffices; when both are
@@ -197,12 +209,14 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         ``partial_fit``, a callable returning an iterable of ``(pairs_chunk,
         targets_chunk)`` streams the side information: each fit replays it
         (so it must give the same chunks at every call, and be picklable for
-        ``n_jobs > 1``). A first pass fixes the scale over the whole stream
-        (for :class:`~megkernel.MEGKernelRegressor`: its objects, ``trace="auto"``
-        and low-rank ``learning_rate="auto"``, as its one-shot on-line fit on
-        the chunks' concatenation would), then ``partial_fit`` runs chunk by
-        chunk, over the whole stream once per ``n_epochs`` of the learner (in
-        the stream's order: ``shuffle=True`` is refused).
+        ``n_jobs > 1``). A first pass checks the chunks; the learner's
+        ``learn_kernel_stream`` then fixes its scale over the whole stream
+        (for :class:`~megkernel.MEGKernelRegressor`: its objects,
+        ``trace="auto"`` and low-rank ``learning_rate="auto"``, as its
+        one-shot on-line fit on the chunks' concatenation would) and runs
+        ``partial_fit`` chunk by chunk, over the whole stream once per
+        ``n_epochs`` of the learner (in the stream's order: ``shuffle=True``
+        is refused).
     targets : array-like of shape (n_pairs,), default=None
         With a learner: its targets (squared distances for MEG, pair labels
         for DefiniteBoost; ``None``: all similar). Without: the pairs'
