@@ -239,6 +239,7 @@ class KernelLearnerMixin:
         Returns
         -------
         bool
+            True when the targets are distances, squared or not.
         """
         if is_regressor(self):
             return True
@@ -260,6 +261,7 @@ class KernelLearnerMixin:
         Returns
         -------
         bool
+            True when ``learn_kernel`` takes squared distances as targets.
         """
         return is_regressor(self)
 

@@ -348,6 +348,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         Returns
         -------
         self : object
+            The fitted step.
         """
         fit_objects = _ids(X)
         labels = None if self.learner is None else class_labels(y, len(fit_objects))
@@ -394,7 +395,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
                                  sampled=len(chosen) < len(rows))
 
     def transform(self, X):
-        """Distances from the objects ``X`` to the fitted objects.
+        """Return the distances from the objects ``X`` to the fitted objects.
 
         Parameters
         ----------
@@ -413,7 +414,18 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         return self._block(rows, self._fit_rows)
 
     def get_feature_names_out(self, input_features=None):
-        """``distance_to_<id>`` for each fitted object."""
+        """Name the output columns: ``distance_to_<id>`` for each fitted object.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Ignored: the columns are named after the fitted objects.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+            ``distance_to_<id>`` for each id of ``fit_objects_``.
+        """
         check_is_fitted(self, "objects_")
         return np.asarray([f"distance_to_{obj}" for obj in self.fit_objects_.tolist()],
                           dtype=object)
