@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,26 +19,17 @@ from ._pair_estimator import PairKernelEstimator, unchanged_on_error, validate_p
 from ._solvers.definiteboost import update_engine
 from ._solvers.definiteboost_distances import (
     Y_KINDS,
-    distance_constraints,
     pair_sq_distances_from_y,
     resolve_y_kind,
 )
+from ._solvers.definiteboost_fit import fit_from_distances, fit_from_labels
 from ._solvers.definiteboost_rules import (
-    auto_max_iter,
-    dense_state,
-    fit_labelled_pairs,
-    keep_the_prior,
     nothing_learned_message,
     prior_kept_message,
     prior_trace,
-    working_state,
 )
-from ._solvers.holdout import split_labelled_pairs
-from ._solvers.meg_batch import fit_batch
 from ._warnings import (
     NoImprovementWarning,
-    deferred_warnings,
-    replay,
     warn_if_not_better,
     warn_user,
 )
@@ -182,6 +174,11 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         Seeds the held-out split (and the random pairs it ranks against).
     method : {"auto", "eigh", "rank-one"}, default="auto"
         Engine of each projection; same result up to round-off.
+    verbose : int, default=0
+        ``1``: a progress bar on stderr over the iterations (rate, ETA
+        against ``max_iter``), and a one-line note while numba compiles the
+        engine for the first time; ``2``: plus a detail line (largest
+        violation, dual objective and bound) at every 20th of ``max_iter``.
     y_kind : {"auto", "labels", "sq_distances", "distances"}, default="auto"
         What ``y`` holds. ``"labels"``: similar / dissimilar labels (see
         :meth:`fit`). ``"sq_distances"``: the pairs' observed squared
@@ -195,11 +192,6 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         holds another value. Integer distances, or distances all 0 or 1,
         need ``y_kind="sq_distances"`` (other integers than labels are
         refused, naming it). ``y_kind_`` says what was read.
-    verbose : int, default=0
-        ``1``: a progress bar on stderr over the iterations (rate, ETA
-        against ``max_iter``), and a one-line note while numba compiles the
-        engine for the first time; ``2``: plus a detail line (largest
-        violation, dual objective and bound) at every 20th of ``max_iter``.
 
     Attributes
     ----------
@@ -279,6 +271,12 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         every constraint (a :class:`~megkernel.NoImprovementWarning` naming
         the prior's squared distances: nothing was learned).
 
+    See Also
+    --------
+    megkernel.definiteboost_pairs : The solver function without the estimator.
+    MEGKernelRegressor : Kernel fitted to observed squared distances (the
+        prior of the fit from distances).
+
     Examples
     --------
     >>> import numpy as np
@@ -343,119 +341,52 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         with unchanged_on_error(self):
             pairs, y, index = self._validate_pair_table(X, y)
             y_kind = resolve_y_kind(self.y_kind, y)
+            prior = self._initial_state(pairs, index)
+            options = dict(gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
+                           max_iter=self.max_iter,
+                           validation_fraction=self.validation_fraction,
+                           random_state=self.random_state,
+                           progress=partial(_progress, self.verbose, self.method,
+                                            self.projection),
+                           slack=self.slack, projection=self.projection,
+                           corrective=self.corrective, tol=self.tol, method=self.method)
             if y_kind == "labels":
-                self._fit_labels(pairs, y, index)
+                signs = self._pair_signs(y, pairs)
+                trace = (prior_trace(self.init, self.init_factor) if self.trace == "auto"
+                         else float(self.trace))
+                result = fit_from_labels(pairs, signs, prior=prior, trace=trace, **options)
             else:
-                self._fit_distances(pairs, pair_sq_distances_from_y(y, pairs, y_kind),
-                                    index)
+                given = self.init_factor is not None or not isinstance(self.init, str)
+                result = fit_from_distances(
+                    pairs, pair_sq_distances_from_y(y, pairs, y_kind), prior=prior,
+                    data_prior=self._uses_data_prior(),
+                    init_trace=prior_trace(self.init, self.init_factor) if given else None,
+                    trace=self.trace, **options)
+            self._warn_split(result.split_reason, labels=y_kind == "labels",
+                             n_pairs=len(pairs))
+            note = ("; the prior is the fit of the distances that chose these pairs, so "
+                    "a tie means the constraints added nothing to it"
+                    if y_kind != "labels" and self._uses_data_prior() else "")
+            self._finish(result.state, index, result.pairs, result.signs, result.log,
+                         result.trace, result.n_train, result.held_out, note=note)
             self.y_kind_ = y_kind
             return self  # inside the block: an interrupt up to here restores the model
 
-    def _fit_labels(self, pairs, y, index):
-        """The fit on similar / dissimilar labels (the paper's problem)."""
+    def _pair_signs(self, y, pairs):
+        """Return the labels as ``+1`` / ``-1``, hinting at ``y_kind`` for distances."""
         try:
-            signs = check_pair_labels(y, pairs, name="y")
+            return check_pair_labels(y, pairs, name="y")
         except ValueError as error:
             values = np.asarray(y) if y is not None else np.zeros(0)
             if self.y_kind == "auto" and values.dtype.kind in "iu" and np.all(values >= 0):
                 raise ValueError(f"{error} If y holds the pairs' distances, give "
                                  "y_kind='sq_distances' (or 'distances').") from error
             raise
-        state = self._initial_state(pairs, index)
-        trace = (prior_trace(self.init, self.init_factor) if self.trace == "auto"
-                 else float(self.trace))
-        train, held_out = self._split(pairs, signs, state.n_objects)
-        n_train = len(pairs) if train is None else len(train)
-        max_iter = auto_max_iter(n_train) if self.max_iter == "auto" else self.max_iter
-        log = self._run(state, pairs, signs, self.gamma, self.gamma_dissimilar, trace,
-                        max_iter, train=train, held_out=held_out)
-        self._finish(state, index, pairs, signs, log, trace, n_train, held_out)
-
-    def _fit_distances(self, pairs, sq_distances, index):
-        """The fit on observed squared distances (``y_kind`` not labels).
-
-        The verdict's prior and kernel never see the held-out constraint
-        pairs; the returned ones are refitted on every pair (continuing the
-        verdict's fit instead lost 0.017 of 1-NN on two family sets), or the
-        prior kept when the held-out pairs rank worse after projection."""
-        chosen, signs, gamma, gamma_dissimilar = distance_constraints(pairs, sq_distances)
-        gamma = gamma if self.gamma == "auto" else self.gamma
-        gamma_dissimilar = (gamma_dissimilar if self.gamma_dissimilar == "auto"
-                            else self.gamma_dissimilar)
-        constrained = pairs[chosen]
-        n_objects = self._initial_state(pairs, index).n_objects
-        train, held_out = self._split(
-            constrained, signs, n_objects,
-            constraints=f"the closest and farthest tenth of {len(pairs)} pairs")
-        max_iter = auto_max_iter(len(chosen)) if self.max_iter == "auto" else self.max_iter
-        verdict = None
-        if held_out is not None:
-            seen = np.setdiff1d(np.arange(len(pairs)),
-                                np.setdiff1d(chosen, chosen[train]))
-            state, trace = self._distance_prior(pairs[seen], sq_distances[seen], index)
-            with deferred_warnings() as verdict_warnings:  # said only if it is returned
-                verdict = self._run(state, constrained[train], signs[train], gamma,
-                                    gamma_dissimilar, trace, max_iter, held_out=held_out)
-        state, trace = self._distance_prior(pairs, sq_distances, index)
-        prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
-        log = (keep_the_prior(state, constrained, signs, gamma=gamma, trace=trace, verdict=verdict,
-                              gamma_dissimilar=gamma_dissimilar, **self._options()) if prior_kept
-               else self._run(state, constrained, signs, gamma, gamma_dissimilar, trace,
-                              max_iter))
-        if verdict is not None and not prior_kept:
-            replay(verdict_warnings)
-            log.update({key: verdict[key] for key in ("prior_score", "validation_score",
-                                                      "gamma_scores")},
-                       n_iter_total=log["n_iter_total"] + verdict["n_iter_total"])
-        for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
-            log[key] = chosen[log[key]]
-        note = ("; the prior is the fit of the distances that chose these pairs, so "
-                "a tie means the constraints added nothing to it")
-        self._finish(dense_state(state), index, constrained, signs, log, trace,
-                     len(chosen) if train is None else len(train), held_out,
-                     note=note if self._uses_data_prior() else "")
-
-    def _distance_prior(self, pairs, sq_distances, index):
-        """The prior's state and trace (the distances' units) in distance mode.
-
-        ``init="auto"``: the kernel of MEG's batch fit at
-        ``MEGKernelRegressor``'s defaults (least squares from the
-        classical-scaling prior, :func:`~megkernel._solvers.meg_batch.fit_batch`)
-        fitted to the observed squared distances. ``init="identity"``: ``I / d`` at
-        the trace where its squared distance is the observed mean. A matrix
-        or factor given: as given (``trace="auto"``: its own trace).
-        """
-        if self._uses_data_prior():
-            prior = fit_batch(pairs, sq_distances, prior=self._initial_state(pairs, index),
-                              spectral=True, random_state=self.random_state)
-            state = working_state(prior.state, prior.subspace, self.method, self.projection)
-            trace = prior.trace
-        else:
-            state = self._initial_state(pairs, index)
-            if state.basis is None and isinstance(self.init, str):
-                distinct = pairs[:, 0] != pairs[:, 1]
-                trace = 0.5 * state.n_objects * float(np.mean(sq_distances[distinct]))
-            else:
-                trace = prior_trace(self.init, self.init_factor)
-        return state, trace if self.trace == "auto" else float(self.trace)
-
-    def _run(self, state, pairs, signs, gamma, gamma_dissimilar, trace, max_iter, *,
-             train=None, held_out=None):
-        """One call of :func:`fit_labelled_pairs` (with the progress bar)."""
-        with self._progress(state, max_iter, len(pairs)) as callback:
-            return fit_labelled_pairs(
-                state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
-                trace=trace, max_iter=max_iter, train=train, held_out=held_out,
-                warm=self.slack is None and not self.corrective, callback=callback,
-                **self._options())
-
-    def _options(self):  # noqa: D102 - the solver's options from the parameters
-        return dict(slack=self.slack, projection=self.projection,
-                    corrective=self.corrective, tol=self.tol, method=self.method)
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,
                 note=""):
@@ -470,26 +401,23 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
                 "DefiniteBoostKernel", self.validation_score_, self.prior_score_,
                 what=f"AUC of the {held_out.description}{note}", best_possible=1.0)
 
-    def _split(self, pairs, signs, n_objects, *, constraints=None):
-        """Training pair indices and held-out pairs (``None, None``: no split)."""
-        if self.validation_fraction is None:
-            return None, None
-        train, held_out, reason = split_labelled_pairs(pairs, signs, n_objects,
-                                                       self.validation_fraction,
-                                                       self.random_state)
-        if train is None:
-            gamma = ("at 0.1 of the prior's mean squared distance" if constraints is None
-                     else "at the closest tenth's largest squared distance")
-            where = "" if constraints is None else f" ({constraints})"
-            warn_user(f"DefiniteBoostKernel: {reason}{where}; training on every "
-                      "pair, with no verdict (prior_score_ and validation_score_ are NaN) "
-                      f"and gamma='auto' {gamma}. Give more pairs, or "
-                      "validation_fraction=None to skip the verdict.", UserWarning)
-        return train, held_out
+    def _warn_split(self, reason, *, labels, n_pairs):
+        """Say that nothing was held out, and what that means."""
+        if not reason:
+            return
+        gamma = ("at 0.1 of the prior's mean squared distance" if labels
+                 else "at the closest tenth's largest squared distance")
+        where = "" if labels else f" (the closest and farthest tenth of {n_pairs} pairs)"
+        warn_user(f"DefiniteBoostKernel: {reason}{where}; training on every "
+                  "pair, with no verdict (prior_score_ and validation_score_ are NaN) "
+                  f"and gamma='auto' {gamma}. Give more pairs, or "
+                  "validation_fraction=None to skip the verdict.", UserWarning)
 
     def _nothing_learned(self, state, pairs, signs, trace, log):
-        """No projection made: not an error (a fold may hold only such pairs),
-        but never silent, and ``converged_`` is False."""
+        """Warn that no projection was made, and set ``converged_`` to False.
+
+        Not an error (a fold may hold only such pairs), but never silent.
+        """
         self.converged_ = False
         warn_user(nothing_learned_message(state, pairs, signs, trace, log),
                   NoImprovementWarning)
@@ -528,55 +456,109 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         self.max_violation_ = max(log["max_violation"], 0.0)
         self.converged_ = log["converged"]
 
-    @contextmanager
-    def _progress(self, state, max_iter, n_constraints=None):
-        """Progress callback (``None`` unless ``verbose``; 2: a line per 20th)."""
-        if not self.verbose:
-            yield None
-            return
-        progress.note_compiling([update_engine(self.method, state, n_constraints, self.projection)])
-        every = max(1, max_iter // 20)
-        with progress.bar(total=max_iter, desc="DefiniteBoostKernel",
-                          unit="iter") as iterations:
-            def callback(t, record):
-                iterations.update(t - iterations.n)
-                if self.verbose >= 2 and (t % every == 0 or t == 1):
-                    progress.detail(f"[DefiniteBoostKernel] iter {t}: largest violation "
-                                    f"{record['violation']:.4g}, dual objective "
-                                    f"{record['dual_objective']:.6g} (bound "
-                                    f"{record['dual_bound']:.6g})")
-                iterations.set_postfix_str(f"violation {record['violation']:.3g}",
-                                           refresh=False)
-
-            yield callback
-            iterations.total = iterations.n  # stopped early: the bar ends full
-
     # -- fitted views ----------------------------------------------------------
     def pair_sq_distances(self, X):
-        """Squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``."""
+        """Compute the squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects of each pair: integer indices, or ids as given to
+            :meth:`fit`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+            Squared distance of each pair under the learned kernel.
+        """
         check_is_fitted(self, "state_")
         pairs, _, _ = validate_pairs(self, X, reset=False, n_objects=self.n_objects_,
                                      index=self._object_index)
         return self.trace_ * self.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
 
     def pair_distances(self, X):
-        """Deprecated alias of :meth:`pair_sq_distances` (squared distances)."""
+        """Compute squared distances: deprecated alias of :meth:`pair_sq_distances`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects of each pair: integer indices, or ids as given to
+            :meth:`fit`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+            Squared (not plain) distance of each pair under the learned kernel.
+        """
         warn_user("pair_distances is deprecated since megkernel 0.2 (it returns "
                   "squared distances) and will be removed in 0.3; use "
                   "pair_sq_distances.", FutureWarning)
         return self.pair_sq_distances(X)
 
     def decision_function(self, X):
-        """``threshold_ - squared distance``: positive for similar pairs."""
+        """Compute ``threshold_ - squared distance``: positive for similar pairs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects of each pair: integer indices, or ids as given to
+            :meth:`fit`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+            ``threshold_`` minus each pair's squared distance under the
+            learned kernel.
+        """
         return -self.pair_sq_distances(X) + self.threshold_  # NotFittedError first
 
     def predict(self, X):
-        """``+1`` (similar) where the squared distance is ``<= threshold_``, else ``-1``."""
+        """Predict ``+1`` (similar) where the squared distance is ``<= threshold_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects of each pair: integer indices, or ids as given to
+            :meth:`fit`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+            ``+1`` for pairs predicted similar, ``-1`` for the others.
+        """
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
     def __sklearn_tags__(self):
+        """Tag ``y`` optional (``None``: all pairs similar) and two-class only."""
         tags = super().__sklearn_tags__()
         tags.target_tags.required = False
         tags.classifier_tags.multi_class = False
         tags.classifier_tags.poor_score = True
         return tags
+
+
+@contextmanager
+def _progress(verbose, method, projection, state, max_iter, n_constraints=None):
+    """Yield the projections' progress callback (``None`` unless ``verbose``).
+
+    ``verbose=2``: also a line per twentieth of ``max_iter``.
+    """
+    if not verbose:
+        yield None
+        return
+    progress.note_compiling([update_engine(method, state, n_constraints, projection)])
+    every = max(1, max_iter // 20)
+    with progress.bar(total=max_iter, desc="DefiniteBoostKernel",
+                      unit="iter") as iterations:
+        def callback(t, record):
+            iterations.update(t - iterations.n)
+            if verbose >= 2 and (t % every == 0 or t == 1):
+                progress.detail(f"[DefiniteBoostKernel] iter {t}: largest violation "
+                                f"{record['violation']:.4g}, dual objective "
+                                f"{record['dual_objective']:.6g} (bound "
+                                f"{record['dual_bound']:.6g})")
+            iterations.set_postfix_str(f"violation {record['violation']:.3g}",
+                                       refresh=False)
+
+        yield callback
+        iterations.total = iterations.n  # stopped early: the bar ends full

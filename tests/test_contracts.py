@@ -35,10 +35,15 @@ from sklearn.utils._param_validation import Interval, StrOptions, make_constrain
 from sklearn.utils.validation import check_is_fitted
 
 import megkernel
+from megkernel._kernel_learner import PROTOCOL_METHODS
 
 #: Methods that fit or configure rather than use a fit.
 FITTING = {"fit", "partial_fit", "fit_pairs", "fit_transform", "fit_predict",
            "get_params", "get_metadata_routing"}
+
+#: The kernel-learner protocol fits clones and never uses the model's own fit
+#: (its contracts are in test_kernel_learner.py).
+FITTING |= set(PROTOCOL_METHODS)
 
 CASES = pytest.mark.parametrize("case", ESTIMATORS, ids=[case.name for case in ESTIMATORS])
 

@@ -201,7 +201,8 @@ def test_an_interrupted_distance_fit_leaves_the_model_unchanged(monkeypatch,
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(DefiniteBoostKernel, "_run", interrupt)
+    import megkernel._solvers.definiteboost_fit as fit_module  # the projections' runs
+    monkeypatch.setattr(fit_module, "fit_labelled_pairs", interrupt)
     with assert_unchanged_on_error(model, KeyboardInterrupt):
         model.fit(pairs, sq)
 

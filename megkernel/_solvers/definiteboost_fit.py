@@ -1,0 +1,249 @@
+"""DefiniteBoostKernel's fit, end to end: from pair labels or from observed distances.
+
+Arrays and options in, a :class:`DefiniteBoostFit` out. From labels, the
+paper's problem: a held-out share of each kind of pair chooses ``gamma``
+(:func:`~megkernel._solvers.definiteboost_rules.fit_labelled_pairs`). From
+observed distances, the constraints are the closest and farthest tenth of
+the pairs (:func:`~megkernel._solvers.definiteboost_distances.distance_constraints`)
+and the prior is the kernel that fits the distances (MEG's batch fit,
+:func:`~megkernel._solvers.meg_batch.fit_batch`): a verdict fit whose
+prior and kernel never see the held-out constraint pairs decides whether the
+projection, refitted on every pair, or the prior is returned.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._warnings import deferred_warnings, replay
+from .definiteboost_distances import distance_constraints
+from .definiteboost_rules import (
+    auto_max_iter,
+    dense_state,
+    fit_labelled_pairs,
+    keep_the_prior,
+    prior_trace,
+    working_state,
+)
+from .holdout import split_labelled_pairs
+from .meg_batch import fit_batch
+
+__all__ = ["DefiniteBoostFit", "fit_from_distances", "fit_from_labels"]
+
+
+class DefiniteBoostFit(NamedTuple):
+    """What :func:`fit_from_labels` and :func:`fit_from_distances` return.
+
+    Attributes
+    ----------
+    state : ExponentState
+        The learned kernel's exponent (trace one).
+    trace : float
+        Its trace.
+    log : dict
+        The chosen fit's log (:func:`fit_labelled_pairs`); from distances,
+        constraint indices are into the given pairs.
+    pairs, signs : ndarray
+        The constrained pairs and their labels.
+    n_train : int
+        Constraints the returned kernel's verdict was trained on.
+    held_out : HeldOutPairs or None
+        The held-out ranking of the verdict.
+    split_reason : str
+        Why nothing was held out although asked (empty otherwise).
+    """
+
+    state: object
+    trace: float
+    log: dict
+    pairs: np.ndarray
+    signs: np.ndarray
+    n_train: int
+    held_out: object
+    split_reason: str
+
+
+def _split(pairs, signs, n_objects, validation_fraction, random_state):
+    if validation_fraction is None:
+        return None, None, ""
+    return split_labelled_pairs(pairs, signs, n_objects, validation_fraction, random_state)
+
+
+def _run(state, pairs, signs, *, gamma, gamma_dissimilar, trace, max_iter, options, progress,
+         train=None, held_out=None):
+    """One run of :func:`fit_labelled_pairs` under a progress context."""
+    with progress(state, max_iter, len(pairs)) as callback:
+        return fit_labelled_pairs(
+            state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar, trace=trace,
+            max_iter=max_iter, train=train, held_out=held_out,
+            warm=options["slack"] is None and not options["corrective"], callback=callback,
+            **options)
+
+
+def fit_from_labels(pairs, signs, *, prior, trace, gamma, gamma_dissimilar, max_iter,
+                    validation_fraction, random_state, progress, **options):
+    """Fit the kernel closest to ``prior`` under labelled pair constraints.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Validated object indices.
+    signs : ndarray of shape (n,)
+        ``+1`` similar, ``-1`` dissimilar.
+    prior : ExponentState
+        ``W_1``; the projections run on it in place.
+    trace : float
+        The kernel's trace.
+    gamma, gamma_dissimilar : float or "auto"
+        Thresholds (see :class:`~megkernel.DefiniteBoostKernel`).
+    max_iter : int or "auto"
+        Projections per ``gamma`` tried.
+    validation_fraction : float or None
+        Share of each kind of pair held out for the verdict and ``gamma``.
+    random_state : int, RandomState instance or None
+        The split's randomness.
+    progress : callable
+        ``progress(state, max_iter, n_constraints)``: a context manager
+        yielding the runs' callback (or ``None``).
+    **options : dict
+        ``slack``, ``projection``, ``corrective``, ``tol``, ``method``.
+
+    Returns
+    -------
+    fit : DefiniteBoostFit
+        The kernel and its record.
+    """
+    train, held_out, reason = _split(pairs, signs, prior.n_objects, validation_fraction,
+                                     random_state)
+    n_train = len(pairs) if train is None else len(train)
+    max_iter = auto_max_iter(n_train) if max_iter == "auto" else max_iter
+    log = _run(prior, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+               trace=trace, max_iter=max_iter, options=options, progress=progress,
+               train=train, held_out=held_out)
+    return DefiniteBoostFit(prior, trace, log, pairs, signs, n_train, held_out, reason)
+
+
+def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
+                   random_state, method, projection):
+    """Return the prior's state and trace (the distances' units) from observed distances.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Object indices.
+    sq_distances : ndarray of shape (n,)
+        Their observed squared distances.
+    prior : ExponentState
+        The prior as given (``I / d`` for ``init="auto"`` or ``"identity"``).
+    data_prior : bool
+        Fit the prior to the distances (``init="auto"``): MEG's batch fit at
+        ``MEGKernelRegressor``'s defaults.
+    init_trace : float or None
+        The trace of a prior given as a matrix or factor; ``None`` for the
+        identity.
+    trace : float or "auto"
+        The kernel's trace.
+    random_state : int, RandomState instance or None
+        The batch fit's split.
+    method, projection : str
+        The projections' engine and step (the subspace form is kept for the
+        approximate step of the eigh engine).
+
+    Returns
+    -------
+    state : ExponentState or SubspaceState
+        The prior's working state (a new one).
+    trace : float
+        Its trace.
+    """
+    if data_prior:
+        fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
+                           random_state=random_state)
+        state = working_state(fitted.state, fitted.subspace, method, projection)
+        fitted_trace = fitted.trace
+    else:
+        state = prior.copy()
+        if init_trace is None and state.basis is None:
+            distinct = pairs[:, 0] != pairs[:, 1]
+            fitted_trace = 0.5 * state.n_objects * float(np.mean(sq_distances[distinct]))
+        else:
+            fitted_trace = init_trace if init_trace is not None else 1.0
+    return state, fitted_trace if trace == "auto" else float(trace)
+
+
+def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, trace, gamma,
+                       gamma_dissimilar, max_iter, validation_fraction, random_state,
+                       progress, **options):
+    """Fit DefiniteBoost's kernel from observed squared distances of pairs.
+
+    The verdict's prior and kernel never see the held-out constraint pairs;
+    the returned ones are refitted on every pair, or the prior is kept when
+    the held-out pairs rank worse after projection.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Validated object indices.
+    sq_distances : ndarray of shape (n,)
+        Their observed squared distances.
+    prior, data_prior, init_trace, trace
+        As for :func:`distance_prior`.
+    gamma, gamma_dissimilar : float or "auto"
+        ``"auto"``: the closest tenth's largest and the farthest tenth's
+        smallest squared distance.
+    max_iter : int or "auto"
+        Projections allowed.
+    validation_fraction : float or None
+        Share of each kind of constraint held out for the verdict.
+    random_state : int, RandomState instance or None
+        The splits' randomness.
+    progress : callable
+        As for :func:`fit_from_labels`.
+    **options : dict
+        ``slack``, ``projection``, ``corrective``, ``tol``, ``method``.
+
+    Returns
+    -------
+    fit : DefiniteBoostFit
+        The kernel and its record (constraint indices into ``pairs``).
+    """
+    chosen, signs, auto_gamma, auto_gamma_d = distance_constraints(pairs, sq_distances)
+    gamma = auto_gamma if gamma == "auto" else gamma
+    gamma_dissimilar = auto_gamma_d if gamma_dissimilar == "auto" else gamma_dissimilar
+    constrained = pairs[chosen]
+    train, held_out, reason = _split(constrained, signs, prior.n_objects,
+                                     validation_fraction, random_state)
+    max_iter = auto_max_iter(len(chosen)) if max_iter == "auto" else max_iter
+    run = dict(gamma=gamma, gamma_dissimilar=gamma_dissimilar, max_iter=max_iter,
+               options=options, progress=progress)
+    make_prior = dict(prior=prior, data_prior=data_prior, init_trace=init_trace, trace=trace,
+                      random_state=random_state, method=options["method"],
+                      projection=options["projection"])
+    verdict = None
+    if held_out is not None:
+        seen = np.setdiff1d(np.arange(len(pairs)), np.setdiff1d(chosen, chosen[train]))
+        state, fitted_trace = distance_prior(pairs[seen], sq_distances[seen], **make_prior)
+        with deferred_warnings() as verdict_warnings:  # said only if it is returned
+            verdict = _run(state, constrained[train], signs[train], trace=fitted_trace,
+                           held_out=held_out, **run)
+    state, fitted_trace = distance_prior(pairs, sq_distances, **make_prior)
+    prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
+    if prior_kept:
+        log = keep_the_prior(state, constrained, signs, gamma=gamma, trace=fitted_trace,
+                             verdict=verdict, gamma_dissimilar=gamma_dissimilar, **options)
+    else:
+        log = _run(state, constrained, signs, trace=fitted_trace, **run)
+    if verdict is not None and not prior_kept:
+        replay(verdict_warnings)
+        log.update({key: verdict[key] for key in ("prior_score", "validation_score",
+                                                  "gamma_scores")},
+                   n_iter_total=log["n_iter_total"] + verdict["n_iter_total"])
+    for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
+        log[key] = chosen[log[key]]
+    return DefiniteBoostFit(dense_state(state), fitted_trace, log, constrained, signs,
+                            len(chosen) if train is None else len(train), held_out, reason)
+
+
+__all__ += ["distance_prior", "prior_trace"]
