@@ -165,9 +165,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         :meth:`predict` returns distances; the kernel is the same).
     max_iter : int, default=1000
         Batch: largest number of iterations (each one or a few
-        eigendecompositions), a safety net: the stopping rule ends ordinary
-        fits first (iris 159, wine 250 per phase; at 200, wine's stopped
-        short with the same 1-NN, 0.946 vs 0.947); reaching it warns
+        eigendecompositions), a safety net set well above what ordinary fits
+        need, so that the stopping rule (``tol``, ``n_iter_no_change``) ends
+        them first (figures: the benchmarks page); reaching it warns
         (``ConvergenceWarning``).
     tol : float, default=1e-4
         Batch: an iteration improves when the training loss falls by more

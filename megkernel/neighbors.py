@@ -40,7 +40,9 @@ _power_of_four_scale, _warn_if_not_psd = power_of_four_scale, warn_if_not_psd  #
 
 
 def kernel_to_distances(K, *, squared=False):
-    """Distances between all objects of a kernel: ``sqrt(K_ii + K_jj - 2 K_ij)``.
+    """Compute the distances between all objects of a kernel.
+
+    The distance of objects ``i`` and ``j`` is ``sqrt(K_ii + K_jj - 2 K_ij)``.
 
     What scikit-learn's ``metric="precomputed"`` estimators take, so a
     learned kernel goes straight into them::
@@ -111,7 +113,7 @@ def kernel_distances(kernel_rows, row_diagonal, column_diagonal):
 
 
 class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
-    """k-nearest-neighbor classifier on a precomputed kernel.
+    """Classifier of the k nearest neighbors on a precomputed kernel.
 
     ``fit`` takes the kernel between training objects, ``predict`` the
     kernel between test and training objects. Neighbors are those closest in
@@ -206,6 +208,7 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         Returns
         -------
         self : KernelKNeighborsClassifier
+            The fitted classifier.
         """
         with unchanged_on_error(self):
             check_class_labels(y)  # a missing label or a mix of kinds, named
@@ -247,6 +250,8 @@ class KernelKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         Returns
         -------
         y_pred : ndarray of shape (n_test,)
+            Predicted class label of each test object (the majority, or
+            weighted, vote of its neighbors).
         """
         distances = self._query_distances(X, test_diagonal)
         return self.neighbors_.predict(distances)

@@ -107,7 +107,20 @@ def spectral_apply(func, lam, vecs):
 
 
 def logm_spd(matrix, *, name="matrix"):
-    """Matrix logarithm of a symmetric positive definite matrix."""
+    """Compute the matrix logarithm of a symmetric positive definite matrix.
+
+    Parameters
+    ----------
+    matrix : array-like of shape (d, d)
+        Symmetric positive definite matrix.
+    name : str, default="matrix"
+        Name of ``matrix`` in error messages.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+        ``log(matrix)``, symmetric, computed through the spectrum.
+    """
     _, lam, vecs = check_positive_definite(matrix, name=name)
     return spectral_apply(np.log, lam, vecs)
 
@@ -117,7 +130,20 @@ _EXP_MAX = np.log(np.finfo(float).max)
 
 
 def expm_symmetric(matrix, *, name="matrix"):
-    """Matrix exponential of a symmetric matrix.
+    """Compute the matrix exponential of a symmetric matrix.
+
+    Parameters
+    ----------
+    matrix : array-like of shape (d, d)
+        Symmetric matrix.
+    name : str, default="matrix"
+        Name of ``matrix`` in error messages.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+        ``exp(matrix)``, symmetric positive definite, computed through the
+        spectrum.
 
     Raises
     ------
@@ -151,7 +177,21 @@ def log_trace_exp(lam):
 
 
 def normalized_expm(matrix, *, name="matrix"):
-    """``exp(A) / tr exp(A)`` for symmetric ``A`` (eq. 7, stable)."""
+    """Compute ``exp(A) / tr exp(A)`` for a symmetric ``A`` (eq. 7, stable).
+
+    Parameters
+    ----------
+    matrix : array-like of shape (d, d)
+        Symmetric matrix ``A``.
+    name : str, default="matrix"
+        Name of ``matrix`` in error messages.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+        ``exp(A) / tr exp(A)``, of trace one, computed with the largest
+        eigenvalue shifted out so that it never overflows.
+    """
     lam, vecs = eigh_symmetric(matrix, name=name)
     return spectral_apply(lambda _: normalized_exp_weights(lam), lam, vecs)
 
@@ -356,12 +396,10 @@ def kernel_pair_sq_distances(kernel, a, b):
 
 
 #: Entries (pairs x columns) gathered per block by
-#: :func:`factor_pair_sq_distances`: 512 KB, in cache. Blocks of 50,000 rows
-#: of 256 columns (100 MB) took 8x longer (1.7 s for 10^5 pairs, d = 2000);
-#: and inside an iterative solver blocks of 4 MB took 7x longer than 512 KB
-#: (DefiniteBoost's 4000 pairs of digits, 2.9 ms against 0.41 ms per call):
-#: temporaries above malloc's threshold are mapped and their pages faulted
-#: in again at every call.
+#: :func:`factor_pair_sq_distances`: 512 KB, in cache. Larger blocks are
+#: slower, markedly so inside an iterative solver that calls this at every
+#: step: temporaries above malloc's threshold are mapped and their pages
+#: faulted in again at every call (timings: the benchmarks page).
 _FACTOR_BLOCK_ENTRIES = 1 << 16
 
 #: :func:`factor_pair_sq_distances` forms ``F F^T`` for factors of at least this
@@ -393,9 +431,9 @@ def factor_pair_sq_distances(factor, a, b):
     b = np.asarray(b, dtype=np.intp)
     d, r = factor.shape
     if r >= _KERNEL_FROM_COLUMNS and d * d <= _KERNEL_MAX_ENTRIES and 64 * len(a) >= d * d:
-        # many pairs of wide rows: one product F F^T and three entries per pair
-        # beat gathering 2 r entries per pair (d = 2000, r = 256, 10^5 pairs:
-        # 29 ms against 83 ms of CPU; at r = 64 the gather wins, 11 ms to 14)
+        # many pairs of wide rows: one product F F^T (a BLAS call) and three
+        # entries per pair beat gathering 2 r entries per pair; for narrow
+        # factors the gather wins (timings: the benchmarks page)
         return kernel_pair_sq_distances(factor @ factor.T, a, b)
     out = np.empty(len(a))
     block = max(1, _FACTOR_BLOCK_ENTRIES // max(r, 1))

@@ -40,8 +40,10 @@ __all__ = [
 
 
 def prior_mean_sq_distance(state):
-    """Mean squared distance between distinct objects under trace-one ``W``:
-    ``2 (d - 1^T W 1) / (d (d - 1))`` (``2 / d`` for ``I / d``)."""
+    """Return the mean squared distance between distinct objects under trace-one ``W``.
+
+    That is ``2 (d - 1^T W 1) / (d (d - 1))`` (``2 / d`` for ``I / d``).
+    """
     d = state.n_objects
     if d < 2:  # no two distinct objects: no distance to average
         return 0.0
@@ -110,8 +112,9 @@ def _check_thresholds(thresholds, signs, trace):
 
 
 def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
-    """Mask of the constraints that some kernel in the prior's range can meet:
-    a dissimilar pair needs ``trace * ||v||^2 > threshold``.
+    """Return the mask of the constraints that some kernel in the prior's range can meet.
+
+    A dissimilar pair needs ``trace * ||v||^2 > threshold``.
 
     ``target`` (trace-one units): the thresholds the run aims at, tightened
     by the tolerance's margin (:func:`fit_pair_constraints`). A dissimilar
@@ -149,9 +152,12 @@ def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
 
 
 def _contradictions(pairs, signs, thresholds):
-    """A note on pairs of objects labelled similar (``d <= t_s``) and
-    dissimilar (``d >= t_d``) with ``t_s < t_d``, which no kernel meets both
-    ("" if none)."""
+    """Name the pairs labelled both similar and dissimilar, which no kernel meets.
+
+    A pair of objects labelled similar (``d <= t_s``) and dissimilar
+    (``d >= t_d``) with ``t_s < t_d`` meets no kernel's both constraints.
+    Returns a note naming them, ``""`` if there are none.
+    """
     a, b = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
     keys = a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b
     order = np.argsort(keys, kind="stable")  # a pair's rows together, first row first
@@ -167,8 +173,10 @@ def _contradictions(pairs, signs, thresholds):
 
 
 def satisfiable_pairs(state, pairs, signs, thresholds, trace):
-    """Mask of the pairs some kernel in the prior's range can satisfy; warns
-    (or raises, if none) about the others, as :func:`fit_pair_constraints`."""
+    """Return the mask of the pairs some kernel in the prior's range can satisfy.
+
+    Warns (or raises, if none) about the others, as :func:`fit_pair_constraints`.
+    """
     return _satisfiable(state, pairs, signs, thresholds, trace)
 
 
@@ -248,8 +256,11 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
 
 
 def warn_outcome(log, max_iter):
-    """The ConvergenceWarning of a :func:`fit_pair_constraints` log, if any
-    (with hard constraints: the contradicting labels, and slack as a remedy)."""
+    """Issue the ConvergenceWarning of a :func:`fit_pair_constraints` log, if any.
+
+    With hard constraints it names the contradicting labels, and slack as a
+    remedy.
+    """
     _warn_outcome(log, max_iter, units=f" against gamma={log['gamma']:.4g}",
                   hint=log.get("hint", ""))
 
@@ -267,6 +278,7 @@ def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
     Parameters
     ----------
     pairs : array-like of int, shape (n, 2)
+        Indices ``(a, b)`` of the objects of each constrained pair.
     signs : array-like of shape (n,), default=None
         ``+1`` similar (``||x_a - x_b||^2 <= threshold``), ``-1`` dissimilar
         (``>= threshold``); ``None``: all similar.
@@ -374,9 +386,10 @@ AUTO_GAMMA_FRACTIONS = (0.3, 0.1, 0.03)
 DEFAULT_GAMMA_FRACTION = 0.1
 
 #: ``max_iter="auto"``: projections allowed per constraint (per ``gamma``
-#: tried), and at least :data:`MIN_AUTO_MAX_ITER` in all. Measured on
-#: family-structured pairs (204 objects, 409 similar pairs): the greedy run
-#: projects 9-12 times per constraint at 0.1-0.03 of the mean distance.
+#: tried), and at least :data:`MIN_AUTO_MAX_ITER` in all. The greedy run
+#: projects each constraint about ten times at the default thresholds, so
+#: this leaves it room to converge while bounding a run that cannot (the
+#: figures are on the benchmarks page, ``docs/benchmarks.rst``).
 ITERATIONS_PER_CONSTRAINT, MIN_AUTO_MAX_ITER = 25, 2000
 
 
@@ -447,7 +460,7 @@ def auto_max_iter(n_constraints):
 
 
 def prior_pair_summary(state, pairs, signs, trace):
-    """The prior's squared distances over the pairs, as a message names them."""
+    """Summarize the prior's squared distances over the pairs, for a message."""
     parts = []
     for kind, mask in (("similar", signs > 0), ("dissimilar", signs < 0)):
         if np.any(mask):
@@ -461,7 +474,7 @@ def prior_pair_summary(state, pairs, signs, trace):
 
 
 def nothing_learned_message(state, pairs, signs, trace, log):
-    """The warning of a fit that made no projection: the prior met every constraint."""
+    """Word the warning of a fit that made no projection (the prior met every constraint)."""
     summary = prior_pair_summary(state, pairs, signs, trace)
     tried = ", ".join(f"{g:.4g}" for g in log["gamma_path"])
     return (f"DefiniteBoostKernel learned nothing: every constraint already holds under "
@@ -477,7 +490,7 @@ def nothing_learned_message(state, pairs, signs, trace, log):
 def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
                        max_iter, train=None, held_out=None, warm=True, callback=None,
                        **options):
-    """The fit of :class:`~megkernel.DefiniteBoostKernel` on ``state`` (in place).
+    """Fit :class:`~megkernel.DefiniteBoostKernel`'s kernel on ``state`` (in place).
 
     ``gamma="auto"``: with ``held_out`` pairs (see
     :mod:`.holdout`), each threshold of
@@ -498,7 +511,7 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     from the prior), as scikit-learn's ``LassoCV`` refits its chosen
     ``alpha``: the held-out score is that of the kernel trained without
     those pairs, a slightly pessimistic verdict on the returned one, which
-    gains their information (measured: 1-NN 0.800 -> 0.820 on 204 objects).
+    gains their information (the benchmarks page shows the gain).
 
     Returns
     -------
@@ -557,7 +570,7 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
 
 def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdict,
                    **options):
-    """The log of a fit that returns its prior ``state`` (unchanged).
+    """Log a fit that returns its prior ``state`` (unchanged).
 
     For constraints megkernel chose itself (the closest and farthest tenth of
     observed distances): when the projection ranked the held-out constraint
@@ -580,7 +593,7 @@ def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdi
 
 
 def prior_kept_message(log, held_out):
-    """The warning of a fit that returned its prior (:func:`keep_the_prior`)."""
+    """Word the warning of a fit that returned its prior (:func:`keep_the_prior`)."""
     return (f"DefiniteBoostKernel returned its prior: projecting it onto the closest "
             f"and farthest tenth of the observed pairs ranked the {held_out} worse "
             f"(AUC {log['projection_score']:.4g} against the prior's "

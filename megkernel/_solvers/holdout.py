@@ -30,7 +30,7 @@ labels the classes are the k-NN score's labels; random pairs drawn from them
 are drawn again for each fold, as many as the final fit draws, among the
 fold's own training points (with two folds, the pairs with both ends in a
 fold's half are only about a quarter of them, too few to show a gain the
-full fit makes, issue 20), and the final fit runs ``n / n_f`` times the validated length
+full fit makes), and the final fit runs ``n / n_f`` times the validated length
 (:func:`_length_scale`). Neighbourhood pairs (the default from labels) and
 given pairs stay the fold's pairs with both ends among its training points.
 
@@ -60,15 +60,14 @@ choice only if
 
 A longer length whose held-out 1-NN accuracy (the share of positive
 margins) is below the choice's by more than ``z`` standard errors never
-replaces it (measured on a 300-point digits subset, 6 classes: the margins
-rose 0.23 -> 0.39 over 4 epochs while the folds' accuracy fell 0.98 ->
-0.91). The elasticity and significance tests are both needed: the
-held-out margins (and AUCs) go on rising slowly and consistently long
-after the 1-NN accuracy has peaked -- a doubling that
-adds a few per cent of the gain is still "significant" over some 600
-paired items (wine: every doubling to 512 epochs, at 2.2--2.8 standard
-errors, while the held-out accuracy fell from 0.978 at 2--4 epochs to
-0.960). The loop stops after ``patience`` checkpoints without a
+replaces it: the margins can go on rising while the accuracy falls (the
+margins of points already classified right grow, those of a few others
+turn negative). The elasticity and significance tests are both needed:
+the held-out margins (and AUCs) go on rising slowly and consistently long
+after the 1-NN accuracy has peaked -- a doubling that adds a few per cent
+of the gain is still "significant" over some hundreds of paired items,
+so significance alone would train on with no accuracy to show for it
+(figures: the benchmarks page). The loop stops after ``patience`` checkpoints without a
 replacement (counted from one pass over the pairs: before it, not every
 pair has been seen), or at the last checkpoint (with a
 :class:`~sklearn.exceptions.ConvergenceWarning` if that one was chosen:
@@ -465,20 +464,14 @@ def resolve_n_folds(n_folds, n_objects):
     ``"auto"``: ``SMALL_DATA_FOLDS`` (5) below ``_MIN_ITEMS`` (600) points,
     with the repetitions of :func:`validation_folds`, else 2. A fold of
     half the points validates the length that suits half the data: where a
-    learned metric needs every point to show its gain (noisy spirals, 200
-    points: the folds' 1-NN 0.55-0.61 at every length, held out 0.83 at 16
-    iterations), the halves see none and keep the prior. Measured (issue
-    20's protocol, 26 sets, five folds with the same budget against
-    repeated halves): mean held-out 1-NN +0.007 to +0.011 for both learners
-    from labels and from pairs; 6-class ``make_classification`` 0.405 ->
-    0.485, spirals 0.577 -> 0.657 (MEGMetric from labels); largest loss
-    0.024 (diabetes tertiles, from pairs, a set where no metric beats
-    Euclidean). The cost: 1.2-3.4x the repeated halves' fit time between
-    120 and 599 points (the folds' models train on up to four times as many
-    points, and a fold keeps about ``((k-1)/k)**2`` of given pairs, 0.64
-    against 0.25), so a fit on 599 points takes about 4x one on 600. From
-    600 points on a half already holds 300, and five folds would cost 2.6-
-    4.3x for little (digits, 898 points: +0.001 and +0.007).
+    learned metric needs every point to show its gain (a small, noisy set),
+    the halves see none and keep the prior, while folds of four fifths of
+    the points see it. The cost is time: the folds' models train on up to
+    four times as many points, and a fold keeps about ``((k-1)/k)**2`` of
+    given pairs (0.64 against 0.25), so a fit on 599 points takes several
+    times one on 600. From 600 points on a half already holds 300, enough
+    to show a gain, and five folds would cost that time for little
+    (figures: the benchmarks page).
     """
     if isinstance(n_folds, str):  # "auto" (at most one fold per point)
         return max(2, min(SMALL_DATA_FOLDS, n_objects)) if n_objects < _MIN_ITEMS else 2
@@ -493,7 +486,7 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
     points as items, each repetition holds every point out once and trains
     on it ``n_folds - 1`` times, so the folds' models together learn from
     about ``min_items`` points; with two folds, ``min_items`` held-out items
-    are scored (the rule of every fold count until 2026-12-03). (With pairs as items, a fold trains
+    are scored. (With pairs as items, a fold trains
     only on the pairs with both ends among its points, about ``((k-1)/k)**2``
     of them: the formula then counts what the points would give.)
 
@@ -737,13 +730,12 @@ def _length_scale(n_objects, paths, scorers):
     the same updates per point as the validated fold; 1 for given or
     neighbourhood pairs (a fold keeps those among its points). The result is
     capped by the safety net. (Where a fold's draw runs out of distinct
-    pairs, its pairs are less than ``n / n_f`` times denser; scaling by the
-    measured density there was tried: NumPy's docstrings 0.831 -> 0.826,
-    scikit-learn's 0.895 -> 0.889, so ``n / n_f`` is kept.) Measured (from
-    labels, 17 sets, 5 splits, held-out 1-NN; only the sets where random
-    pairs were chosen moved): MEGMetric NumPy's docstrings 0.783 -> 0.831
-    (from the same sets' 1000 pairs: 0.857), scikit-learn's 0.892 -> 0.895,
-    iris 0.960 -> 0.957 (one split of five).
+    pairs, its pairs are less than ``n / n_f`` times denser; ``n / n_f`` is
+    used there too, as scaling by the actual density validates no better
+    length.) Without the scaling the final fit, whose random pairs are
+    spread over ``n`` points, would make fewer updates per point than the
+    fold whose length was validated, and stop short (figures: the
+    benchmarks page).
     """
     drawn = [scorer for scorer in scorers if scorer.usable and scorer.drawn]
     if not drawn or len(drawn) != len(paths):

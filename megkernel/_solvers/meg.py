@@ -398,10 +398,13 @@ def meg_general(instances, y, *, prior, learning_rate, trace=1.0):
     learning_rate : float
         ``eta``; Lemma 3.2's rate is :func:`megkernel.meg_learning_rate`.
     trace : float, default=1.0
+        Trace ``tau`` of the learned kernel.
 
     Returns
     -------
     kernel : ndarray of shape (d, d)
+        ``tau W`` after the last update, symmetric positive definite of
+        trace ``tau``.
     log : dict
         ``predictions``, ``losses``, ``cumulative_loss``, ``state``.
     """

@@ -79,13 +79,12 @@ _MAX_BACKTRACKS = 30
 
 #: From this many objects the batch fit from the spectral prior learns in a
 #: subspace plus its isotropic complement (:class:`SubspacePairLoss`). A
-#: ``d x d`` eigendecomposition per trial step costs about 0.5 s there (one
-#: core), so the ~100-200 steps of a dense fit would take minutes; the
-#: subspace's steps cost ``O(n k^2)``. Below it the dense fit is kept: on
-#: hard family sets of 500-1000 objects (measured, issue 19) the subspace's
-#: kernels were worse than the dense fit's (1-NN 0.43 vs 0.48, 0.56 vs 0.63),
-#: as the dense path also makes local, pairwise changes a few global
-#: directions cannot.
+#: dense fit makes a ``d x d`` eigendecomposition (``O(d^3)``) per trial step,
+#: which at that size makes the hundreds of steps of a fit take minutes; the
+#: subspace's steps cost ``O(n k^2)``. Below it the dense fit is kept: its
+#: kernels are the better neighbour kernels on hard sets, as the dense path
+#: also makes local, pairwise changes a few global directions cannot
+#: (figures: the benchmarks page).
 SUBSPACE_FROM = 1500
 
 
@@ -209,9 +208,9 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
     -------
     BatchResult
     """
-    # small eigh and products are faster on one thread: the subspace's work is
-    # eigh of its (k + 1) block (k = 256: 13 ms on one thread, 54-250 ms on two
-    # of a loaded 2-core machine) and d x k x k products
+    # small eigh and products are faster on one thread (threads' start-up and
+    # contention outweigh their share of so little work): the subspace's work
+    # is eigh of its (k + 1) block and d x k x k products
     with blas_threads(train.size):
         return _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
                                    n_iter_no_change, early_stopping, callback, grow,
@@ -241,9 +240,9 @@ def _grow(train, validation, exponent, predictions, count):
 #: if its validation loss is lower by more than this many standard errors of
 #: the held-out pairs' paired differences: the last iterate is the minimiser
 #: the run converges to, and a held-out minimum within noise is no evidence
-#: that it overfits (issue 19: on sparse, noisy family tables the first
-#: iterate's held-out R^2 led by 0.01 within noise, and its kernel's 1-NN
-#: accuracy was at chance where the converged one beat the raw distances).
+#: that it overfits: on sparse, noisy tables an early iterate can lead by a
+#: margin within noise while its kernel is a far worse neighbour kernel than
+#: the converged one (figures: the benchmarks page).
 OVERFIT_Z = 2.0
 
 

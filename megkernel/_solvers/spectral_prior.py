@@ -132,10 +132,10 @@ class _FilledDistances:
     and ``R`` sparse: the observed entries' departure from it (and ``-c`` on
     the diagonal, where ``D`` is 0). A product with the Gram matrix
     ``-J D J / 2`` then costs ``O(n + d r)`` for ``n`` observed pairs
-    instead of ``O(d^2)`` (measured at 2000 objects and 9 x 10^4 pairs: the
-    dense products were 36 of the 43 CPU seconds of a prior), and no
-    ``d x d`` matrix is stored. Used from :data:`_DENSE_EIGH_BELOW` objects
-    on; below, the dense matrices of the same formulas.
+    instead of ``O(d^2)`` (with few pairs observed the dense products would
+    dominate the prior's cost), and no ``d x d`` matrix is stored. Used
+    from :data:`_DENSE_EIGH_BELOW` objects on; below, the dense matrices of
+    the same formulas.
     """
 
     def __init__(self, d, rows, cols, values, fill, coords=None, s=0.0, c=0.0):
