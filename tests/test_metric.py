@@ -40,13 +40,21 @@ def _sq_distances(Z, pairs):
 
 # DefiniteBoostMetric with a fixed length: max_iter="auto" may keep the Euclidean
 # metric (n_iter_ = 0), which scikit-learn's n_iter_ check does not allow; the
-# validated length is tested below
-@parametrize_with_checks([MEGMetric(random_state=0),
-                          DefiniteBoostMetric(random_state=0, max_iter=300)])
+# validated length is tested below. The quick suite checks two folds (the same
+# code, half the fits); the slow one the default folds too
+@parametrize_with_checks([MEGMetric(random_state=0, n_folds=2),
+                          DefiniteBoostMetric(random_state=0, max_iter=300, n_folds=2)])
 def test_scikit_learn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         check(estimator)
+
+
+@pytest.mark.slow
+@parametrize_with_checks([MEGMetric(random_state=0),
+                          DefiniteBoostMetric(random_state=0, max_iter=300)])
+def test_scikit_learn_estimator_checks_at_the_default_folds(estimator, check):
+    test_scikit_learn_estimator_checks(estimator, check)
 
 
 def test_draw_pairs_follows_labels():
