@@ -41,6 +41,10 @@ BLOCK = re.compile(r"^\.\. code-block:: python\n((?:   :[\w-]+:.*\n)*)\n((?:(?: 
                    flags=re.MULTILINE)
 
 
+#: User-guide blocks quick enough for the quick suite (page stem-number).
+_QUICK_BLOCKS = {"kernel_learners-0", "meg-0", "metrics-0", "metrics-1"}
+
+
 def _blocks():
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
@@ -51,9 +55,11 @@ def _blocks():
             # a sentence "prints ``...``" after the block, up to the next block
             after = text[match.end():].split(".. code-block::", 1)[0]
             claims = re.findall(r"prints ``([^`]+)``", after)
-            # each block fits on real data, end to end: the full suite only
-            yield pytest.param(body, claims, id=f"{page.stem}-{number}",
-                               marks=[pytest.mark.slow])
+            # each block fits on real data, end to end: the full suite only,
+            # but for a few that take under half a second (the quick suite)
+            name = f"{page.stem}-{number}"
+            yield pytest.param(body, claims, id=name,
+                               marks=[] if name in _QUICK_BLOCKS else [pytest.mark.slow])
 
 
 BLOCKS = list(_blocks())
@@ -169,7 +175,6 @@ def _fitted_models():
         return {cls: [make() for make in fits] for cls, fits in makers.items()}
 
 
-@pytest.mark.slow
 def test_every_public_fitted_attribute_is_documented():
     """Issue 18, item 6: each public estimator's ``Attributes`` section names
     every public fitted attribute (set by any of its fits) and fitted property."""

@@ -15,9 +15,11 @@ def test_readme_has_examples():
 
 
 #: Each block fits on real data, end to end (a cross-validated grid search
-#: among them): they run in the full suite only.
-@pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+#: among them): they run in the full suite only, but for the first two (the
+#: quick start's MEG and DefiniteBoost fits, under a second each: the quick suite).
+@pytest.mark.parametrize("index", [
+    pytest.param(index, marks=[] if index < 2 else [pytest.mark.slow])
+    for index in range(len(BLOCKS))])
 def test_readme_example_runs(index, capsys):
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
     printed = capsys.readouterr().out
