@@ -6,6 +6,7 @@ Exponentiated Gradient Updates for On-line Learning and Bregman Projection"
 and as plain solver functions.
 """
 
+from ._kernel_learner import KernelLearnerMixin, LearnedKernel, PairStream
 from ._numerics.spectral import (
     expm_symmetric,
     logm_spd,
@@ -53,6 +54,9 @@ __all__ = [
     "MEGKernelRegressor",
     "KernelKNeighborsClassifier",
     "KernelDistances",
+    "KernelLearnerMixin",
+    "LearnedKernel",
+    "PairStream",
     "NoImprovementWarning",
     "kernel_to_distances",
     "make_knn_kernel_scorer",

@@ -68,7 +68,6 @@ from ._pair_estimator import (
     declared_n_objects,
     initial_state,
 )
-from ._solvers.definiteboost_distances import resolve_y_kind
 from ._solvers.meg import auto_learning_rate
 
 __all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "PairStream"]
@@ -81,12 +80,28 @@ PROTOCOL_METHODS = ("learn_kernel", "check_stream", "learn_kernel_stream",
 class LearnedKernel(NamedTuple):
     """A learned kernel and the ids of its rows.
 
-    Attributes
+    What a learner's :meth:`KernelLearnerMixin.learn_kernel` and
+    :meth:`KernelLearnerMixin.learn_kernel_stream` return to
+    :class:`~megkernel.KernelDistances`.
+
+    Parameters
     ----------
     kernel : ndarray of shape (n_objects, n_objects)
         The kernel (symmetric PSD).
     objects : ndarray of shape (n_objects,)
         The ids of its rows.
+
+    See Also
+    --------
+    KernelLearnerMixin : The protocol that returns it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import LearnedKernel
+    >>> learned = LearnedKernel(np.eye(2), np.array(["a", "b"], dtype=object))
+    >>> learned.objects.tolist()
+    ['a', 'b']
     """
 
     kernel: np.ndarray
@@ -100,7 +115,7 @@ class PairStream(NamedTuple):
     (the checks and the cache key), and hands it to the learner's
     ``learn_kernel_stream``.
 
-    Attributes
+    Parameters
     ----------
     chunks : callable
         ``chunks()`` is one pass: an iterator of ``(pairs, targets)``
@@ -119,6 +134,20 @@ class PairStream(NamedTuple):
         Pairs of two distinct objects over all chunks.
     sum_distinct_targets : float
         The sum of their targets.
+
+    See Also
+    --------
+    KernelLearnerMixin.learn_kernel_stream : What learns from it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from megkernel import PairStream
+    >>> chunk = (np.array([[0, 1], [1, 2]]), np.array([1.0, 4.0]))
+    >>> stream = PairStream(lambda: iter([chunk]), n_pairs=2, ids=None, max_index=2,
+    ...                     n_distinct_pairs=2, sum_distinct_targets=5.0)
+    >>> [len(pairs) for pairs, _ in stream.chunks()]
+    [2]
     """
 
     chunks: Callable
@@ -141,6 +170,42 @@ class KernelLearnerMixin:
     sets them plugs in by subclassing it (as
     :class:`~megkernel.DefiniteBoostKernel` does). See
     :mod:`megkernel._kernel_learner` for the protocol.
+
+    See Also
+    --------
+    KernelDistances : The meta-estimator that calls the protocol.
+    LearnedKernel : What the protocol returns.
+
+    Examples
+    --------
+    A learner of one's own: the kernel of classical scaling of the observed
+    squared distances (a missing one: their mean).
+
+    >>> import numpy as np
+    >>> from sklearn.base import BaseEstimator, RegressorMixin
+    >>> from megkernel import KernelDistances, KernelLearnerMixin
+    >>> class ClassicalScaling(KernelLearnerMixin, RegressorMixin, BaseEstimator):
+    ...     def __init__(self, objects=None):
+    ...         self.objects = objects
+    ...     def fit(self, X, y):
+    ...         X = np.asarray(X, dtype=object)
+    ...         self.objects_ = (np.asarray(self.objects, dtype=object)
+    ...                          if self.objects is not None else np.unique(X))
+    ...         rows = {key: i for i, key in enumerate(self.objects_.tolist())}
+    ...         a = np.array([rows[key] for key in X[:, 0]])
+    ...         b = np.array([rows[key] for key in X[:, 1]])
+    ...         D = np.full((len(rows), len(rows)), np.mean(y))
+    ...         D[a, b] = D[b, a] = y
+    ...         np.fill_diagonal(D, 0.0)
+    ...         J = np.eye(len(rows)) - 1.0 / len(rows)
+    ...         w, V = np.linalg.eigh(-J @ D @ J / 2)
+    ...         self.kernel_ = (V * np.maximum(w, 0.0)) @ V.T
+    ...         return self
+    >>> pairs = [["a", "b"], ["b", "c"], ["a", "c"]]
+    >>> distances = KernelDistances(learner=ClassicalScaling(), pairs=pairs,
+    ...                             targets=[1.0, 1.0, 4.0], given_squared=True)
+    >>> distances.fit(["a", "b", "c"]).transform(["a"]).round(3)
+    array([[0., 1., 2.]])
     """
 
     def learn_kernel(self, pairs, targets=None, *, objects=None):
@@ -227,9 +292,9 @@ class KernelLearnerMixin:
     def targets_are_distances(self, targets):
         """Whether ``targets`` are distances (squared or not) one can rank neighbors by.
 
-        The default: a regressor's targets are; a learner with a ``y_kind``
-        parameter (:class:`~megkernel.DefiniteBoostKernel`) says what its
-        targets hold; otherwise they are not.
+        The default: a regressor's targets are, other learners' are not
+        (:class:`~megkernel.DefiniteBoostKernel` overrides it: its ``y_kind``
+        says what its targets hold).
 
         Parameters
         ----------
@@ -241,16 +306,7 @@ class KernelLearnerMixin:
         bool
             True when the targets are distances, squared or not.
         """
-        if is_regressor(self):
-            return True
-        params = self.get_params(deep=False)
-        if "y_kind" in params:
-            try:
-                values = np.array(targets, dtype=float)
-                return resolve_y_kind(params["y_kind"], values) != "labels"
-            except (TypeError, ValueError):
-                return False
-        return False
+        return is_regressor(self)
 
     def learns_from_distances(self):
         """Whether this learner takes squared distances of pairs as targets.

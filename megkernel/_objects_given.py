@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
-from ._numerics.spectral import induced_sq_distances
+from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
 from ._numerics.validation import check_pair_indices
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
@@ -21,7 +21,6 @@ from ._pair_estimator import (
     _categories,
     check_id_kinds,
 )
-from .neighbors import _power_of_four_scale, _warn_if_not_psd
 
 _UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
                  "listing every object, or a kernel over all of them.")
@@ -215,13 +214,13 @@ def _user_kernel_scale(kernel, *, squared, check_psd):
     (``check_psd``: the fixed kernel; learned ones are PSD by construction).
     Squared distances beyond the float range are refused (``squared``).
     """
-    scale = _power_of_four_scale(np.abs(kernel).max(initial=0.0))
+    scale = power_of_four_scale(np.abs(kernel).max(initial=0.0))
     if not (check_psd or squared):
         return scale
     unit = kernel / scale
     sq_distances = induced_sq_distances(unit)
     if check_psd:
-        _warn_if_not_psd(unit, np.diag(unit), sq_distances, name="The kernel")
+        warn_if_not_psd(unit, np.diag(unit), sq_distances, name="The kernel")
     largest = float(sq_distances.max(initial=0.0))
     if squared and scale > 1.0 and largest > np.finfo(float).max / scale:
         raise ValueError(

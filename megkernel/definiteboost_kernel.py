@@ -456,6 +456,25 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         self.max_violation_ = max(log["max_violation"], 0.0)
         self.converged_ = log["converged"]
 
+    def targets_are_distances(self, targets):
+        """Whether ``targets`` are observed distances (``y_kind``) rather than labels.
+
+        Parameters
+        ----------
+        targets : array-like of shape (n_pairs,)
+            The targets given to :meth:`learn_kernel`.
+
+        Returns
+        -------
+        bool
+            True when ``y_kind`` reads them as (squared) distances.
+        """
+        try:
+            values = np.array(targets, dtype=float)
+        except (TypeError, ValueError):
+            return False
+        return resolve_y_kind(self.y_kind, values) != "labels"
+
     # -- fitted views ----------------------------------------------------------
     def pair_sq_distances(self, X):
         """Compute the squared distances ``K_aa + K_bb - 2 K_ab`` of pairs under ``kernel_``.

@@ -270,6 +270,11 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         (empty after a batch ``fit``).
     cumulative_loss_ : float
         ``L_MEG(S)``, the sum of ``losses_``.
+    trials_from_prior_ : bool
+        Whether the on-line trials of ``losses_`` started from the prior
+        ``init`` (``partial_fit`` from the start, or ``solver="online"``), so
+        that Lemma 3.2 bounds ``cumulative_loss_``; False when they continue
+        a batch fit's kernel.
     n_features_in_ : int
         Always 2 (the two objects of a pair).
 
@@ -395,7 +400,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 "prior_score_ are NaN). Give more pairs, or early_stopping=False to "
                 "silence this.", UserWarning)
         return {**self._started(result.state, result.trace, result.learning_rate, index),
-                "n_updates_": 0, "_loss_buffer": np.zeros(0),
+                "n_updates_": 0, "_loss_buffer": np.zeros(0), "trials_from_prior_": False,
                 "n_iter_": result.n_iter, "converged_": result.converged,
                 "loss_curve_": result.loss_curve,
                 "validation_scores_": result.validation_scores,
@@ -409,7 +414,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """Return the fitted attributes of ``solver="online"``'s fit (not yet stored)."""
         return {**self._started(result.state, result.trace, result.learning_rate, index),
                 "n_updates_": len(result.losses), "_loss_buffer": result.losses,
-                "n_iter_": self.n_epochs, "converged_": True,
+                "trials_from_prior_": True, "n_iter_": self.n_epochs, "converged_": True,
                 "loss_curve_": result.trace * np.sqrt([result.prior_loss, result.final_loss]),
                 "validation_scores_": np.zeros(0), "validation_score_": np.nan,
                 "prior_score_": np.nan, "prior_rank_": None, "prior_imputations_": None,
@@ -501,8 +506,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             if first:
                 self._warn_short_first_chunk(pairs, result.trace)
             self._commit(result.state, result.losses,
-                         started=self._started(result.state, result.trace,
-                                               result.learning_rate, index) if first else None,
+                         started={**self._started(result.state, result.trace,
+                                                  result.learning_rate, index),
+                                  "trials_from_prior_": True} if first else None,
                          learning_rate=result.learning_rate)
             return self  # inside the block: an interrupt up to here restores the model
 

@@ -36,7 +36,6 @@ from ._pair_estimator import check_class_labels, unchanged_on_error
 
 __all__ = ["KernelKNeighborsClassifier", "kernel_to_distances", "kernel_distances"]
 
-_power_of_four_scale, _warn_if_not_psd = power_of_four_scale, warn_if_not_psd  # TEMP
 
 
 def kernel_to_distances(K, *, squared=False):

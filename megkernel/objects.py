@@ -46,7 +46,7 @@ from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
 from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
-from ._numerics.spectral import check_symmetric, induced_sq_distances
+from ._numerics.spectral import check_symmetric, kernel_distance_block
 from ._numerics.validation import squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
@@ -81,18 +81,6 @@ from ._warnings import NoImprovementWarning, warn_user
 
 __all__ = ["KernelDistances", "KernelLearnerMixin", "LearnedKernel", "MISSING_DISTANCE",
            "PairStream", "cache_info", "clear_cache"]
-
-
-def _kernel_block(kernel, scale, rows, cols, *, squared):
-    """Distances between ``rows`` and ``cols`` under ``kernel``.
-
-    Computed at the kernel's power-of-four ``scale`` (exact): finite near the
-    float maximum.
-    """
-    diagonal = np.diag(kernel) / scale
-    sq = np.maximum(induced_sq_distances(kernel[np.ix_(rows, cols)] / scale,
-                                         diagonal[rows], diagonal[cols]), 0.0)
-    return sq * scale if squared else np.sqrt(sq) * np.sqrt(scale)
 
 
 def _check_kernel_learner(learner):
@@ -382,7 +370,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         chosen = verdict_rows(len(rows))
         # each object once (a fit may repeat ids): copies are at distance 0
         unique_rows, copies = np.unique(rows[chosen], return_inverse=True)
-        learned = _kernel_block(kernel, scale, unique_rows, unique_rows, squared=False)
+        learned = kernel_distance_block(kernel, unique_rows, unique_rows, scale=scale,
+                                        squared=False)
         observed = None
         if matrix is not None:  # the user's distances, as _source validated them
             observed = observed_in_matrix(*matrix, objects[unique_rows])
@@ -443,8 +432,9 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         if self._given is not None:
             return _converted(self._given[np.ix_(rows, cols)], self._given_is_squared,
                               self.squared)
-        return _kernel_block(self.kernel_, getattr(self, "_kernel_scale", 1.0), rows, cols,
-                             squared=self.squared)
+        return kernel_distance_block(self.kernel_, rows, cols,
+                                     scale=getattr(self, "_kernel_scale", 1.0),
+                                     squared=self.squared)
 
     def _source(self):
         """``(kernel, given, objects, matrix)``: read-only, validated, before any change.

@@ -204,7 +204,7 @@ def _started_from_prior(model):
     They did with ``partial_fit`` from the start, or ``fit`` with
     ``solver="online"``, not from the kernel of a batch fit.
     """
-    return "loss_curve_" not in vars(model) or vars(model).get("_verdict", "batch") is None
+    return bool(getattr(model, "trials_from_prior_", True))
 
 
 def _lemma_3_2_bound(model, target):

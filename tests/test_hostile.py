@@ -51,7 +51,7 @@ from megkernel import (
     normalized_expm,
     von_neumann_divergence,
 )
-from megkernel._solvers.definiteboost import check_pair_signs
+from megkernel._numerics.validation import check_pair_labels
 from megkernel.datasets import spectrum_kernel
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"),
@@ -1211,7 +1211,7 @@ def test_meg_metric_partial_fit_streams(data):
             continue
         accepted_X.append(np.asarray(chunk, dtype=float))
         if np.ndim(chunk) == 3:  # each chunk's own label convention, as +1 / -1
-            accepted_y.append(check_pair_signs(labels, np.tile([0, 1], (len(chunk), 1))))
+            accepted_y.append(check_pair_labels(labels, len(chunk)))
         assert_kernel(model.exponent_.density(), 1.0)
         assert_finite([model.online_loss_, model.online_normalised_loss_,
                        model.online_range_], "on-line state")

@@ -528,8 +528,8 @@ def test_the_loop_warns_at_its_safety_net_while_still_improving():
 
 @pytest.mark.parametrize("Metric", METRICS)
 def test_both_learners_choose_their_length_by_the_same_loop(Metric):
-    from megkernel.metric._meg_epochs import soft_neighbor_checkpoints
     from megkernel._solvers.holdout import MAX_PASSES, doubling_checkpoints
+    from megkernel.metric._meg_epochs import soft_neighbor_checkpoints
 
     points, classes = _noisy_blobs(160, seed=3)
     with warnings.catch_warnings():

@@ -26,6 +26,7 @@ from sklearn.pipeline import Pipeline
 
 import megkernel.metric.meg as metric_module
 from megkernel import MEGMetric
+from megkernel._solvers.holdout import doubling_checkpoints, pair_components
 from megkernel._solvers.metric_meg import (
     MetricExponent,
     divergence_to,
@@ -37,7 +38,6 @@ from megkernel._solvers.metric_meg import (
     run_batches,
     whiten,
 )
-from megkernel._solvers.holdout import doubling_checkpoints, pair_components
 from megkernel.metric.meg import validate_epochs
 
 CHECKPOINTS = tuple(doubling_checkpoints())

@@ -232,8 +232,8 @@ def test_definiteboost_fit_pairs_starts_from_the_soft_neighbours_of_its_componen
     prior is MEGMetric's soft-neighbour metric of those components, as from labels
     (issue 20: from pairs it kept the Euclidean metric where MEGMetric learned)."""
     from megkernel._numerics.seeding import derived_seed
-    from megkernel.metric import draw_pairs
     from megkernel._solvers.holdout import pair_components
+    from megkernel.metric import draw_pairs
 
     X, y = _noisy_moons(seed=21)
     pairs, signs = draw_pairs(y, 300, random_state=0)

@@ -28,7 +28,6 @@ from .definiteboost_projections import (
     run_definiteboost,
 )
 from .definiteboost_rules import (
-    check_pair_signs,
     definiteboost_pairs,
     fit_pair_constraints,
     pair_thresholds,
@@ -44,7 +43,6 @@ __all__ = [
     "run_definiteboost",
     "PairConstraints",
     "MatrixConstraints",
-    "check_pair_signs",
     "pair_thresholds",
     "prior_mean_sq_distance",
     "satisfiable_pairs",

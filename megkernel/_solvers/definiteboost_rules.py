@@ -28,7 +28,6 @@ from .definiteboost_projections import (
 )
 
 __all__ = [
-    "check_pair_signs",
     "definiteboost_pairs",
     "fit_pair_constraints",
     "pair_thresholds",
@@ -343,7 +342,7 @@ def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
     """
     state = prior_state(n_objects, prior, prior_factor)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
-    signs = check_pair_signs(signs, pairs)
+    signs = check_pair_labels(signs, pairs, name="signs")
     log = fit_pair_constraints(
         state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace, slack=slack, projection=projection,
@@ -356,22 +355,6 @@ def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
     if state.n_objects > MAX_DENSE_OBJECTS:
         return None, log
     return log["kernel_factor"] @ log["kernel_factor"].T, log
-
-
-def check_pair_signs(signs, pairs, *, name="signs"):
-    """``signs`` as floats ``+1`` / ``-1``, one per pair (``None``: all +1).
-
-    :func:`~megkernel._numerics.validation.check_pair_labels` under its
-    former name: accepts ``+1`` / ``-1``, ``1`` / ``0`` and ``True`` /
-    ``False`` (similar / dissimilar).
-
-    Raises
-    ------
-    ValueError
-        Wrong shape, a label outside those encodings, or a dissimilar pair
-        of an object with itself.
-    """
-    return check_pair_labels(signs, pairs, name=name)
 
 
 # -- the estimator's defaults: trace, gamma and length of a fit in the user's units --

@@ -28,10 +28,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engines import UPDATE_METHOD_CONSTRAINT
 from .._numerics.limits import MAX_TRACE, MIN_TRACE
-from .._numerics.validation import check_pair_indices
+from .._numerics.validation import check_pair_indices, check_pair_labels
 from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
-from .._solvers.definiteboost import check_pair_signs
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .._warnings import warn_user
 from ._pairs import (
@@ -149,7 +148,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         X = validate_data(self, X, ensure_min_samples=2, dtype=float)
         pairs = check_pair_indices(pairs, len(X), name="pairs", min_pairs=1)
         # one check of pair labels for fit, fit_pairs and partial_fit
-        pair_labels = check_pair_signs(pair_labels, pairs, name="pair_labels")
+        pair_labels = check_pair_labels(pair_labels, pairs, name="pair_labels")
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
     def _fit_pairs(self, X, pairs, pair_labels, classes=None):
@@ -351,11 +350,6 @@ def _pair_sq_distance_quantiles(centred, quantiles, rng):
     return tuple(np.quantile(sq_distances[np.triu_indices(len(centred), k=1)], quantiles))
 
 
-def _pair_labels(y, n_pairs):
-    """Pair labels as +1 / -1 (distinct objects assumed: no self-pair check)."""
-    return check_pair_signs(y, np.tile([0, 1], (n_pairs, 1)), name="y")
-
-
 class _PairInput:
     """Pairs of points as ``X`` with pair labels as ``y``.
 
@@ -389,7 +383,7 @@ class _PairInput:
         points, inverse = np.unique(pairs_of_points.reshape(-1, n_features), axis=0,
                                     return_inverse=True)
         pairs = inverse.reshape(n_pairs, 2)
-        signs = check_pair_signs(y, pairs, name="y").astype(int)
+        signs = check_pair_labels(y, pairs, name="y").astype(int)
         if len(points) < 2:
             raise ValueError("The pairs hold fewer than 2 distinct points.")
         self._fit_pairs(points, pairs, signs)
@@ -469,7 +463,7 @@ class _PairInput:
             The area under the ROC curve, 1 for pairs perfectly ordered.
         """
         check_is_fitted(self, "threshold_")
-        signs = _pair_labels(y, len(np.asarray(X)))
+        signs = check_pair_labels(y, len(np.asarray(X)), name="y")
         return float(roc_auc_score(signs, self.decision_function(X)))
 
     def calibrate_threshold(self, X, y, *, strategy="accuracy"):
@@ -493,7 +487,7 @@ class _PairInput:
         if strategy != "accuracy":
             raise ValueError(f"strategy must be 'accuracy', got {strategy!r}.")
         distances = self.pair_score(X)
-        signs = _pair_labels(y, len(distances))
+        signs = check_pair_labels(y, len(distances), name="y")
         order = np.argsort(distances, kind="stable")
         ordered, similar = distances[order], signs[order] > 0
         # threshold between ordered[k - 1] and ordered[k]: the k closest are similar

@@ -13,13 +13,6 @@ import warnings
 
 import numpy as np
 
-from .._solvers.metric_meg import MetricExponent, embedding, run_batches
-from .._solvers.metric_soft_neighbors import (
-    TEMPERATURES,
-    SoftNeighborAscent,
-    prior_temperature,
-)
-from .._warnings import warn_user
 from .._solvers.holdout import (
     _MIN_ITEMS,
     ELASTICITY,
@@ -27,6 +20,13 @@ from .._solvers.holdout import (
     doubling_checkpoints,
     validate_length,
 )
+from .._solvers.metric_meg import MetricExponent, embedding, run_batches
+from .._solvers.metric_soft_neighbors import (
+    TEMPERATURES,
+    SoftNeighborAscent,
+    prior_temperature,
+)
+from .._warnings import warn_user
 
 __all__ = ["soft_neighbor_checkpoints", "validate_epochs", "validate_kinds",
            "validate_soft_neighbors"]

@@ -24,10 +24,6 @@ from .._solvers.definiteboost import (
     pair_thresholds,
     satisfiable_pairs,
 )
-from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
-from ..definiteboost_kernel import DefiniteBoostKernel
-from ._base import _FeatureMetric, _PairInput
-from ._pairs import _ClassPairs
 from .._solvers.holdout import (
     MAX_PASSES,
     doubling_checkpoints,
@@ -35,6 +31,10 @@ from .._solvers.holdout import (
     resolve_n_folds,
     validate_length,
 )
+from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
+from ..definiteboost_kernel import DefiniteBoostKernel
+from ._base import _FeatureMetric, _PairInput
+from ._pairs import _ClassPairs
 from .meg import MEGMetric
 
 __all__ = ["DefiniteBoostMetric", "DefiniteBoostPairMetric"]

@@ -18,9 +18,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
-from .._numerics.validation import check_n_trials
+from .._numerics.validation import check_n_trials, check_pair_labels
 from .._pair_estimator import transactional
 from .._progress import detail as progress_detail
+from .._solvers.holdout import MAX_PASSES, pair_components
 from .._solvers.metric_meg import (
     MetricExponent,
     divergence_to,
@@ -44,13 +45,11 @@ from ._base import (
     _check_pairs_of_points,
     _check_trace,
     _FeatureMetric,
-    _pair_labels,
     _pair_sq_distance_quantiles,
     pairs_from_labels,
 )
 from ._meg_epochs import validate_epochs, validate_kinds
 from ._pairs import _ClassPairs
-from .._solvers.holdout import MAX_PASSES, pair_components
 
 __all__ = ["MEGMetric", "validate_epochs"]
 
@@ -462,7 +461,7 @@ class MEGMetric(_FeatureMetric):
         else:
             pairs_of_points = _check_pairs_of_points(
                 X, None if first else self.n_features_in_)
-            signs = _pair_labels(y, len(pairs_of_points))
+            signs = check_pair_labels(y, len(pairs_of_points), name="y")
         if first:
             self._start_online(pairs_of_points)
         diffs, ranges = self._stream_diffs(pairs_of_points)
@@ -566,7 +565,7 @@ class MEGMetric(_FeatureMetric):
         """
         check_is_fitted(self, "exponent_")
         pairs_of_points = _check_pairs_of_points(X, self.n_features_in_)
-        signs = _pair_labels(y, len(pairs_of_points))
+        signs = check_pair_labels(y, len(pairs_of_points), name="y")
         if len(pairs_of_points) != self.n_pairs_seen_:
             raise ValueError(f"Give the whole stream: partial_fit saw {self.n_pairs_seen_} "
                              f"pairs since the last fit, got {len(pairs_of_points)}.")
