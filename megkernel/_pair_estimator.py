@@ -71,8 +71,8 @@ def unchanged_on_error(estimator):
     try:
         yield
     except BaseException:
-        estimator.__dict__.clear()
-        estimator.__dict__.update(saved)
+        # one store: a second interrupt cannot fall between a clear and an update
+        estimator.__dict__ = saved
         raise
 
 
