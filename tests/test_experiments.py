@@ -23,9 +23,6 @@ from megkernel.experiments import (
     summary_table,
 )
 
-# end to end (seconds of fitting in the module's fixtures): the full suite only
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def wine():
@@ -133,6 +130,7 @@ def test_summary_table(online, batch):
     assert table["1-NN error, MEG kernel, std over splits"] == online.knn_split_errors[-1].std()
 
 
+@pytest.mark.slow  # matplotlib's first figures (about 1.5 s)
 def test_figures_render(online, batch, tmp_path):
     pytest.importorskip("matplotlib")
     from megkernel.plotting import plot_batch_experiment, plot_online_experiment

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 
 # every test here sweeps in a subprocess of its own (imports megkernel, seconds
-# each): the full suite (CI) runs them, the quick loop (-m 'not slow') does not
-pytestmark = pytest.mark.slow
+# each): the full suite (CI) runs them all, the quick suite (-m 'not slow') the
+# BLAS pin's sweep and one tail case (about 2 s each)
 
 FIT_SWEEP = textwrap.dedent("""
     import json, os, pickle, sys, warnings
@@ -190,6 +190,7 @@ def _fit_sweep(stride, offset):
     return report
 
 
+@pytest.mark.slow
 def test_an_interrupt_at_sampled_lines_of_each_fit_leaves_the_model_unchanged():
     """Every 29th line event of megkernel's code in each fit (about 220
     interrupts; the full sweep is the slow test below)."""
@@ -284,7 +285,9 @@ TAIL_CASES = ["MEGKernelRegressor.fit", "MEGKernelRegressor.partial_fit",
               "DefiniteBoostKernel.fit", "KernelDistances.fit"]
 
 
-@pytest.mark.parametrize("case", TAIL_CASES)
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=[] if case == "MEGKernelRegressor.partial_fit" else [pytest.mark.slow])
+    for case in TAIL_CASES])
 def test_an_interrupt_after_the_commit_leaves_the_model_unchanged(case):
     """A call that stored its result and is interrupted before it returns
     (the lines after the one-step store: more attributes, warnings, the

@@ -105,7 +105,6 @@ def test_search_on_a_local_dask_cluster(wine, triples, sequential_meg_search):
     assert on_dask.best_params_ == local.best_params_
 
 
-@pytest.mark.slow
 def test_learned_and_raw_kernels_in_one_parallel_grid_with_memory(wine, tmp_path):
     """The no-learning baseline and the learned kernels share one Pipeline and
     one GridSearchCV; with memory, n_jobs=2 gives n_jobs=1's results."""
