@@ -26,8 +26,8 @@ def _run(out, *extra):
     return pd.read_csv(out / "summary.csv").set_index("quantity")["value"]
 
 
-@pytest.mark.slow
 def test_reproduce_on_wine(tmp_path, capsys):
+    """The main job end to end, small (the quick suite's one full run)."""
     table = _run(tmp_path, "--data", "wine")
     for name in OUTPUTS:
         assert (tmp_path / name).stat().st_size > 0
