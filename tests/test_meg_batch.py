@@ -310,7 +310,6 @@ def test_a_diverging_online_fit_warns_naming_the_learning_rate():
         MEGKernelRegressor(n_objects=20, solver="online").fit(pairs, y)
 
 
-@pytest.mark.slow
 def test_batch_then_partial_fit_continues_online():
     ids, table, _ = _family_table(seed=6)
     model = MEGKernelRegressor(objects=ids, random_state=0).fit(table[["a", "b"]],
