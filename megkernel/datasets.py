@@ -28,8 +28,9 @@ Distances are squared feature-space distances
 claims to be, and never beyond a stated bound. :func:`read_fasta` refuses,
 with a ``ValueError`` naming the file and line, anything but UTF-8 text
 (binary data, another encoding), a line longer than :data:`MAX_FASTA_LINE`
-characters or a file larger than :data:`MAX_FASTA_BYTES` (counted while
-reading, so an endless stream such as ``/dev/zero`` stops), and records
+characters, a header longer than :data:`MAX_FASTA_HEADER` or a file larger
+than :data:`MAX_FASTA_BYTES` (counted while reading, so an endless stream
+such as ``/dev/zero`` stops; reading takes time linear in the size), and records
 without headers, sequence or distinct names; what it accepts means one thing
 however it is written (byte order mark, ``\r\n`` line ends, white space
 and line breaks inside sequences, residue case).
@@ -187,6 +188,11 @@ MAX_FASTA_LINE = 2**24
 #: while reading a stream: everything read is held in memory.
 MAX_FASTA_BYTES = 2**30
 
+#: Longest FASTA header read (characters, after the ``>``): records are
+#: named by their headers (object ids, labels, figure titles, messages), and
+#: real headers, even NCBI's merged ones, are far shorter.
+MAX_FASTA_HEADER = 2**16
+
 #: Bytes read at a time (the first block is also examined for NUL bytes,
 #: the mark of a binary file).
 _BLOCK_BYTES = 2**16
@@ -200,7 +206,8 @@ def read_fasta(path):
     ``\n``, ``\r\n`` or ``\r`` line ends), no NUL bytes (a binary
     file), at most :data:`MAX_FASTA_BYTES` bytes and lines of at most
     :data:`MAX_FASTA_LINE` characters (checked while reading, so a stream
-    without end stops), at least one record, no sequence before the first
+    without end stops; the time is linear in the file's size), headers of
+    at most :data:`MAX_FASTA_HEADER` characters, at least one record, no sequence before the first
     header, no empty sequence, and distinct headers (records are named by
     them, e.g. as object ids).
 
@@ -221,10 +228,15 @@ def read_fasta(path):
     for number, line in _fasta_lines(path):
         if line.startswith(">"):
             header = line[1:].strip()
+            if len(header) > MAX_FASTA_HEADER:
+                raise ValueError(
+                    f"{path}: line {number} is a header of {len(header)} characters "
+                    f"({_shown(header)}), longer than {MAX_FASTA_HEADER} "
+                    "(MAX_FASTA_HEADER); records are named by their headers.")
             if header in first_line:
                 raise ValueError(
-                    f"{path}: line {number} repeats the header {header!r} of line "
-                    f"{first_line[header]}; records are named by their headers, "
+                    f"{path}: line {number} repeats the header {_shown(header)} of "
+                    f"line {first_line[header]}; records are named by their headers, "
                     "give each a distinct one.")
             first_line[header] = number
             headers.append(header)
@@ -244,9 +256,16 @@ def read_fasta(path):
     sequences = ["".join(chunk) for chunk in chunks]
     empty = [header for header, seq in zip(headers, sequences) if not seq]
     if empty:
-        raise ValueError(f"{path}: empty sequence for record {empty[0]!r} (line "
+        raise ValueError(f"{path}: empty sequence for record {_shown(empty[0])} (line "
                          f"{first_line[empty[0]]}).")
     return headers, sequences
+
+
+def _shown(header, limit=80):
+    """``header`` quoted for a message: its start only, if long."""
+    if len(header) <= limit:
+        return repr(header)
+    return f"{header[:limit]!r}... ({len(header)} characters)"
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -256,7 +275,10 @@ def _fasta_lines(path):
     """Yield ``(line number, line)`` of a text file under :func:`read_fasta`'s rules.
 
     Read in blocks: each line is decoded and checked on its own, so that an
-    error names its line.
+    error names its line. Linear in the file's size however long its lines:
+    only each new block is searched for line ends, and a line spanning blocks
+    is kept as a list of its pieces, joined once when its end is found (not
+    re-copied and re-searched with every block).
     """
     with open(path, "rb") as raw:
         size = os.fstat(raw.fileno()).st_size
@@ -264,22 +286,42 @@ def _fasta_lines(path):
             raise ValueError(
                 f"{path}: {size} bytes, more than the {MAX_FASTA_BYTES} "
                 "(MAX_FASTA_BYTES) read into memory.")
-        number, total, pending = 0, 0, b""
+        number, total, first = 0, 0, True
+        parts, length = [], 0  # the line read so far: its pieces, their length
+        held = b""  # a block's final \r, kept back: the next may start with its \n
         while True:
             block = raw.read(_BLOCK_BYTES)
-            if total == 0:
+            end = not block
+            if first:
+                first = False
+                while 0 < len(block) < 4:  # a short read (a pipe) may cut a mark
+                    more = raw.read(_BLOCK_BYTES)
+                    if not more:
+                        break
+                    block += more
                 if block.startswith((b"\xff\xfe", b"\xfe\xff")):
                     raise ValueError(f"{path}: UTF-16 or UTF-32 text (its byte order "
                                      "mark), not UTF-8 text; save it as UTF-8.")
                 if b"\0" in block:
                     raise ValueError(f"{path}: holds NUL bytes: a binary file, not "
                                      "FASTA text.")
-                block = block.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
-            data = pending + block
-            held = b"\r" if block and data.endswith(b"\r") else b""  # maybe \r\n
-            lines = _LINE_END.split(data[:len(data) - len(held)])
-            pending = (lines.pop() + held) if block else b""
-            if len(pending) > MAX_FASTA_LINE:
+                # a UTF-8 byte order mark; ``end`` was set before: a first read
+                # of the mark alone is not the end of the file
+                block = block.removeprefix(b"\xef\xbb\xbf")
+            data = held + block
+            held = b"\r" if not end and data.endswith(b"\r") else b""
+            pieces = _LINE_END.split(data[:len(data) - len(held)])
+            # pieces[0] ends the line read so far; before the end of the file,
+            # the last piece starts a line whose end is still to come
+            rest = b"" if end else pieces.pop()
+            lines = []
+            if pieces:
+                lines = [b"".join([*parts, pieces[0]]), *pieces[1:]]
+                parts, length = [], 0
+            if rest:
+                parts.append(rest)
+                length += len(rest)
+            if length + len(held) > MAX_FASTA_LINE:
                 raise ValueError(
                     f"{path}: line {number + len(lines) + 1} is longer than "
                     f"{MAX_FASTA_LINE} characters (MAX_FASTA_LINE); a file without "
@@ -293,7 +335,7 @@ def _fasta_lines(path):
             for line in lines:
                 number += 1
                 yield number, _fasta_line(path, number, line)
-            if not block:
+            if end:
                 return
 
 

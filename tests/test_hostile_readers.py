@@ -165,3 +165,131 @@ def test_blank_and_non_string_sequences_are_refused(sequences, message):
     with pytest.raises(ValueError) as error:
         spectrum_kernel(sequences, k=3)
     assert message in str(error.value)
+
+
+# -- long lines, long headers, short reads, other formats ----------------------------
+
+def test_accepted_files_read_the_same_over_any_block_boundaries(tmp_path, monkeypatch):
+    """A line (or a \\r\\n) cut between two blocks reads as if it were not."""
+    for block in (1, 2, 3, 5):
+        monkeypatch.setattr(datasets, "_BLOCK_BYTES", block)
+        for name, content in ACCEPTED:
+            assert read_fasta(_write(tmp_path, content)) == RECORDS, (block, name)
+
+
+class _CountingLineEnds:
+    """Stands in for the reader's line-end pattern, counting the bytes searched."""
+
+    def __init__(self, pattern):
+        self.pattern, self.searched = pattern, 0
+
+    def split(self, data):
+        self.searched += len(data)
+        return self.pattern.split(data)
+
+
+def test_a_long_line_is_searched_once_not_once_per_block(tmp_path, monkeypatch):
+    """Linear time: a line spanning 256 blocks is not re-searched (and re-copied)
+    with each block, which made a 10-million-character line take seconds."""
+    counter = _CountingLineEnds(datasets._LINE_END)
+    monkeypatch.setattr(datasets, "_LINE_END", counter)
+    monkeypatch.setattr(datasets, "_BLOCK_BYTES", 4096)
+    content = b">a\n" + b"M" * 2**20 + b"\n>b\nKKK\n"
+    assert read_fasta(_write(tmp_path, content))[1] == ["M" * 2**20, "KKK"]
+    assert counter.searched <= 2 * len(content)  # quadratic: about 128 times the size
+
+
+@pytest.mark.slow
+def test_reading_a_long_line_takes_linear_time(tmp_path, monkeypatch):
+    """Four times the line, about four times the time (quadratic: sixteen).
+
+    Best of three runs each, small blocks to make a quadratic reader's cost
+    plain; a ratio, not a time, so that a loaded machine does not fail it."""
+    import time
+
+    monkeypatch.setattr(datasets, "_BLOCK_BYTES", 4096)
+
+    def seconds(n):
+        path = tmp_path / f"line{n}.faa"
+        path.write_bytes(b">a\n" + b"M" * n + b"\n")
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            read_fasta(path)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    short, long = seconds(10**6), seconds(4 * 10**6)
+    assert long / short < 9, (short, long)
+
+
+class _ShortReads:
+    """A file whose reads return at most ``size`` bytes, as a pipe's may."""
+
+    def __init__(self, raw, size):
+        self.raw, self.size = raw, size
+
+    def read(self, n=-1):
+        return self.raw.read(min(n, self.size))
+
+    def fileno(self):
+        return self.raw.fileno()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.raw.close()
+
+
+def test_a_byte_order_mark_read_on_its_own_is_not_the_end_of_the_file(tmp_path,
+                                                                      monkeypatch):
+    real_open = open
+    monkeypatch.setattr(datasets, "open", lambda path, mode: _ShortReads(
+        real_open(path, mode), 3), raising=False)
+    for name, content in ACCEPTED:
+        assert read_fasta(_write(tmp_path, content)) == RECORDS, name
+
+
+def test_a_huge_header_is_refused_naming_file_and_line(tmp_path):
+    path = _write(tmp_path, b">a\nMKV\n>" + b"H" * (datasets.MAX_FASTA_HEADER + 1)
+                  + b"\nMKV\n")
+    with pytest.raises(ValueError, match="hostile.faa") as error:
+        read_fasta(path)
+    message = str(error.value)
+    assert f"line 3 is a header of {datasets.MAX_FASTA_HEADER + 1} characters" in message
+    assert "MAX_FASTA_HEADER" in message and len(message) < 400
+
+
+def test_a_header_at_the_limit_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "MAX_FASTA_HEADER", 100)
+    assert read_fasta(_write(tmp_path, b">" + b"H" * 100 + b"\nMKV\n"))[0] == ["H" * 100]
+    with pytest.raises(ValueError, match="line 1 is a header of 101 characters"):
+        read_fasta(_write(tmp_path, b">" + b"H" * 101 + b"\nMKV\n"))
+
+
+@pytest.mark.parametrize("content", [
+    b">" + b"H" * 10_000 + b"\nMKV\n>" + b"H" * 10_000 + b"\nMKV\n",  # repeated
+    b">" + b"H" * 10_000 + b"\n>b\nMKV\n",  # empty
+])
+def test_messages_quote_only_the_start_of_a_long_header(tmp_path, content):
+    with pytest.raises(ValueError, match="hostile.faa") as error:
+        read_fasta(_write(tmp_path, content))
+    assert "(10000 characters)" in str(error.value) and len(str(error.value)) < 400
+
+
+#: Other formats and plain text: refused at their first line, as not FASTA.
+NOT_FASTA = [
+    ("CSV", b"name,sequence\na,MKVLAAGIT\n"),
+    ("FASTQ", b"@read1\nACGT\n+\nIIII\n"),
+    ("GenBank", b"LOCUS       X 4 bp DNA\nORIGIN\n        1 acgt\n//\n"),
+    ("JSON", b'{"a": "MKV"}\n'),
+    ("HTML", b"<!DOCTYPE html>\n<html></html>\n"),
+]
+
+
+@pytest.mark.parametrize(("name", "content"), NOT_FASTA, ids=[c[0] for c in NOT_FASTA])
+def test_other_formats_are_refused_at_their_first_line(tmp_path, name, content):
+    with pytest.raises(ValueError, match="hostile.faa: line 1 holds sequence before any "
+                                         "'>' header; not a FASTA file"):
+        read_fasta(_write(tmp_path, content))
