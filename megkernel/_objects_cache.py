@@ -4,22 +4,33 @@ A kernel does not depend on the split of the objects, so it is learned once
 per learner and data: an in-process cache (least recently used entries
 dropped beyond :data:`CACHE_BYTES`) keyed by the learner's module, class,
 parameters, this package's version and the data, and, with ``memory=`` (a
-folder), an on-disk cache that processes share. No lock is held while a
-kernel is learned (:func:`_become_learner`), so an interrupt can leave none
-held.
+folder), an on-disk cache that processes share. No in-process lock is held
+while a kernel is learned (:func:`_become_learner`), so an interrupt can
+leave none held; the on-disk cache's lock of a kernel (a file lock, so
+processes learn it once) is waited for :data:`LOCK_TIMEOUT` seconds at most.
+
+The on-disk cache trusts nothing it reads (:func:`_load_entry`): no pickle,
+each file read up to its expected size, every entry checked, and whatever
+fails a check is discarded with a warning and learned again.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import json
 import multiprocessing
 import os
 import pickle
+import socket
+import stat
 import sys
+import tempfile
 import threading
+import time
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import NamedTuple
 
 import joblib
@@ -43,8 +54,6 @@ _cache_stats = {"hits": 0, "misses": 0, "fits": 0}
 #: Who is learning each kernel in this process: key -> _Holder. No lock is
 #: held while a kernel is learned (see _become_learner).
 _holders = {}
-#: The lock files of ``memory`` folders this process holds: key -> open file.
-_disk_handles = {}
 
 
 class _Holder(NamedTuple):
@@ -169,52 +178,546 @@ def _key(learner, data):
                         data))
 
 
+# -- the on-disk cache of ``memory`` ------------------------------------------------
+#
+# Nothing read from the folder is trusted: an entry is a JSON header and
+# ``.npy`` arrays read with ``allow_pickle=False`` (no code can run), each
+# file read up to its expected size only, and the entry is used only if the
+# key, shapes, ids and digest agree and the kernel is finite, symmetric and
+# PSD; anything else is discarded with a warning and the kernel learned
+# again.
+
+#: Seconds a process waits for another's lock on a kernel before giving up
+#: (the holder may be a session interrupted while holding it).
+LOCK_TIMEOUT = 600.0
+#: Longest sleep between two tries of a lock (the first ones are shorter).
+LOCK_POLL = 0.5
+#: Largest header read from the folder (its ids in JSON).
+HEADER_BYTES = 64 * 2**20
+
+_FORMAT = "megkernel-kernel-cache"
+_FORMAT_VERSION = 1
+_ENTRIES = "megkernel_kernels"
+_LOCKS = "megkernel_locks"
+#: A PSD kernel's smallest eigenvalue is at least this times its largest.
+_PSD_TOLERANCE = 1e-8
+#: Symmetric to round-off: |K - K.T| at most this times max |K|.
+_SYMMETRY_TOLERANCE = 1e-10
+_ID_DEPTH = 16  # the deepest tuple id the header may hold
+_NPY_ID_KINDS = "biuUS"  # ids a .npy file holds without pickle
+
+#: The lock files of ``memory`` folders this process holds: key -> open file.
+_disk_handles = {}
+#: Folders (and kinds of trouble) this process has warned about once.
+_warned_once = set()
+
+
+class Expected(NamedTuple):
+    """What the ids of a learned kernel must be, as far as the data says.
+
+    ``exact``: the ids themselves, in order (the learner's own ``objects``
+    or a matrix's ids), else None; ``named``: ids the data names (the
+    pairs'), all of which must be among them, else None.
+    """
+
+    exact: object = None
+    named: object = None
+
+
+class _Invalid(Exception):
+    """An entry of the folder that cannot be used (the reason)."""
+
+
 def _check_memory(memory):
-    """``memory`` as an object with ``cache`` (None: no on-disk cache)."""
+    """Return the folder of ``memory``, absolute (None: no on-disk cache).
+
+    The one path rule for data and locks alike: ``os.path.expanduser``
+    then ``os.path.abspath``, applied here once.
+    """
     if memory is None:
         return None
-    if isinstance(memory, (str, os.PathLike)):
-        return joblib.Memory(os.fspath(memory), verbose=0)
-    return memory
+    location = memory if isinstance(memory, (str, os.PathLike)) else getattr(
+        memory, "location", None)
+    if location is None:  # joblib.Memory(None) caches nothing
+        return None
+    if not isinstance(location, (str, os.PathLike)):
+        raise ValueError(f"memory must be a folder, a joblib.Memory with a folder as "
+                         f"location, or None; got {type(memory).__name__} whose location "
+                         f"is {location!r}.")
+    return os.path.abspath(os.path.expanduser(os.fspath(location)))
+
+
+def _warn_once(what, message):
+    if what not in _warned_once:
+        _warned_once.add(what)
+        warn_user(message, UserWarning)
+
+
+# -- ids in the header: JSON, typed, never pickled
+
+def _encode_id(value, depth=0):
+    kind = type(value)
+    if kind is str:
+        return ["s", value]
+    if kind is bool:
+        return ["b", value]
+    if kind is int:
+        return ["i", str(value)]  # exact at any size, whatever the JSON reader
+    if kind is float:
+        return ["f", value.hex()]
+    if kind is tuple and depth < _ID_DEPTH:
+        return ["t", [_encode_id(item, depth + 1) for item in value]]
+    raise TypeError(f"an id of type {kind.__name__}")
+
+
+def _decode_id(value, depth=0):
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+        raise _Invalid("an id of the header is not one megkernel writes")
+    tag, item = value
+    if tag == "s" and type(item) is str:
+        return item
+    if tag == "b" and type(item) is bool:
+        return item
+    if tag == "i" and type(item) is str and len(item) <= 64:
+        return int(item)
+    if tag == "f" and type(item) is str and len(item) <= 64:
+        return float.fromhex(item)
+    if tag == "t" and type(item) is list and depth < _ID_DEPTH:
+        return tuple(_decode_id(part, depth + 1) for part in item)
+    raise _Invalid("an id of the header is not one megkernel writes")
+
+
+def _same_ids(a, b):
+    """Whether two id sequences are equal, id by id and type by type."""
+    a, b = list(a), list(b)
+    return len(a) == len(b) and all(type(x) is type(y) and x == y for x, y in zip(a, b))
+
+
+def _as_list(ids):
+    return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+
+
+def _ids_problem(objects, n, expected):
+    """Why ``objects`` are not the ids of a kernel over ``n`` objects (None: they are)."""
+    if objects.shape != (n,):
+        return f"{objects.shape[0] if objects.ndim == 1 else objects.shape} ids for {n} rows"
+    values = objects.tolist()
+    try:
+        if len(set(values)) != n:
+            return "repeated ids"
+        if expected.exact is not None:
+            if not _same_ids(values, _as_list(expected.exact)):
+                return "other ids than this data's"
+        elif expected.named is not None and not set(expected.named) <= set(values):
+            return "ids that lack some of this data's"
+    except TypeError:  # unhashable ids
+        return "ids that cannot be compared"
+    return None
+
+
+def _kernel_problem(kernel):
+    """Why ``kernel`` is not a finite symmetric PSD kernel (None: it is)."""
+    if not np.all(np.isfinite(kernel)):
+        return "a kernel with non-finite entries"
+    scale = float(np.max(np.abs(kernel))) if kernel.size else 0.0
+    if float(np.max(np.abs(kernel - kernel.T), initial=0.0)) > _SYMMETRY_TOLERANCE * scale:
+        return "a kernel that is not symmetric"
+    if scale > 0:
+        eigenvalues = np.linalg.eigvalsh(kernel / scale)
+        if eigenvalues[0] < -_PSD_TOLERANCE * max(eigenvalues[-1], 0.0) or \
+                eigenvalues[-1] <= 0:
+            return (f"a kernel that is not positive semi-definite (eigenvalues "
+                    f"{eigenvalues[0] * scale:.3g} to {eigenvalues[-1] * scale:.3g})")
+    return None
+
+
+def _digest(key, kernel, ids_record, ids_bytes):
+    """Return the sha256 of an entry's key, kernel and ids (a torn or mixed entry differs)."""
+    digest = hashlib.sha256()
+    for part in (key.encode(), kernel.astype("<f8").tobytes(),
+                 json.dumps(ids_record, sort_keys=True).encode(), ids_bytes):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _ids_record(objects):
+    """``(record, npy array or None)`` of the ids; TypeError when unsafe to store."""
+    if objects.dtype.kind in _NPY_ID_KINDS and objects.dtype.fields is None \
+            and objects.ndim == 1:
+        array = objects.astype(objects.dtype.newbyteorder("<"))
+        return {"kind": "npy", "dtype": array.dtype.str, "shape": [len(array)]}, array
+    if objects.dtype == object and objects.ndim == 1:
+        return {"kind": "json", "values": [_encode_id(value) for value in objects.tolist()]}, None
+    raise TypeError(f"ids of dtype {objects.dtype}")
+
+
+# -- reading: bounded, no symbolic link, no pickle
+
+def _open_regular(path):
+    """Open ``path`` to read: a regular file, never through a symbolic link.
+
+    ``O_NONBLOCK``: a FIFO planted there cannot block the open.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            raise
+        raise _Invalid(f"it cannot be opened as a file ({error.strerror})") from None
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise _Invalid("it is not a regular file")
+    return handle
+
+
+def _read_bounded(handle, size):
+    data = handle.read(size + 1)
+    if len(data) != size:
+        raise _Invalid(f"{len(data)} bytes where {size} were expected")
+    return data
+
+
+def _read_npy(path, shape, dtype):
+    """Read a ``.npy`` file's array, only if its header says ``shape`` and ``dtype``."""
+    with _open_regular(path) as handle:
+        try:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            found_shape, fortran, found_dtype = read_header(handle)
+        except (ValueError, SyntaxError, TypeError) as error:
+            raise _Invalid(f"no .npy header ({error})") from None
+        if tuple(found_shape) != shape or found_dtype != dtype or fortran:
+            raise _Invalid(f"an array of shape {tuple(found_shape)} and dtype {found_dtype} "
+                           f"where {shape} and {dtype} were expected")
+        size = int(np.prod(shape)) * dtype.itemsize
+        if os.fstat(handle.fileno()).st_size - handle.tell() != size:
+            raise _Invalid(f"a file of another size than its header's {shape} array")
+        data = _read_bounded(handle, size)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _entry_paths(entries, key):
+    return {name: os.path.join(entries, f"{key}.{name}")
+            for name in ("json", "kernel.npy", "ids.npy")}
+
+
+def _read_header(path):
+    with _open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > HEADER_BYTES:
+            raise _Invalid(f"a header of {size} bytes")
+        text = handle.read(HEADER_BYTES + 1)
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError) as error:
+        raise _Invalid(f"no JSON header ({type(error).__name__})") from None
+    if not isinstance(header, dict):
+        raise _Invalid("no JSON header")
+    return header
+
+
+def _load_entry(entries, key, expected):
+    """Return the valid entry of ``key`` (FileNotFoundError: none; _Invalid: unusable)."""
+    paths = _entry_paths(entries, key)
+    header = _read_header(paths["json"])
+    if header.get("format") != _FORMAT or header.get("version") != _FORMAT_VERSION:
+        raise _Invalid("another format or format version")
+    if header.get("key") != key:
+        raise _Invalid("the entry of another key")
+    n = header.get("n")
+    if type(n) is not int or n < 1 or (expected.exact is not None
+                                       and n != len(expected.exact)):
+        raise _Invalid(f"a kernel over {n!r} objects")
+    record = header.get("ids")
+    if not isinstance(record, dict):
+        raise _Invalid("no ids")
+    ids_bytes = b""
+    if record.get("kind") == "json":
+        values = record.get("values")
+        if not isinstance(values, list) or len(values) != n:
+            raise _Invalid("not one id per row")
+        objects = np.empty(n, dtype=object)
+        for i, value in enumerate(values):
+            objects[i] = _decode_id(value)  # one by one: a tuple id stays whole
+    elif record.get("kind") == "npy":
+        try:
+            dtype = np.dtype(str(record.get("dtype")))
+        except TypeError:
+            raise _Invalid("ids of an unknown dtype") from None
+        if dtype.kind not in _NPY_ID_KINDS or dtype.fields is not None \
+                or dtype.subdtype is not None or record.get("shape") != [n]:
+            raise _Invalid("ids of another dtype or shape")
+        try:
+            objects = _read_npy(paths["ids.npy"], (n,), dtype)
+        except FileNotFoundError:
+            raise _Invalid(f"{paths['ids.npy']} is missing") from None
+        ids_bytes = objects.tobytes()
+    else:
+        raise _Invalid("ids of an unknown kind")
+    problem = _ids_problem(objects, n, expected)
+    if problem is not None:
+        raise _Invalid(problem)
+    try:
+        kernel = _read_npy(paths["kernel.npy"], (n, n), np.dtype("<f8"))
+    except FileNotFoundError:
+        raise _Invalid(f"{paths['kernel.npy']} is missing") from None
+    if header.get("sha256") != _digest(key, kernel, record, ids_bytes):
+        raise _Invalid("its content does not match its digest (torn or mixed files)")
+    problem = _kernel_problem(kernel)
+    if problem is not None:
+        raise _Invalid(problem)
+    return kernel.astype(float), objects
+
+
+def _read_entry(entries, key, expected, warned):
+    """Return the valid entry of ``key`` in ``entries``, else None.
+
+    An entry that cannot be used is named in a warning (once per call:
+    ``warned``) and left to be replaced.
+    """
+    path = _entry_paths(entries, key)["json"]
+    try:
+        return _load_entry(entries, key, expected)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        reason = f"{entries} is not a folder"
+    except _Invalid as error:
+        reason = str(error)
+    except Exception as error:  # noqa: BLE001 - whatever the folder holds, the user is not to blame
+        reason = f"{type(error).__name__}: {error}"
+    if not warned:
+        warned.append(True)
+        warn_user(f"Discarded the cached kernel {path} of KernelDistances(memory=...): "
+                  f"{reason}. Learning it again (and storing it anew).", UserWarning)
+    return None
+
+
+# -- writing: atomic, into folders that are megkernel's own
+
+def _own_folder(path, *, link_ok=False):
+    """Make the folder ``path`` (False: the memory folder cannot be written).
+
+    A file there, or a symbolic link (unless ``link_ok``: the user's own
+    folder), is refused with a ValueError naming it.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        pass  # a file there: refused below
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return False
+        raise
+    info = os.stat(path) if link_ok else os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+        raise ValueError(f"{path} is {what}: KernelDistances(memory=...) keeps its kernels "
+                         "and locks in folders of its own there. Remove it, or give "
+                         "another memory folder.")
+    return True
+
+
+def _write_atomic(folder, final, write):
+    """Write ``final`` by ``write(handle)``: a temporary file of ``folder``, then moved.
+
+    The move is one step: readers see the old file or the new one.
+    """
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(temporary, final)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _write_entry(entries, key, kernel, objects):
+    """Store an entry: the arrays first, the header (which names them) last."""
+    record, array = _ids_record(objects)
+    kernel = np.ascontiguousarray(kernel, dtype="<f8")
+    ids_bytes = b"" if array is None else array.tobytes()
+    header = {"format": _FORMAT, "version": _FORMAT_VERSION, "key": key, "n": len(objects),
+              "kernel": {"dtype": "<f8", "shape": list(kernel.shape)}, "ids": record,
+              "sha256": _digest(key, kernel, record, ids_bytes)}
+    paths = _entry_paths(entries, key)
+    if array is not None:
+        _write_atomic(entries, paths["ids.npy"],
+                      lambda handle: np.lib.format.write_array(handle, array,
+                                                               allow_pickle=False))
+    _write_atomic(entries, paths["kernel.npy"],
+                  lambda handle: np.lib.format.write_array(handle, kernel, allow_pickle=False))
+    _write_atomic(entries, paths["json"],
+                  lambda handle: handle.write(json.dumps(header).encode()))
+
+
+# -- locks: no symbolic link followed, a bounded wait
+
+def _open_lock(path):
+    """Open (or create) the lock file ``path``: a regular file, never a link."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"The lock file {path} is a symbolic link: KernelDistances "
+                             "never follows one in its memory folder. Remove it.") from None
+        if error.errno == errno.EISDIR:
+            raise ValueError(f"The lock file {path} is a folder: remove it, or give "
+                             "KernelDistances another memory folder.") from None
+        raise
+    handle = os.fdopen(fd, "r+b", buffering=0)
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        handle.close()
+        raise ValueError(f"The lock file {path} is not a plain file of its own (a device, "
+                         "a FIFO or a hard link): remove it.")
+    return handle
+
+
+def _holder_of(handle):
+    """Who holds the lock of ``handle``, as its holder wrote it (None: unknown)."""
+    try:
+        text = os.pread(handle.fileno(), 200, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return "".join(c for c in text if c.isprintable())[:120] or None
+
+
+def _wait_for_lock(handle, path):
+    """Take the exclusive lock of ``handle``, waiting at most :data:`LOCK_TIMEOUT` s."""
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            pass
+        if time.monotonic() >= deadline:
+            holder = _holder_of(handle)
+            raise TimeoutError(
+                f"Waited {LOCK_TIMEOUT:g} s for the lock {path} of a kernel another "
+                f"process is learning ({'held by ' + holder if holder else 'holder unknown'})."
+                " If that process is stuck or was interrupted while holding it, end it (or "
+                "its interactive session); the lock is released when it exits.")
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        pause = min(2 * pause, LOCK_POLL)
+    with suppress(OSError):  # say who holds it, for whoever waits
+        holder = f"pid {os.getpid()} on {socket.gethostname()}".encode()
+        os.ftruncate(handle.fileno(), 0)
+        os.pwrite(handle.fileno(), holder, 0)
 
 
 @contextmanager
-def _disk_lock(memory, key):
-    """Hold an exclusive lock on ``key`` in ``memory``'s folder.
+def _disk_lock(folder, key):
+    """Hold an exclusive lock on ``key`` in ``folder``.
 
     So processes wanting the same kernel learn it once (the others wait,
-    then read it).
+    then read it). Yields False when the folder cannot be written (no lock).
 
     Called by this process's one learner of ``key`` only (_become_learner),
     so a lock file of ``key`` still open here was left by an interrupted
     block: it is closed first (which releases its lock; flock locks of two
     open files conflict even within one process).
     """
-    location = getattr(memory, "location", None)
-    if fcntl is None or not isinstance(location, (str, os.PathLike)):
-        yield
+    locks = os.path.join(folder, _LOCKS)
+    if fcntl is None:  # pragma: no cover - Windows: processes may learn a kernel twice
+        yield True
         return
-    folder = os.path.join(os.fspath(location), "megkernel_locks")
-    os.makedirs(folder, exist_ok=True)
+    if not _own_folder(locks):
+        yield False
+        return
     abandoned = _disk_handles.pop(key, None)
     if abandoned is not None:
         abandoned.close()
-    handle = open(os.path.join(folder, key + ".lock"), "a")  # noqa: SIM115
+    try:
+        handle = _open_lock(os.path.join(locks, key + ".lock"))
+    except PermissionError:
+        yield False
+        return
     try:
         _disk_handles[key] = handle  # before the lock: whoever comes next can close it
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+        _wait_for_lock(handle, os.path.join(locks, key + ".lock"))
+        yield True
     finally:
         handle.close()  # releases the lock; until then, registered (for whoever comes next)
         if _disk_handles.get(key) is handle:
             del _disk_handles[key]
 
 
-def _learn(key, fit):
-    """``fit()``'s ``(kernel, objects)``; the on-disk cache keys it by ``key``."""
+def _learn(fit):
+    """``fit()``'s ``(kernel, objects)``, counted."""
     result = fit()
     _cache_stats["fits"] += 1
     return result
+
+
+def _disk_cached(folder, key, fit, expected):
+    """``(kernel, objects)`` of ``key`` from ``folder``, else learned and stored there.
+
+    A valid entry is read without any lock (so a read-only folder serves
+    its kernels); else, under the key's lock, read again (another process
+    may have stored it meanwhile) or learned and stored. A folder that
+    cannot be written is read only: the kernel is learned without being
+    stored, with a warning once per folder.
+    """
+    entries = os.path.join(folder, _ENTRIES)
+    warned = []
+    if os.path.isdir(folder):
+        found = _read_entry(entries, key, expected, warned)
+        if found is not None:
+            return found
+    writable = (_own_folder(folder, link_ok=True) and _own_folder(entries)
+                and os.access(entries, os.W_OK))
+    if writable:
+        with _disk_lock(folder, key) as writable:
+            if writable:
+                found = _read_entry(entries, key, expected, warned)
+                if found is not None:
+                    return found
+                kernel, objects = _learn(fit)
+                _store_on_disk(entries, key, kernel, objects, expected)
+                return kernel, objects
+    _warn_once(("read-only", folder),
+               f"KernelDistances cannot write to its memory folder {folder}: it reads the "
+               "kernels stored there but learns the others without storing them.")
+    return _learn(fit)
+
+
+def _store_on_disk(entries, key, kernel, objects, expected):
+    """Store a learned kernel, unless no process could use it (with a warning once)."""
+    kernel = np.asarray(kernel, dtype=float)
+    kernel = 0.5 * kernel + 0.5 * kernel.T  # as the in-process cache keeps it
+    objects = np.asarray(objects)
+    if objects.ndim != 1 or kernel.shape != (len(objects), len(objects)):
+        return  # the caller refuses it
+    problem = _ids_problem(objects, len(objects), expected) or _kernel_problem(kernel)
+    if problem is None:
+        try:
+            _ids_record(objects)
+        except TypeError as error:
+            problem = (f"{error} cannot be stored without pickle (only str, int, float, "
+                       "bool and tuples of them can)")
+    if problem is not None:
+        _warn_once(("unstored", entries, problem),
+                   f"KernelDistances keeps a learned kernel in this process only, not in "
+                   f"its memory folder: {problem}, which no process could check on reading.")
+        return
+    try:
+        _write_entry(entries, key, kernel, objects)
+    except OSError as error:
+        _warn_once(("unwritten", entries),
+                   f"KernelDistances could not store a learned kernel in {entries} "
+                   f"({error}); it stays in this process only.")
 
 
 _warned_in_worker = []
@@ -289,12 +792,13 @@ def _cached_hit(key):
     return entry
 
 
-def _cached_entry(learner, key, fit, memory):
+def _cached_entry(learner, key, fit, memory, expected=None):
     """Return the entry of ``key``, learning it if no cache holds it.
 
     From this process's cache, else from the on-disk ``memory``, else
     learned by ``fit()`` (and stored in both); one thread learns it, the
-    others wait (:func:`_become_learner`).
+    others wait (:func:`_become_learner`). ``expected()``: the
+    :class:`Expected` ids, checked on what the folder holds.
     """
     process_key = (type(learner), key)  # the class itself: same-named classes differ
     entry = _cached_hit(process_key)
@@ -310,19 +814,13 @@ def _cached_entry(learner, key, fit, memory):
         if entry is not None:
             return entry
         _cache_stats["misses"] += 1
-        memory = _check_memory(memory)
-        if memory is None:
+        folder = _check_memory(memory)
+        if folder is None:
             _warn_in_worker(learner)
-            kernel, objects = _learn(key, fit)
+            kernel, objects = _learn(fit)
         else:
-            with _disk_lock(memory, key):
-                cached = memory.cache(_learn, ignore=["fit"])
-                if hasattr(cached, "check_call_in_cache"):
-                    # joblib skips recording the function in a folder when this
-                    # process recorded it in another; a process that never did
-                    # then misses there. Checking first records it.
-                    cached.check_call_in_cache(key, fit)
-                kernel, objects = cached(key, fit)
+            kernel, objects = _disk_cached(folder, key, fit,
+                                           Expected() if expected is None else expected())
         kernel = np.asarray(kernel, dtype=float)
         # a learner's kernel (eigenvectors' products) is symmetric to round-off only:
         # made exactly so, its distances are too (halves first: no overflow near the max)
@@ -347,3 +845,24 @@ def _store(key, entry):
         except KeyError:  # emptied meanwhile
             break
 
+
+
+def expected_ids(learner, *, objects=None, pairs=None, named=None):
+    """Return what a learned kernel's ids must be (:class:`Expected`).
+
+    The learner's own ``objects`` parameter, else ``objects`` (a matrix's
+    ids, which a learner without its own learns over), exactly; else the
+    ids ``pairs`` names (or ``named``), all present.
+    """
+    own = learner.get_params(deep=False).get("objects")
+    exact = own if own is not None else objects
+    if exact is not None:
+        return Expected(exact=_as_list(exact))
+    if pairs is not None:
+        try:
+            values = (pairs.to_numpy(dtype=object) if isinstance(pairs, pd.DataFrame)
+                      else np.asarray(pairs, dtype=object))
+            named = pd.unique(values.ravel()).tolist() if values.ndim == 2 else None
+        except (TypeError, ValueError):  # the learner refuses such pairs itself
+            named = None
+    return Expected(named=None if named is None else _as_list(named))

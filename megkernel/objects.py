@@ -55,6 +55,7 @@ from ._objects_cache import (
     _read_only,
     cache_info,
     clear_cache,
+    expected_ids,
 )
 from ._objects_given import (
     _UNKNOWN_HINT,
@@ -497,7 +498,8 @@ class KernelDistances(TransformerMixin, BaseEstimator):
         def fit():
             return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects),
                                    learner, "learn_kernel")
-        return _cached_entry(learner, _key(learner, data), fit, self.memory)
+        return _cached_entry(learner, _key(learner, data), fit, self.memory,
+                             lambda: expected_ids(learner, objects=objects, pairs=pairs))
 
     def _learned_from_matrix(self, matrix, objects):
         learner = self.learner
@@ -535,7 +537,7 @@ class KernelDistances(TransformerMixin, BaseEstimator):
             return _checked_kernel(learner.learn_kernel_stream(_pair_stream(self.pairs, scan)),
                                    learner, "learn_kernel_stream")
         entry = _cached_entry(learner, _key(learner, ("stream", scan.digest)), fit,
-                              self.memory)
+                              self.memory, lambda: expected_ids(learner, named=scan.ids))
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
     #: Parameters holding the user's data: shared by clones, never copied.
