@@ -433,6 +433,8 @@ def _load_entry(entries, key, expected):
     if type(n) is not int or n < 1 or (expected.exact is not None
                                        and n != len(expected.exact)):
         raise _Invalid(f"a kernel over {n!r} objects")
+    if header.get("kernel") != {"dtype": "<f8", "shape": [n, n]}:
+        raise _Invalid("a kernel of another dtype or shape")
     record = header.get("ids")
     if not isinstance(record, dict):
         raise _Invalid("no ids")
