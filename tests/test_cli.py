@@ -117,18 +117,28 @@ def test_reproduce_reports_errors(tmp_path, capsys, arguments, message):
 
 @pytest.mark.parametrize("error", [RuntimeError("late failure"), KeyboardInterrupt()])
 def test_a_run_failing_before_writing_removes_the_folders_it_made(tmp_path, monkeypatch,
-                                                                   error):
-    import megkernel.cli as cli
+                                                                   capsys, error):
+    import megkernel.experiments as experiments
 
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(cli, "run_online_experiment", fail)
+    monkeypatch.setattr(experiments, "run_online_experiment", fail)
     existing = tmp_path / "kept"
     existing.mkdir()
     for out in (tmp_path / "new" / "run", existing):
-        with pytest.raises(type(error)):
-            main(["reproduce", *SMALL_RUN, "--data", "wine", "--quiet", "--out", str(out)])
+        argv = ["reproduce", *SMALL_RUN, "--data", "wine", "--quiet", "--out", str(out)]
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C: one line, status 130
+            try:
+                status = main(argv)
+            except KeyboardInterrupt:
+                pytest.fail("Ctrl-C escaped main (a traceback)")
+            assert status == 130
+            assert capsys.readouterr().err.strip() == (
+                "python -m megkernel reproduce: interrupted")
+        else:
+            with pytest.raises(type(error)):
+                main(argv)
     assert not (tmp_path / "new").exists()
     assert existing.is_dir()  # not ours to remove
 
