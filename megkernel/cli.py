@@ -29,13 +29,9 @@ import argparse
 import contextlib
 import math
 import os
-import platform
-import secrets
-import shlex
 import stat
 import sys
 import time
-from importlib import metadata
 from numbers import Integral
 from pathlib import Path
 
@@ -238,7 +234,7 @@ def _create_new(directory, name):
     Return its path and a binary file object. Mode 0o666 less the umask, as
     an ordinary ``open`` would make it.
     """
-    path = directory / f".{name}.{secrets.token_hex(8)}.tmp"
+    path = directory / f".{name}.{os.urandom(8).hex()}.tmp"
     return path, os.fdopen(os.open(path, _CREATE, 0o666), "wb")
 
 
@@ -333,6 +329,9 @@ def _format(value):
 
 def _versions():
     """Versions of Python and of the libraries the results depend on."""
+    import platform
+    from importlib import metadata
+
     from ._version import __version__
 
     versions = {"python": platform.python_version(), "megkernel": __version__}
@@ -346,6 +345,8 @@ def _versions():
 
 def _run_record(args, argv, seconds):
     """Seed, command line, versions and wall times: rows of the summary."""
+    import shlex
+
     import pandas as pd
 
     command = "python -m megkernel " + " ".join(shlex.quote(a) for a in argv)
