@@ -118,13 +118,17 @@ def _eigenvectors(dk, zk, delta, zhat, small):
     Gu & Eisenstat's recomputed ``zhat`` (from the secular deltas
     ``delta[j, i] = dk_i - roots_j``) makes them numerically orthogonal.
     Loops run over ``i`` innermost (vectorized); only the norms are sums.
+    Returns False if a vector is not finite (a root on a pole: the update
+    must then be recomputed from the exponent), else True.
     """
     k = dk.size
     if k <= 2:
+        ok = True
         for j in range(k):
             for i in range(k):
                 small[j, i] = delta[j, i] if k == 2 else 1.0
-        return
+                ok = ok and math.isfinite(small[j, i])
+        return ok
     for i in range(k):
         zhat[i] = delta[i, i]
     for j in range(k):
@@ -143,9 +147,12 @@ def _eigenvectors(dk, zk, delta, zhat, small):
             x = zhat[i] / row[i]
             vec[i] = x
             norm2 += x * x
+        if not 0.0 < norm2 < math.inf:  # a NaN or infinite entry (or all zero)
+            return False
         scale = 1.0 / math.sqrt(norm2)  # a product per entry, not a division
         for i in range(k):
             vec[i] *= scale
+    return True
 
 
 @_strict
@@ -385,8 +392,10 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
         True if the eigenvectors are now in ``spare`` (an odd number of
         trades).
     info : int
-        Nonzero if the root finder failed in the last update: the
-        eigenpairs must then be recomputed from ``exponent``.
+        Nonzero if the last update failed (LAPACK's ``info`` of a root
+        that did not converge, or -1 for eigenvectors that are not
+        finite): its exponent is updated, but the eigenpairs must be
+        recomputed from ``exponent``.
     """
     n = lam.size
     m = Vt.shape[1]
@@ -494,8 +503,18 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
                         yi = row_j[i]
                         row_p[i] = c * xi + sn * yi
                         row_j[i] = c * yi - sn * xi
-                    d_prev = dw[prev] * c * c + dw[j] * sn * sn
-                    dw[j] = dw[prev] * sn * sn + dw[j] * c * c
+                    # the rotated diagonal (dlaed2's d_prev c^2 + d_j s^2 and
+                    # d_prev s^2 + d_j c^2), written as moves from one end by a
+                    # share of the gap: each stays within [d_prev, d_j] to
+                    # round-off. In the product form c^2 + s^2 is 1 only to
+                    # round-off, and along the chain of a cluster of equal
+                    # eigenvalues (the isotropic complement of a subspace fit:
+                    # hundreds deflate into one) the carried eigenvalue drifts
+                    # out of the cluster and can land on the pole kept before
+                    # it: two equal poles, a division by zero in the eigenvectors
+                    gap = dw[j] - dw[prev]
+                    d_prev = dw[j] - (c * c) * gap
+                    dw[j] = dw[prev] + (c * c) * gap
                     dw[prev] = d_prev
                     prev = j
                     continue
@@ -530,8 +549,11 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
                                   lapack_ints, rbuf)
             if info != 0:
                 return t, updates, swapped, info
-            # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3)
-            _eigenvectors(dk[:k], zk[:k], delta, zhat, small)
+            # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3);
+            # never a non-finite one into the eigenpairs: the next prediction
+            # would be NaN, and its step would spoil the exact exponent
+            if not _eigenvectors(dk[:k], zk[:k], delta, zhat, small):
+                return t, updates, swapped, -1
             for j in range(k):
                 lam[pos[kept[j]]] = sign * roots[j]
             # -- rotate the eigenvectors that did not deflate (in working order):

@@ -8,8 +8,10 @@ orthogonal eigenvectors, compiled in :mod:`._rank_one_kernels`) and one GEMM
 over the eigenvectors that did not deflate. The exponent itself is updated
 exactly alongside, and every :data:`REFRESH_EVERY` updates the
 eigendecomposition is re-anchored on ``eigh(A)``, so round-off never
-accumulates beyond that many updates. An update whose root finder fails is
-re-anchored at once.
+accumulates beyond that many updates. An update whose root finder fails, or
+whose eigenvectors come out non-finite, is re-anchored at once: its exponent
+is exact, and a NaN eigenpair would make the next prediction, and so the
+next step of the exponent, NaN.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def _run(lam, rows, exponent, basis, a, b, y, scales, learning_rate, trace,
 
     Returns ``(next_trial, updates, rows, info)``: ``rows`` is the array
     now holding the eigenvectors (the kernel may have traded it for its
-    buffer); ``info != 0``: the root finder failed and the eigenpairs are
+    buffer); ``info != 0``: the update failed (a root finder that did not
+    converge, eigenvectors that are not finite) and the eigenpairs are
     spoiled.
     """
     spare = np.empty_like(rows)
