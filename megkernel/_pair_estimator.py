@@ -490,6 +490,8 @@ def initial_state(estimator, pairs, index=None):
     if index is not None and len(index) != state.n_objects:
         raise ValueError(f"The prior is over {state.n_objects} objects, but the pairs "
                          f"or objects name {len(index)}.")
+    if len(pairs):  # a factor's prior must move some given pair, or nothing is learned
+        state.check_separates(pairs[:, 0], pairs[:, 1], name="init_factor")
     return state
 
 

@@ -177,3 +177,69 @@ def test_every_engine_continues_a_subspace_fit_to_round_off(d, fit_seed, seed, c
                                    atol=1e-9 * float(np.max(losses, initial=0.0)))
         np.testing.assert_allclose(other.kernel_, K, rtol=0,
                                    atol=1e-8 * np.abs(K).max())
+
+
+# -- 2. a prior that separates no objects ----------------------------------------
+
+def _labelled_pairs(d, seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = np.array([(i, j) for i in range(d) for j in range(i + 1, d)])
+    return pairs, rng.random(len(pairs)), np.where(rng.random(len(pairs)) < 0.5, 1, -1)
+
+
+@pytest.mark.parametrize("factor", [np.ones((12, 1)), np.full((12, 2), [3.0, -1.0]),
+                                    1.0 + np.spacing(1.0) * np.arange(12)[:, None] % 2])
+@pytest.mark.parametrize("make", [
+    lambda F: MEGKernelRegressor(init_factor=F),
+    lambda F: MEGKernelRegressor(init_factor=F, solver="online"),
+    "partial_fit",
+    "definiteboost",
+])
+def test_a_factor_of_the_constant_direction_is_refused_by_name(factor, make):
+    """Only the constant direction (every object the same row): every pair is at
+    squared distance 0 under the prior and no update moves. MEG returned a
+    trace of ~1e33 from round-off with most predictions 0; DefiniteBoost
+    refused it with an unrelated message about gamma."""
+    from megkernel import DefiniteBoostKernel
+
+    pairs, y, signs = _labelled_pairs(12)
+    with pytest.raises(ValueError, match=r"init_factor gives every object the same row"):
+        if make == "partial_fit":
+            MEGKernelRegressor(init_factor=factor).partial_fit(pairs, y)
+        elif make == "definiteboost":
+            DefiniteBoostKernel(init_factor=factor).fit(pairs, signs)
+        else:
+            make(factor).fit(pairs, y)
+
+
+def test_a_factor_that_separates_none_of_the_given_pairs_is_refused():
+    """The factor separates object 0 only; no given pair has object 0."""
+    from megkernel import DefiniteBoostKernel
+
+    factor = np.ones((12, 2))
+    factor[0, 1] = 5.0
+    pairs, y, signs = _labelled_pairs(12)
+    pairs, y, signs = pairs[11:], y[11:], signs[11:]  # the pairs (0, j) left out
+    assert 0 not in pairs
+    for fit in (lambda: MEGKernelRegressor(init_factor=factor).fit(pairs, y),
+                lambda: MEGKernelRegressor(init_factor=factor).partial_fit(pairs, y),
+                lambda: DefiniteBoostKernel(init_factor=factor).fit(pairs, signs)):
+        with pytest.raises(ValueError, match=r"none of the 55 given pairs of distinct objects"
+                                             r" has a positive squared distance"):
+            fit()
+    # one separated pair is enough to learn from
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGKernelRegressor(init_factor=factor).fit(
+            np.vstack([pairs, [[0, 1]]]), np.append(y, 1.0))
+    assert np.isfinite(model.trace_) and model.trace_ < 1e6
+
+
+def test_a_factor_with_distinct_rows_still_fits():
+    rng = np.random.default_rng(1)
+    pairs, y, signs = _labelled_pairs(12)
+    factor = np.column_stack([np.ones(12), rng.normal(size=(12, 2))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGKernelRegressor(init_factor=factor).fit(pairs, y)
+    assert np.all(np.isfinite(model.predict(pairs)))

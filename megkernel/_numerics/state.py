@@ -115,9 +115,50 @@ class ExponentState:
         keep = singular > max(factor.shape) * np.finfo(float).eps * singular[0]
         if not np.any(keep):
             raise ValueError(f"{name} is zero: the prior has rank 0.")
+        basis = np.ascontiguousarray(basis[:, keep])
+        # every row equal (the constant direction, e.g. a column of ones):
+        # each pair of distinct objects is at squared distance 0 under the
+        # prior, and a pair's update v = P[a] - P[b] is 0, so nothing can be
+        # learned (and round-off in v would pass for tiny distances)
+        if np.ptp(basis, axis=0).max() <= _separation_tolerance(basis):
+            raise ValueError(
+                f"{name} gives every object the same row (e.g. only the constant "
+                "direction, a column of ones): under its prior every pair of distinct "
+                "objects is at squared distance 0, and no distance can be learned from "
+                f"it. Give an {name} whose rows differ between the objects (or no "
+                f"{name}).")
         log_lam = 2.0 * np.log(singular[keep])
         log_lam -= log_trace_exp(log_lam)
-        return cls(np.diag(log_lam), basis=np.ascontiguousarray(basis[:, keep]))
+        return cls(np.diag(log_lam), basis=basis)
+
+    def check_separates(self, a, b, *, name="init_factor"):
+        """Refuse a low-rank prior under which no pair ``(a, b)`` of distinct objects moves.
+
+        In low-rank mode a pair whose rows of the basis agree (to round-off)
+        has squared distance 0 under every kernel of the model and its
+        update ``v = P[a] - P[b]`` is 0: if that holds for every given pair
+        of distinct objects, a fit learns nothing and its units (the trace)
+        come from round-off. Dense states separate every pair; pairs of
+        one object alone (no pair of distinct objects) are not checked.
+        """
+        if self.basis is None:
+            return
+        a, b = np.atleast_1d(a), np.atleast_1d(b)
+        distinct = a != b
+        if not distinct.any():
+            return
+        a, b = a[distinct], b[distinct]
+        tolerance = _separation_tolerance(self.basis)
+        for start in range(0, len(a), _GATHER_CHUNK):
+            stop = start + _GATHER_CHUNK
+            gap = np.abs(self.basis[a[start:stop]] - self.basis[b[start:stop]]).max(axis=1)
+            if np.any(gap > tolerance):
+                return
+        raise ValueError(
+            f"Under the prior of {name} none of the {len(a)} given pairs of distinct "
+            "objects has a positive squared distance (their objects have the same rows "
+            f"in {name}): their distances cannot be learned. Give an {name} that "
+            "separates the objects of the pairs (or no init_factor).")
 
     @classmethod
     def identity(cls, n_objects):
@@ -277,6 +318,15 @@ class ExponentState:
         """Make this state equal to ``other`` (in place, sharing its arrays)."""
         for field in self.FIELDS:
             setattr(self, field, getattr(other, field))
+
+
+def _separation_tolerance(basis):
+    """Largest entry gap of two rows of an orthonormal ``basis`` that is round-off.
+
+    The basis comes from an SVD, whose rows of equal objects agree to a
+    few ``eps`` per entry (``max(d, r) eps``, as the numerical rank).
+    """
+    return 16.0 * max(basis.shape) * np.finfo(float).eps * float(np.abs(basis).max())
 
 
 #: Density eigenvalues below this fraction of the largest are left out of
