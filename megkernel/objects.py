@@ -226,13 +226,30 @@ class KernelDistances(TransformerMixin, BaseEstimator):
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
     memory : str, path, joblib.Memory or None, default=None
-        On-disk cache of learned kernels (a folder, or an object with
-        joblib.Memory's interface), shared by the processes of a parallel
-        search: each kernel is learned once (processes wanting the same
-        kernel wait for the first) and read from disk by the others. Keyed
-        like the in-process cache: the learner's module, class and
-        parameters, megkernel's version, and the data. ``None``: the
-        in-process cache only.
+        On-disk cache of learned kernels: a folder (``~`` expanded, made
+        absolute), or a ``joblib.Memory`` whose ``location`` is one
+        (``joblib.Memory(None)``: no on-disk cache), shared by the
+        processes of a parallel search: each kernel is learned once
+        (processes wanting the same kernel wait for the first, at most
+        ten minutes, then a ``TimeoutError`` names the lock file and its
+        holder) and read from disk by the others. Keyed like the
+        in-process cache: the learner's module, class and parameters,
+        megkernel's version, and the data. Stored in its subfolders
+        ``megkernel_kernels`` (per kernel a JSON header with the key, the
+        shapes and the ids, and ``.npy`` arrays: no pickle) and
+        ``megkernel_locks`` (lock files, never followed if a link). Keep
+        the folder private to your user: whoever can write there can make
+        your searches use a kernel of their choosing. Nothing read from it
+        is trusted, though: nothing there can run code, and an entry that
+        is not a valid one (another key or ids, shapes, a kernel that is
+        not finite, symmetric and PSD, torn or corrupted files) is
+        discarded with a ``UserWarning`` naming the file and learned
+        again. Ids that are neither a numeric or string array nor str,
+        int, float, bool or tuples of them cannot be stored without
+        pickle: such kernels stay in the in-process cache (with a
+        warning). A folder that cannot be written is read: its kernels are
+        used, the others learned without being stored (a ``UserWarning``
+        once per folder). ``None``: the in-process cache only.
 
     Attributes
     ----------

@@ -211,10 +211,10 @@ def test_processes_with_memory_learn_each_kernel_once(tmp_path):
 
 
 def test_a_process_new_to_the_folder_reads_what_another_learned(tmp_path):
-    """joblib records the cached function in a folder only the first time a
-    process meets the function: a kernel learned by a process that met it
-    in another folder must still be read (not learned again) by a process
-    that never met it (the race the benchmark's loky runs hit)."""
+    """A kernel learned by a process that used another folder first is read
+    (not learned again) by a process new to both (the on-disk cache once
+    went through joblib.Memory, which records a function per folder only
+    the first time a process meets it)."""
     clear_cache()
     _step(memory=tmp_path / "first").fit(np.arange(D))
     _step(BaseMEG(solver="online", n_objects=D, learning_rate=0.3), memory=tmp_path / "second").fit(
@@ -317,3 +317,195 @@ def test_clones_share_the_data_and_clone_the_learner():
     assert step.learner.learning_rate == "auto"
     fitted = step.fit(np.arange(D))
     assert not hasattr(clone(fitted), "kernel_")
+
+
+# -- the memory folder: paths, locks, read-only folders -----------------------------
+
+def _lock_name(tmp_path):
+    """The lock file name of ``_step()``'s kernel (learned once in a folder aside)."""
+    clear_cache()
+    _step(memory=tmp_path / "aside").fit(np.arange(D))
+    clear_cache()
+    (name,) = os.listdir(tmp_path / "aside" / "megkernel_locks")
+    return name
+
+
+def test_a_link_at_the_lock_path_is_refused_never_followed(tmp_path):
+    name = _lock_name(tmp_path)
+    locks = tmp_path / "memory" / "megkernel_locks"
+    locks.mkdir(parents=True)
+    target = tmp_path / "created-through-the-link"
+    (locks / name).symlink_to(target)            # dangling
+    with pytest.raises(ValueError, match=f"lock file {locks / name} is a symbolic link"):
+        _step(memory=tmp_path / "memory").fit(np.arange(D))
+    assert not target.exists()
+
+
+def test_a_folder_at_the_lock_path_or_a_file_at_the_lock_folder_is_named(tmp_path):
+    name = _lock_name(tmp_path)
+    locks = tmp_path / "one" / "megkernel_locks"
+    (locks / name).mkdir(parents=True)
+    with pytest.raises(ValueError, match=f"lock file {locks / name} is a folder"):
+        _step(memory=tmp_path / "one").fit(np.arange(D))
+    (tmp_path / "two").mkdir()
+    (tmp_path / "two" / "megkernel_locks").write_text("")
+    clear_cache()
+    with pytest.raises(ValueError, match=f"{tmp_path / 'two' / 'megkernel_locks'} is not a "
+                                         "folder"):
+        _step(memory=tmp_path / "two").fit(np.arange(D))
+
+
+def test_a_tilde_folder_keeps_data_and_locks_in_the_home_folder(tmp_path, monkeypatch):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    clear_cache()
+    _step(memory="~/c").fit(np.arange(D))
+    assert os.listdir(work) == []                # no literal ./~/c
+    assert {"megkernel_locks", "megkernel_kernels"} <= set(os.listdir(home / "c"))
+    clear_cache()
+    _step(memory=joblib.Memory("~/c", verbose=0)).fit(np.arange(D))
+    assert cache_info()["fits"] == 0 and os.listdir(work) == []
+
+
+@pytest.fixture
+def read_only():
+    """Make a folder read-only, even for root (the immutable attribute)."""
+    import shutil
+    import subprocess
+
+    made = []
+
+    def make(folder):
+        paths = [str(p) for p in [folder, *folder.rglob("*")]]
+        if os.geteuid() == 0:
+            if shutil.which("chattr") is None or subprocess.run(
+                    ["chattr", "+i", *paths], capture_output=True).returncode:
+                pytest.skip("root, and no immutable attribute here")
+            made.extend(paths)
+        else:
+            for path in paths:
+                os.chmod(path, 0o555 if os.path.isdir(path) else 0o444)
+        try:
+            (folder / "probe").write_text("")
+        except OSError:
+            return
+        pytest.skip("the folder stays writable")
+
+    yield make
+    if made:
+        subprocess.run(["chattr", "-i", *made], capture_output=True)
+
+
+def test_a_read_only_folder_serves_its_kernels(tmp_path, read_only):
+    clear_cache()
+    first = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    read_only(tmp_path)
+    clear_cache()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    assert cache_info()["fits"] == 0
+    assert_array_equal(again, first)
+
+
+def test_an_empty_read_only_folder_learns_without_storing(tmp_path, read_only):
+    from megkernel import _objects_cache
+
+    getattr(_objects_cache, "_warned_once", set()).clear()
+    clear_cache()
+    reference = _step().fit(np.arange(D)).transform(np.arange(D))
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    read_only(folder)
+    clear_cache()
+    with pytest.warns(UserWarning, match=f"cannot write to its memory folder {folder}"):
+        out = _step(memory=folder).fit(np.arange(D)).transform(np.arange(D))
+    assert_allclose(out, reference, rtol=1e-12)
+    clear_cache()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # once per folder
+        _step(memory=folder).fit(np.arange(D))
+    assert cache_info()["fits"] == 1
+
+
+class Waiting(BaseMEG):
+    """Learns while ``flag`` exists (so another process holds the kernel's lock)."""
+
+    def __init__(self, *, n_objects=None, flag=None):
+        super().__init__(n_objects=n_objects)
+        self.flag = flag
+
+    def fit(self, X, y):
+        import time
+        with open(self.flag + ".learning", "w"):
+            pass
+        deadline = time.monotonic() + 60
+        while os.path.exists(self.flag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return super().fit(X, y)
+
+
+HOLDER = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_kernel_distances_cache import D, Waiting, _side
+from megkernel import KernelDistances
+pairs, y = _side()
+KernelDistances(learner=Waiting(n_objects=D, flag={flag!r}), pairs=pairs, targets=y,
+                memory={memory!r}).fit(np.arange(D))
+"""
+
+
+def test_a_lock_held_too_long_is_a_timeout_naming_the_lock_and_its_holder(tmp_path,
+                                                                          monkeypatch):
+    """The lock of another process that learns (or was interrupted holding it)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from megkernel import _objects_cache
+
+    flag, memory = str(tmp_path / "flag"), str(tmp_path / "memory")
+    open(flag, "w").close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(
+        tests=os.path.dirname(__file__), flag=flag, memory=memory)])
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag + ".learning") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(flag + ".learning"), "the holder did not start learning"
+        monkeypatch.setattr(_objects_cache, "LOCK_TIMEOUT", 0.5, raising=False)
+        clear_cache()
+        pairs, y = _side()
+        step = KernelDistances(learner=Waiting(n_objects=D, flag=flag), pairs=pairs,
+                               targets=y, memory=memory)
+        outcome = []
+
+        def fit():
+            try:
+                step.fit(np.arange(D))
+                outcome.append(None)
+            except Exception as error:  # noqa: BLE001 - the test reads it
+                outcome.append(error)
+
+        thread = threading.Thread(target=fit, daemon=True)
+        thread.start()
+        thread.join(20)
+        assert not thread.is_alive(), "waited for the lock without a bound"
+        (error,) = outcome
+        assert isinstance(error, TimeoutError), error
+        assert "megkernel_locks" in str(error) and f"pid {holder.pid}" in str(error)
+    finally:
+        os.unlink(flag)
+        holder.wait(60)
+    assert holder.returncode == 0
+    clear_cache()
+    _step(Waiting(n_objects=D, flag=flag), memory=memory).fit(np.arange(D))
+    assert cache_info()["fits"] == 0              # the holder stored it
