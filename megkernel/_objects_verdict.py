@@ -23,10 +23,12 @@ learned kernel is worse on held-out objects warn on some split.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from sklearn.utils.multiclass import type_of_target
 
 from ._objects_given import MISSING_DISTANCE, _as_float, _pair_index, _pair_values
 from ._pair_estimator import ObjectIndex
+from ._warnings import warn_user
 
 #: At most this many training objects are compared (a seeded sample of them
 #: beyond it): their distance matrices are formed whole.
@@ -42,9 +44,17 @@ WORSE_Z = 2.0
 
 
 def class_labels(y, n_objects):
-    """``y`` as an array of class labels, or ``None`` when it holds none."""
+    """``y`` as an array of class labels, or ``None`` when it holds none.
+
+    Labels with a missing one (``None``, NaN, ``pd.NA``) give no verdict,
+    with a warning that names the first such row: the verdict is advice
+    about the kernel, which is fitted as usual (the labels never reach the
+    learner), so a label it cannot use is no reason to refuse the fit; but
+    skipping it without a word would look like a verdict-free success.
+    """
     if y is None:
         return None
+    rows = y.index if isinstance(y, pd.Series) else None
     labels = np.asarray(y)
     if labels.ndim == 2 and labels.shape[1] == 1:  # a column vector, as classifiers take
         labels = labels.ravel()
@@ -53,6 +63,15 @@ def class_labels(y, n_objects):
     if len(labels) != n_objects:
         raise ValueError(f"y must hold one label per object of X ({n_objects}), got "
                          f"{len(labels)}.")
+    missing = np.flatnonzero(pd.isna(labels))
+    if missing.size:
+        first = int(missing[0]) if rows is None else rows[missing[0]]
+        warn_user(
+            f"KernelDistances: y has {missing.size} missing class label(s) (None or NaN), "
+            f"the first at row {first!r}: no verdict on the learned kernel's neighbors "
+            "(verdict_ is None); the kernel is fitted as usual. Give every object a "
+            "label for the verdict.", UserWarning)
+        return None
     try:
         kind = type_of_target(labels)
     except ValueError:

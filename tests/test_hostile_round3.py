@@ -243,3 +243,133 @@ def test_a_factor_with_distinct_rows_still_fits():
         warnings.simplefilter("ignore")
         model = MEGKernelRegressor(init_factor=factor).fit(pairs, y)
     assert np.all(np.isfinite(model.predict(pairs)))
+
+
+# -- 3. statistics and messages ---------------------------------------------------
+
+@pytest.mark.parametrize("value", [7.3, 0.1, 123.456, 1e-7, 3e5])
+def test_constant_held_out_targets_have_no_r2_whatever_their_value(value):
+    """Equal targets in units that are not a power of two leave a variance of
+    round-off: R^2 came out as a ratio to it (-3.0, -2.7e30) where the docs
+    promise NaN."""
+    from megkernel._solvers.holdout import r2_score
+
+    pairs = np.array([(i, j) for i in range(16) for j in range(i + 1, 16)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGKernelRegressor(random_state=0).fit(pairs, np.full(len(pairs), value))
+    assert np.isnan(model.validation_score_) and np.isnan(model.prior_score_)
+    z = np.full(30, value) / 3.7  # equal to round-off after a change of units
+    assert np.isnan(r2_score(1e-40, z))
+    assert np.isnan(r2_score(0.0, np.zeros(0)))
+    spread = value * (1.0 + 1e-3 * np.arange(30))  # a real spread still scores
+    assert r2_score(0.0, spread) == 1.0
+    assert np.isfinite(r2_score(1e300, np.array([1e200, -1e200])))  # no overflow
+
+
+def test_thresholds_the_library_chose_are_said_to_be_chosen():
+    """gamma_dissimilar='auto' (the farthest observed distances) beyond the
+    reach of a kernel of the given trace was reported as if the user set it
+    ("gamma_dissimilar=5.897 can never hold")."""
+    from megkernel import DefiniteBoostKernel
+
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(20, 2))
+    pairs = np.array([(i, j) for i in range(20) for j in range(i + 1, 20)])
+    sq = ((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2).sum(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"gamma_dissimilar='auto' chose [0-9.]+, which "
+                                             r"can never hold.*Give gamma_dissimilar"):
+            DefiniteBoostKernel(trace=1.0).fit(pairs, sq)
+        with pytest.raises(ValueError, match=r"^gamma_dissimilar=1\.99 can never hold"):
+            DefiniteBoostKernel(trace=0.5, gamma_dissimilar=1.99).fit(pairs[:40],
+                                                                    np.tile([1, -1], 20))
+
+
+def test_said_names_given_and_chosen_thresholds():
+    from megkernel._solvers.definiteboost_rules import Chosen, said
+
+    assert said("gamma", 0.25) == "gamma=0.25"
+    assert said("gamma", Chosen(0.25)) == "gamma ('auto' chose 0.25)"
+    assert said("gamma", Chosen(0.25), clause=True) == "gamma='auto' chose 0.25, which"
+
+
+def test_an_auto_threshold_that_is_not_positive_is_not_blamed_on_the_user(monkeypatch):
+    """An "auto" gamma of 0 was refused as "gamma must be positive and finite,
+    got ..." as if the user had given it."""
+    import megkernel._solvers.definiteboost_rules as rules
+    from megkernel._numerics.state import ExponentState
+
+    monkeypatch.setattr(rules, "prior_mean_sq_distance", lambda state: 0.0)
+    with pytest.raises(ValueError, match=r"^gamma='auto' chose 0 from the prior's mean "
+                                         r"squared distance 0, which is not a positive"):
+        rules.pair_thresholds(ExponentState.identity(4), np.array([1, -1]), trace=1.0)
+
+
+@pytest.mark.parametrize("make", ["meg", "definiteboost", "factor"])
+def test_a_complex_prior_is_refused_by_name(make):
+    """A complex Hermitian init lost its imaginary part with only numpy's
+    ComplexWarning."""
+    from megkernel import DefiniteBoostKernel
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(6, 6)) + 1j * rng.normal(size=(6, 6))
+    H = A @ A.conj().T + 6 * np.eye(6)
+    pairs, y, signs = _labelled_pairs(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way
+        if make == "meg":
+            with pytest.raises(ValueError, match=r"^init is complex"):
+                MEGKernelRegressor(init=H).fit(pairs, y)
+        elif make == "definiteboost":
+            with pytest.raises(ValueError, match=r"^init is complex"):
+                DefiniteBoostKernel(init=H).fit(pairs, signs)
+        else:
+            with pytest.raises(ValueError, match=r"^init_factor is complex"):
+                MEGKernelRegressor(init_factor=A).fit(pairs, y)
+
+
+def test_a_complex_matrix_with_zero_imaginary_part_is_its_real_part():
+    from megkernel._numerics.spectral import check_symmetric
+
+    M = np.array([[2.0, 1.0], [1.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(check_symmetric(M + 0j), M)
+    with pytest.raises(ValueError, match=r"^K must be a numeric matrix"):
+        check_symmetric([["a", "b"], ["c", "d"]], name="K")
+
+
+@pytest.mark.parametrize("labels", [
+    [0, 1] * 5 + [np.nan, 1],
+    ["a", "b"] * 5 + [None, "a"],
+    "series",
+])
+def test_missing_class_labels_skip_the_verdict_with_a_warning(labels):
+    """KernelDistances.fit(X, y) with a NaN or None label skipped its verdict
+    without a word. It still skips it (the verdict is advice; the kernel is
+    fitted as usual), and says why, naming the row."""
+    import pandas as pd
+
+    from megkernel import KernelDistances
+
+    ids = [f"o{i}" for i in range(12)]
+    points = np.random.default_rng(0).normal(size=(12, 2))
+    pairs = [(ids[i], ids[j]) for i in range(12) for j in range(i + 1, 12)]
+    targets = [float(((points[i] - points[j]) ** 2).sum())
+               for i in range(12) for j in range(i + 1, 12)]
+    row = "10"
+    if labels == "series":
+        labels = pd.Series([0, 1] * 6, index=[f"r{i}" for i in range(12)], dtype=float)
+        labels["r3"] = np.nan
+        row = "'r3'"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = KernelDistances(pairs=pairs, targets=targets,
+                               learner=MEGKernelRegressor(random_state=0)).fit(ids, labels)
+    assert step.verdict_ is None
+    messages = [str(w.message) for w in caught]
+    assert any("missing class label" in m and f"at row {row}:" in m and "no verdict" in m
+               for m in messages), messages
+    assert step.transform(ids[:3]).shape == (3, 12)

@@ -12,6 +12,7 @@ import numpy as np
 from scipy import linalg
 
 from .._warnings import warn_user
+from .validation import check_real
 
 __all__ = [
     "kernel_distance_block",
@@ -40,12 +41,11 @@ def check_symmetric(matrix, *, name="matrix"):
     ------
     ValueError
         If the input is not a finite square matrix or is not symmetric to a
-        relative tolerance of 1e-10 (in Frobenius norm).
+        relative tolerance of 1e-10 (in Frobenius norm), or is complex with
+        nonzero imaginary parts (a complex Hermitian matrix is no real
+        symmetric one: its imaginary part would be dropped).
     """
-    try:
-        matrix = np.asarray(matrix, dtype=float)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name} must be a numeric matrix ({error}).") from None
+    matrix = check_real(matrix, name=name, kind="matrix")  # complex refused by name
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(
             f"{name} must be a square 2-D matrix, got shape {matrix.shape}."

@@ -24,7 +24,7 @@ from .spectral import (
     log_trace_exp,
     normalized_exp_weights,
 )
-from .validation import check_n_objects
+from .validation import check_n_objects, check_real
 
 __all__ = ["ExponentState", "PartitionAnchor", "SubspaceState", "prior_state"]
 
@@ -103,7 +103,7 @@ class ExponentState:
         Directions with ``s <= max(d, r) * eps * s_max`` are dropped (the
         numerical rank, as in ``numpy.linalg.matrix_rank``).
         """
-        factor = np.asarray(factor, dtype=float)
+        factor = check_real(factor, name=name)
         if factor.ndim != 2 or factor.shape[0] < 2 or factor.shape[1] < 1:
             raise ValueError(
                 f"{name} must be a 2-D array of shape (n_objects >= 2, rank >= 1), "

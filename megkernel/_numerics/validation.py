@@ -16,6 +16,7 @@ from .limits import (
 )
 
 __all__ = [
+    "check_real",
     "check_pair_indices",
     "check_squared_distances",
     "check_meg_step",
@@ -25,6 +26,34 @@ __all__ = [
     "check_n_trials",
     "check_pair_labels",
 ]
+
+
+def check_real(values, *, name, kind="array"):
+    """Return ``values`` as a float array; refuse complex values by ``name``.
+
+    Kernels, priors and factors here are real: a complex Hermitian matrix
+    is not a real symmetric one, and a cast to float would drop its
+    imaginary part with only numpy's ComplexWarning. Complex values whose
+    imaginary parts are all zero are their real parts (nothing is lost).
+    Values that are not numbers: a ValueError saying ``name`` must be a
+    numeric ``kind``.
+    """
+    try:
+        values = np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
+    if np.iscomplexobj(values):
+        if np.any(values.imag != 0):
+            raise ValueError(
+                f"{name} is complex (dtype {values.dtype}) with nonzero imaginary parts: "
+                f"it must be a real {kind} (a complex Hermitian matrix is not a real "
+                "symmetric one, and its imaginary part would be dropped). Give a real "
+                f"{name}, e.g. its real part if that is what you mean.")
+        values = values.real
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):

@@ -20,6 +20,7 @@ import numpy as np
 from .._warnings import deferred_warnings, replay
 from .definiteboost_distances import distance_constraints
 from .definiteboost_rules import (
+    Chosen,
     auto_max_iter,
     dense_state,
     fit_labelled_pairs,
@@ -210,8 +211,9 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
         The kernel and its record (constraint indices into ``pairs``).
     """
     chosen, signs, auto_gamma, auto_gamma_d = distance_constraints(pairs, sq_distances)
-    gamma = auto_gamma if gamma == "auto" else gamma
-    gamma_dissimilar = auto_gamma_d if gamma_dissimilar == "auto" else gamma_dissimilar
+    # thresholds chosen here, not given: their messages say so
+    gamma = Chosen(auto_gamma) if gamma == "auto" else gamma
+    gamma_dissimilar = Chosen(auto_gamma_d) if gamma_dissimilar == "auto" else gamma_dissimilar
     constrained = pairs[chosen]
     train, held_out, reason = _split(constrained, signs, prior.n_objects,
                                      validation_fraction, random_state)

@@ -28,6 +28,8 @@ from .definiteboost_projections import (
 )
 
 __all__ = [
+    "Chosen",
+    "said",
     "definiteboost_pairs",
     "fit_pair_constraints",
     "pair_thresholds",
@@ -47,6 +49,41 @@ def prior_mean_sq_distance(state):
     if d < 2:  # no two distinct objects: no distance to average
         return 0.0
     return 2.0 * (d - state.entry_sum()) / (d * (d - 1))  # tr W = 1
+
+
+class Chosen(float):
+    """A threshold megkernel chose for a parameter set to ``"auto"`` (a float).
+
+    Messages about it say so (:func:`said`): the user did not give the
+    number, and the remedy differs (set the parameter, or change what the
+    choice is made from).
+    """
+
+    __slots__ = ()
+
+
+def said(name, value, *, clause=False):
+    """Name the threshold ``name`` in a message: given, or chosen by ``"auto"``.
+
+    ``clause``: the form that a verb follows (``"gamma_dissimilar='auto'
+    chose 1.931, which"``, or ``"gamma_dissimilar=1.931"`` for a given value);
+    else a noun (``"gamma_dissimilar ('auto' chose 1.931)"``).
+    """
+    if not isinstance(value, Chosen):
+        return f"{name}={value:.4g}"
+    if clause:
+        return f"{name}='auto' chose {value:.4g}, which"
+    return f"{name} ('auto' chose {value:.4g})"
+
+
+def _chosen(value, name, source):
+    """Return an ``"auto"`` threshold as a :class:`Chosen`; refuse it by its source."""
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{name}='auto' chose {value:.4g} from {source}, which is not a positive "
+            f"finite threshold: give {name} yourself (in the kernel's units), or a "
+            "prior under which distinct objects are apart.")
+    return Chosen(value)
 
 
 def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
@@ -75,17 +112,32 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
         gamma_dissimilar = float(dissimilar.max()) if dissimilar.size else mean_sq_distance
         _check_thresholds(thresholds, signs, trace)
         return thresholds, gamma, gamma_dissimilar
-    gamma = 0.1 * mean_sq_distance if gamma == "auto" else check_positive(gamma, "gamma")
-    gamma_dissimilar = (mean_sq_distance if gamma_dissimilar == "auto"
-                        else check_positive(gamma_dissimilar, "gamma_dissimilar"))
+    source = f"the prior's mean squared distance {mean_sq_distance:.4g}"
+    gamma = (_chosen(0.1 * mean_sq_distance, "gamma", source) if gamma == "auto"
+             else _checked(gamma, "gamma"))
+    if gamma_dissimilar == "auto":  # checked only where some pair is held to it
+        gamma_dissimilar = (_chosen(mean_sq_distance, "gamma_dissimilar", source)
+                            if np.any(signs < 0) else Chosen(mean_sq_distance))
+    else:
+        gamma_dissimilar = _checked(gamma_dissimilar, "gamma_dissimilar")
     if gamma_dissimilar >= 2.0 * trace:
         raise ValueError(
-            f"gamma_dissimilar={gamma_dissimilar:.4g} can never hold: squared "
-            f"distances under a kernel of trace {trace:g} are below {2.0 * trace:g}."
-        )
+            f"{said('gamma_dissimilar', gamma_dissimilar, clause=True)} can never hold: "
+            f"squared distances under a kernel of trace {trace:g} are below "
+            f"{2.0 * trace:g}." + (
+                " Give gamma_dissimilar yourself, or a trace in the units of the "
+                "distances it was chosen from (trace='auto')."
+                if isinstance(gamma_dissimilar, Chosen) else ""))
     thresholds = np.where(signs > 0, gamma, gamma_dissimilar)
     _check_thresholds(thresholds, signs, trace)
     return thresholds, gamma, gamma_dissimilar
+
+
+def _checked(value, name):
+    """Return a given threshold (a :class:`Chosen` one kept so), or refuse it by name."""
+    if isinstance(value, Chosen):
+        return _chosen(float(value), name, "the data")
+    return check_positive(value, name)
 
 
 #: Similar thresholds below this fraction of the trace are round-off level.
@@ -110,7 +162,7 @@ def _check_thresholds(thresholds, signs, trace):
             f"{2.0 * trace:g}.")
 
 
-def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
+def _satisfiable(state, pairs, signs, thresholds, trace, target=None, gamma_dissimilar=None):
     """Return the mask of the constraints that some kernel in the prior's range can meet.
 
     A dissimilar pair needs ``trace * ||v||^2 > threshold``.
@@ -120,6 +172,10 @@ def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
     pair also needs ``||v||^2 > target``: otherwise its constraint matrix
     ``target I - v v^T`` has no negative eigenvalue, no kernel meets it and
     eq. 13's step is undefined (the log of a negative number).
+
+    ``gamma_dissimilar``: the dissimilar threshold the messages name (a
+    :class:`Chosen` one as chosen), or None: the smallest threshold of the
+    pairs named.
     """
     sq_norms = state.pair_sq_norms(pairs[:, 0], pairs[:, 1])
     never = (signs < 0) & (trace * sq_norms <= thresholds)
@@ -132,17 +188,23 @@ def _satisfiable(state, pairs, signs, thresholds, trace, target=None):
         "the run aims at gamma_dissimilar + tol * gamma / 2, up to "
         f"{trace * target[in_margin].max():.4g}, beyond their reach.)"
         if in_margin.any() else "")
+    def named(mask):
+        value = thresholds[mask].min() if gamma_dissimilar is None else gamma_dissimilar
+        return said("gamma_dissimilar", value)
+
     if np.all(never):
+        lower = ("Give a smaller gamma_dissimilar" if isinstance(gamma_dissimilar, Chosen)
+                 else "Lower gamma_dissimilar")
         raise ValueError(
             f"All {len(pairs)} constraints are dissimilar pairs that can never "
             f"hold: their squared distance is at most trace * ||P[a] - P[b]||^2 "
-            f"<= gamma_dissimilar={thresholds.min():.4g} under every kernel in "
-            "the prior's range. Lower gamma_dissimilar." + margin_note
+            f"<= {named(never)} under every kernel in "
+            f"the prior's range. {lower}." + margin_note
         )
     if np.any(never):
         warn_user(
             f"Dropped {np.count_nonzero(never)} of {len(pairs)} constraints: dissimilar "
-            f"pairs that can never reach gamma_dissimilar={thresholds[never].min():.4g} "
+            f"pairs that can never reach {named(never)} "
             "in the prior's range (trace * ||P[a] - P[b]||^2 <= gamma_dissimilar); "
             "see dropped_constraints_." + margin_note,
             UserWarning,
@@ -194,6 +256,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     """
     trace = check_trace(trace)
     tol = float(tol)  # a float32 tol would overflow in tol * gamma
+    explicit = thresholds
     thresholds, gamma, gamma_dissimilar = pair_thresholds(
         state, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace)
@@ -211,7 +274,9 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
             f"The thresholds (up to {np.abs(thresholds).max():.3g}) divided by "
             f"trace={trace:.3g} leave double precision: give the thresholds in the "
             "kernel's units (at most 2 * trace for a pair's squared distance).")
-    kept = np.flatnonzero(_satisfiable(state, pairs, signs, thresholds, trace, target))
+    kept = np.flatnonzero(_satisfiable(
+        state, pairs, signs, thresholds, trace, target,
+        gamma_dissimilar=gamma_dissimilar if explicit is None else None))
     constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
                                   target[kept], state)
     hard = slack is None
@@ -513,7 +578,8 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     prior_score = score()
     if gamma == "auto":
         fractions = AUTO_GAMMA_FRACTIONS if held_out is not None else (DEFAULT_GAMMA_FRACTION,)
-        candidates = [fraction * mean for fraction in fractions]
+        source = f"the prior's mean squared distance {mean:.4g}"
+        candidates = [_chosen(fraction * mean, "gamma", source) for fraction in fractions]
     else:
         candidates = [gamma]
     prior = state.copy()

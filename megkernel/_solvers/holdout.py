@@ -302,10 +302,29 @@ def r2_score(loss, z):
     Returns
     -------
     r2 : float
-        ``1 - loss / var(z)``; NaN when the targets do not vary.
+        ``1 - loss / var(z)``; NaN when the targets do not vary: when their
+        variance is within :data:`CONSTANT_TARGETS` ``* eps * mean(z)^2``
+        (equal targets in units that are not a power of two leave a variance
+        of round-off, and a ratio to it is any number at all).
     """
-    variance = float(np.var(z)) if len(z) else 0.0
-    return 1.0 - loss / variance if variance > 0 else np.nan
+    if not len(z):
+        return np.nan
+    z = np.asarray(z, dtype=float)
+    scale = float(np.max(np.abs(z)))  # in units of the largest: no overflow in squares
+    if not scale > 0:
+        return np.nan
+    scaled = z / scale
+    spread = float(np.std(scaled))
+    if not spread > np.sqrt(CONSTANT_TARGETS * np.finfo(float).eps) * abs(float(np.mean(scaled))):
+        return np.nan
+    return 1.0 - loss / scale / scale / (spread * spread)
+
+
+#: Targets whose variance is within this many ``eps * mean^2`` count as
+#: constant for :func:`r2_score` (a relative spread below ~3e-8): the
+#: round-off of equal targets is ``~(n eps mean)^2``, and no kernel's
+#: predictions are more precise than that spread.
+CONSTANT_TARGETS = 4.0
 
 
 def pair_ranking_auc(closer, farther):
