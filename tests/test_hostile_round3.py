@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import warnings
 
 import numpy as np
@@ -373,3 +374,113 @@ def test_missing_class_labels_skip_the_verdict_with_a_warning(labels):
     assert any("missing class label" in m and f"at row {row}:" in m and "no verdict" in m
                for m in messages), messages
     assert step.transform(ids[:3]).shape == (3, 12)
+
+
+# -- 4. a long fit says so up front ------------------------------------------------
+
+class _FakeClock:
+    """A clock that advances ``step`` seconds each time it is read."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def _slow_warnings(caught):
+    return [str(w.message) for w in caught if "projections took" in str(w.message)]
+
+
+def test_a_run_projected_to_take_long_says_so_once(monkeypatch):
+    """The rule on a fake clock (read once per projection): one note, with the
+    estimate and the remedies, for a run whose pace takes it beyond
+    SLOW_RUN_SECONDS; none for a run within them."""
+    from megkernel._solvers import definiteboost_projections as projections
+
+    def run(pace, note, n_done):
+        monkeypatch.setattr(projections, "clock", _FakeClock(pace))
+        note = note()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for done in range(1, n_done):
+                note(done)
+        return _slow_warnings(caught)
+
+    # 0.002 s a projection: 25,000 take 50 s
+    messages = run(0.002, lambda: projections.SlowRunNote(
+        max_iter=projections.ChosenCount(25_000), n_constraints=1000), 5000)
+    assert len(messages) == 1, messages
+    assert re.match(r"DefiniteBoost: 150\d projections took 3\.0 s; at this pace the 25000 "
+                    r"projections max_iter='auto' chose for 1000 constraints take about "
+                    r"50 s if the run does not converge first", messages[0]), messages
+    assert "a smaller max_iter, slack=" in messages[0] and "a larger tol" in messages[0]
+    # 0.5 s a projection: 100 take 50 s
+    assert len(run(0.5, lambda: projections.SlowRunNote(100, 10), 100)) == 1
+    # 0.01 s a projection: 1000 take 10 s, said never, however long the run
+    assert not run(0.01, lambda: projections.SlowRunNote(1000, 10), 1000)
+
+
+def test_a_short_run_says_nothing_before_the_first_seconds(monkeypatch):
+    from megkernel._solvers import definiteboost_projections as projections
+
+    monkeypatch.setattr(projections, "clock", _FakeClock(0.01))
+    note = projections.SlowRunNote(max_iter=10**9, n_constraints=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for done in range(1, 100):  # 2 s in all: before SLOW_RUN_AFTER
+            note(done)
+    assert not _slow_warnings(caught)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_slow_definiteboost_fit_warns_up_front_without_verbose(monkeypatch, lazy):
+    """Both runs that time their projections: the Python loop, and the lazy run
+    (method="auto" on a dense state with many constraints, here from 50 objects on)."""
+    from megkernel import DefiniteBoostKernel
+    from megkernel._solvers import definiteboost_lazy
+    from megkernel._solvers import definiteboost_projections as projections
+
+    d = 60 if lazy else 12
+    monkeypatch.setattr(projections, "clock", _FakeClock(1.0))  # a second per read
+    monkeypatch.setattr(definiteboost_lazy, "LAZY_FROM", 50)
+    monkeypatch.setattr(projections, "_SCAN_ALWAYS_UP_TO", 0)  # scans between working sets
+    runs = []
+    run_lazy = projections.run_lazy
+    monkeypatch.setattr(projections, "run_lazy",
+                        lambda *args: runs.append(1) or run_lazy(*args))
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(d, 2))
+    pairs = _pairs(d, 200, rng)
+    sq = ((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2).sum(axis=1)
+    signs = np.where(sq < np.median(sq), 1, -1)
+    signs[rng.random(len(signs)) < 0.1] *= -1  # a tenth flipped
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DefiniteBoostKernel(random_state=0, validation_fraction=None,
+                            max_iter=200).fit(pairs, signs)
+    assert bool(runs) == lazy
+    messages = _slow_warnings(caught)
+    assert len(messages) == 1, [str(w.message) for w in caught]
+    assert "at this pace the 200 projections of max_iter=200 (" in messages[0]
+
+
+def test_reaching_max_iter_says_what_was_reached():
+    """The ConvergenceWarning of a run that reached max_iter='auto' says so, and
+    how far it got: the share of constraints met and the largest violation."""
+    from megkernel._solvers.definiteboost_projections import ChosenCount, _warn_outcome
+
+    log = {"infeasible": False, "converged": False, "n_violated": 150,
+           "multipliers": np.zeros(1000), "max_violation": 0.25}
+    with pytest.warns(Warning, match=r"did not converge in the 25000 iterations "
+                                     r"max_iter='auto' chose: 850 of 1000 constraints met "
+                                     r"\(85\.0 %\); 150 constraints still violated "
+                                     r"\(largest violation "
+                                     r"0\.25\)"):
+        _warn_outcome(log, ChosenCount(25000))
+    with pytest.warns(Warning, match=r"did not converge in 40 iterations: 850 of 1000"):
+        _warn_outcome(log, 40)
+    from megkernel._solvers.definiteboost_rules import auto_max_iter
+
+    assert isinstance(auto_max_iter(1000), ChosenCount)

@@ -15,6 +15,7 @@ the public entry points in :mod:`.definiteboost`.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -284,6 +285,73 @@ def _working_set(scores, n_candidates):
     return np.sort(top)
 
 
+class ChosenCount(int):
+    """``max_iter`` that megkernel chose for ``max_iter="auto"`` (an int).
+
+    The warnings about a run that reached it say so: the user did not set
+    the number.
+    """
+
+    __slots__ = ()
+
+
+#: A run whose projected time to ``max_iter`` exceeds this many seconds says
+#: so once (:class:`SlowRunNote`), even without ``verbose``.
+SLOW_RUN_SECONDS = 30.0
+
+#: The projection is made after the run has taken this many seconds (an
+#: estimate from its first iterations; a run that ends sooner says nothing).
+SLOW_RUN_AFTER = 3.0
+
+#: The clock of :class:`SlowRunNote` (seconds; tests put a fake one here).
+clock = time.perf_counter
+
+
+class SlowRunNote:
+    """Warn once when a run will take long: an estimate from its first iterations.
+
+    Called with the number of iterations done; after :data:`SLOW_RUN_AFTER`
+    seconds, if the pace so far takes more than :data:`SLOW_RUN_SECONDS` to
+    reach ``max_iter``, it warns with the estimate and the ways to shorten
+    the run (``max_iter``, ``slack``, ``tol``).
+    """
+
+    def __init__(self, max_iter, n_constraints):
+        self.max_iter = max_iter  # a ChosenCount kept as such, for the message
+        self.n_constraints = int(n_constraints)
+        self.start = clock()
+        self.said = False
+
+    def __call__(self, done):
+        if self.said or done <= 0:
+            return
+        elapsed = clock() - self.start
+        if elapsed < SLOW_RUN_AFTER:
+            return
+        projected = elapsed * self.max_iter / done
+        if projected <= SLOW_RUN_SECONDS:
+            return
+        self.said = True
+        chosen = (f"max_iter='auto' chose for {self.n_constraints} constraints"
+                  if isinstance(self.max_iter, ChosenCount)
+                  else f"of max_iter={self.max_iter} ({self.n_constraints} constraints)")
+        warn_user(
+            f"DefiniteBoost: {done} projections took {elapsed:.1f} s; at this pace the "
+            f"{self.max_iter} projections {chosen} take about {_duration(projected)} if "
+            "the run does not converge first. To "
+            "shorten it: a smaller max_iter, slack=... (soft constraints, which labels "
+            "that cannot all hold do not drag on), or a larger tol.", UserWarning)
+
+
+def _duration(seconds):
+    """``seconds`` in words: ``"45 s"``, ``"12 min"``, ``"3.2 h"``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None,
                       callback_at=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
@@ -364,8 +432,16 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         def callback(t, record):
             if t in wanted:
                 every(t, record)
+    slow = SlowRunNote(settings.max_iter, len(constraints))
     if method == "auto" and lazy_applies(constraints, state, settings, scan_every):
-        return run_lazy(constraints, state, settings, callback)
+        user_callback = callback
+
+        def watched(t, record):  # the lazy run's iterations are timed through it
+            slow(t)
+            if user_callback is not None:
+                user_callback(t, record)
+
+        return run_lazy(constraints, state, settings, watched)
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)
     candidates, last_scan = None, 0
     multipliers = np.zeros(len(constraints))
@@ -409,6 +485,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                                            log_bound)):
                 record[key].append(value)
             infeasible = log_dual < log_floor
+            slow(t + 1)
             if callback is not None:
                 callback(t + 1, {"constraint": j, "violation": violation,
                                  "alpha": direction * alpha,
@@ -439,11 +516,15 @@ def _warn_outcome(log, max_iter, units="", hint=""):
             ConvergenceWarning,
         )
     elif not log["converged"]:
+        n_constraints = len(log["multipliers"])
+        met = n_constraints - log["n_violated"]
+        share = f" ({100.0 * met / n_constraints:.1f} %)" if n_constraints else ""
+        reached = (f"the {max_iter} iterations max_iter='auto' chose"
+                   if isinstance(max_iter, ChosenCount) else f"{max_iter} iterations")
         warn_user(
-            f"DefiniteBoost did not converge in {max_iter} iterations: "
-            f"{log['n_violated']} of {len(log['multipliers'])} constraints still "
-            f"violated (largest violation {log['max_violation']:.3g}{units}); "
-            "returning the iterate with the smallest largest violation. Increase "
-            "max_iter or tol." + hint,
+            f"DefiniteBoost did not converge in {reached}: {met} of {n_constraints} "
+            f"constraints met{share}; {log['n_violated']} constraints still violated "
+            f"(largest violation {log['max_violation']:.3g}{units}); returning the iterate with "
+            "the smallest largest violation. Increase max_iter or tol." + hint,
             ConvergenceWarning,
         )

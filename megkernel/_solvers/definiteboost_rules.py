@@ -21,6 +21,7 @@ from .._numerics.validation import (
 )
 from .._warnings import warn_user
 from .definiteboost_projections import (
+    ChosenCount,
     PairConstraints,
     _Settings,
     _warn_outcome,
@@ -503,8 +504,12 @@ def dense_state(state):
 
 
 def auto_max_iter(n_constraints):
-    """``max_iter="auto"``: :data:`ITERATIONS_PER_CONSTRAINT` per constraint."""
-    return max(MIN_AUTO_MAX_ITER, ITERATIONS_PER_CONSTRAINT * int(n_constraints))
+    """``max_iter="auto"``: :data:`ITERATIONS_PER_CONSTRAINT` per constraint.
+
+    A :class:`~.definiteboost_projections.ChosenCount`: the warnings of a
+    run that reaches it say that ``"auto"`` chose it.
+    """
+    return ChosenCount(max(MIN_AUTO_MAX_ITER, ITERATIONS_PER_CONSTRAINT * int(n_constraints)))
 
 
 def prior_pair_summary(state, pairs, signs, trace):
