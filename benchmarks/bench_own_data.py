@@ -104,7 +104,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _own_data import family_sequences, kmer_counts, pair_table  # noqa: E402
 
-from megkernel import DefiniteBoostKernel, KernelDistances, MEGKernelRegressor  # noqa: E402
+from megkernel import (  # noqa: E402
+    DefiniteBoostKernel,
+    KernelDistances,
+    KernelLearnerMixin,
+    MEGKernelRegressor,
+)
 from megkernel.datasets import load_fasta_kernel, load_gyrb  # noqa: E402
 
 #: The FASTA file of the shared data folder (gyrB set B: Burkholderia,
@@ -217,7 +222,7 @@ def datasets(quick=False):
 FITTED = {}
 
 
-class Learner(BaseEstimator):
+class Learner(KernelLearnerMixin, BaseEstimator):
     """A kernel learner as ``KernelDistances`` sees it, tuned or not.
 
     ``param_grid=None``: ``learner`` itself, fitted on the pairs (a clone).

@@ -237,8 +237,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         ``F`` with ``kernel_ = F F^T``.
     n_iter_ : int
         Batch: iterations made, those of the run on the training pairs plus
-        those of the refit on every pair (which repeats as many as early
-        stopping chose). On-line ``fit``: ``n_epochs``.
+        those of the refit on every pair (to convergence when the held-out
+        pairs saw no overfitting, else as many as early stopping chose).
+        On-line ``fit``: ``n_epochs``.
     converged_ : bool
         Batch: whether the stopping rule, not ``max_iter``, ended the fit.
     loss_curve_ : ndarray

@@ -317,10 +317,10 @@ def _family_table(seed, mutation, fraction):
 def test_the_prior_is_kept_when_the_projection_ranks_held_out_pairs_worse():
     """Distance mode's constraints are megkernel's own choice: when projecting
     onto them ranks the held-out constraint pairs worse than the prior (here a
-    noisy table, AUC 0.8975 against 0.9), the prior (the MEG fit of every
+    noisy table, AUC 0.8889 against 0.8912), the prior (the MEG fit of every
     distance) is returned, said by a NoImprovementWarning; the verdict fit's
     ConvergenceWarnings are not shown (that fit is not returned)."""
-    ids, _, table = _family_table(7, 0.35, 0.1)
+    ids, _, table = _family_table(1, 0.4, 0.1)
     X, y = table[["a", "b"]].to_numpy(dtype=object), table["sq"].to_numpy()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -329,7 +329,7 @@ def test_the_prior_is_kept_when_the_projection_ranks_held_out_pairs_worse():
     assert "ConvergenceWarning" not in kinds
     said = [str(w.message) for w in caught if type(w.message).__name__ ==
             "NoImprovementWarning"]
-    assert len(said) == 1 and "returned its prior" in said[0] and "AUC 0.8975" in said[0]
+    assert len(said) == 1 and "returned its prior" in said[0] and "AUC 0.8889" in said[0]
     assert model.gamma_scores_[0] < model.prior_score_ == model.validation_score_
     assert not model.converged_ and model.n_iter_ > 0
     prior = quietly(MEGKernelRegressor(objects=ids, random_state=0).fit, X, y)

@@ -89,8 +89,11 @@ def test_imports_only_downward_and_at_module_level(module, path):
             assert _layer(name) <= own, (
                 f"megkernel.{module} (layer {own}) imports megkernel.{name} "
                 f"(layer {_layer(name)}) at line {node.lineno}")
+    # the command line alone imports its work inside functions, after parsing its
+    # arguments: --help and argument errors answer without loading numpy & co.
+    lazy = module == "cli"
     for func in ast.walk(tree):
-        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and not lazy:
             inner = [node for node in ast.walk(func)
                      if isinstance(node, (ast.Import, ast.ImportFrom))]
             assert not inner, (f"megkernel.{module}.{func.name} imports inside a "

@@ -133,12 +133,12 @@ def test_definiteboost_continues_a_subspace_prior_in_its_subspace(monkeypatch):
     seen = []
     original = definiteboost_rules.working_state
 
-    def spy(prior, method, projection):
-        state = original(prior, method, projection)
+    def spy(state, subspace, method, projection):
+        state = original(state, subspace, method, projection)
         seen.append(type(state))
         return state
 
-    monkeypatch.setattr("megkernel.definiteboost_kernel.working_state", spy)
+    monkeypatch.setattr("megkernel._solvers.definiteboost_fit.working_state", spy)
     model = DefiniteBoostKernel(random_state=0).fit(pairs, sq)
     assert seen and all(kind is SubspaceState for kind in seen)
     assert type(model.state_) is ExponentState and model.state_.basis is None

@@ -22,8 +22,10 @@ from .definiteboost_distances import distance_constraints
 from .definiteboost_rules import (
     Chosen,
     auto_max_iter,
+    canonical_table,
     dense_state,
     fit_labelled_pairs,
+    in_given_order,
     keep_the_prior,
     prior_trace,
     working_state,
@@ -116,6 +118,9 @@ def fit_from_labels(pairs, signs, *, prior, trace, gamma, gamma_dissimilar, max_
     fit : DefiniteBoostFit
         The kernel and its record.
     """
+    given_pairs, given_signs = pairs, signs
+    # the same pairs in any row order give the same fit
+    pairs, signs, order = canonical_table(pairs, signs)
     train, held_out, reason = _split(pairs, signs, prior.n_objects, validation_fraction,
                                      random_state)
     n_train = len(pairs) if train is None else len(train)
@@ -123,7 +128,8 @@ def fit_from_labels(pairs, signs, *, prior, trace, gamma, gamma_dissimilar, max_
     log = _run(prior, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
                trace=trace, max_iter=max_iter, options=options, progress=progress,
                train=train, held_out=held_out)
-    return DefiniteBoostFit(prior, trace, log, pairs, signs, n_train, held_out, reason)
+    return DefiniteBoostFit(prior, trace, in_given_order(log, order), given_pairs,
+                            given_signs, n_train, held_out, reason)
 
 
 def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
@@ -210,6 +216,8 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     fit : DefiniteBoostFit
         The kernel and its record (constraint indices into ``pairs``).
     """
+    # the same pairs in any row order give the same fit
+    pairs, sq_distances, order = canonical_table(pairs, sq_distances)
     chosen, signs, auto_gamma, auto_gamma_d = distance_constraints(pairs, sq_distances)
     # thresholds chosen here, not given: their messages say so
     gamma = Chosen(auto_gamma) if gamma == "auto" else gamma
@@ -244,6 +252,7 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
                    n_iter_total=log["n_iter_total"] + verdict["n_iter_total"])
     for key in ("kept", "dropped", "constraint"):  # indices into the fitted pairs
         log[key] = chosen[log[key]]
+    log = in_given_order(log, order)
     return DefiniteBoostFit(dense_state(state), fitted_trace, log, constrained, signs,
                             len(chosen) if train is None else len(train), held_out, reason)
 

@@ -27,6 +27,7 @@ from .definiteboost_projections import (
     _warn_outcome,
     run_definiteboost,
 )
+from .holdout import canonical_order
 
 __all__ = [
     "Chosen",
@@ -330,6 +331,58 @@ def warn_outcome(log, max_iter):
                   hint=log.get("hint", ""))
 
 
+def canonical_table(pairs, values):
+    """Return a pair table in its canonical order, and the order.
+
+    Pairs written smaller object first, rows in
+    :func:`~megkernel._solvers.holdout.canonical_order`: the same pairs in
+    any row order or orientation give the same fit.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Object indices.
+    values : ndarray of shape (n,)
+        The rows' labels or distances.
+
+    Returns
+    -------
+    pairs, values : ndarray
+        The table in canonical order.
+    order : ndarray of int
+        Row ``i`` of the result is row ``order[i]`` of the given table.
+    """
+    order = canonical_order(pairs, values)
+    return np.sort(pairs, axis=1)[order], np.asarray(values)[order], order
+
+
+def in_given_order(log, order):
+    """Map a log's constraint indices from the canonical order back to the user's rows.
+
+    The kept constraints (and their multipliers) come back sorted by the
+    user's rows.
+
+    Parameters
+    ----------
+    log : dict
+        A :func:`fit_pair_constraints` log over the canonical table.
+    order : ndarray of int
+        The canonical order (:func:`canonical_table`).
+
+    Returns
+    -------
+    log : dict
+        The same log (changed in place), its indices into the user's rows.
+    """
+    kept = order[log["kept"]]
+    by_row = np.argsort(kept, kind="stable")
+    log["kept"] = kept[by_row]
+    log["multipliers"] = np.asarray(log["multipliers"])[by_row]
+    log["dropped"] = np.sort(order[log["dropped"]])
+    log["constraint"] = order[log["constraint"]]
+    return log
+
+
 def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
                         gamma_dissimilar="auto", n_objects=None, prior=None,
                         prior_factor=None, trace=1.0, slack=None,
@@ -409,11 +462,19 @@ def definiteboost_pairs(pairs, signs=None, thresholds=None, *, gamma="auto",
     state = prior_state(n_objects, prior, prior_factor)
     pairs = check_pair_indices(pairs, state.n_objects, name="pairs")
     signs = check_pair_labels(signs, pairs, name="signs")
+    pairs, signs, order = canonical_table(pairs, signs)
+    if thresholds is not None and np.ndim(thresholds) == 1:
+        thresholds = np.asarray(thresholds)[order]
     log = fit_pair_constraints(
         state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
         thresholds=thresholds, trace=trace, slack=slack, projection=projection,
         corrective=corrective, max_iter=max_iter, tol=tol, keep=keep, method=method,
         callback=callback)
+    log = in_given_order(log, order)
+    if np.ndim(log["thresholds"]) == 1 and len(log["thresholds"]) == len(order):
+        thresholds = np.empty_like(log["thresholds"])
+        thresholds[order] = log["thresholds"]
+        log["thresholds"] = thresholds
     log["state"] = state
     log["kernel_factor"] = np.sqrt(trace) * state.factor()
     if state.basis is None:

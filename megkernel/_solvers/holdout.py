@@ -90,6 +90,7 @@ __all__ = [
     "MIN_RANDOM_PAIRS",
     "HeldOutPairs",
     "gain_is_real",
+    "canonical_order",
     "holdout_pairs",
     "pair_ranking_auc",
     "r2_score",
@@ -152,6 +153,34 @@ MIN_HELD_OUT = 10
 #: Random pairs drawn as the other side when only one kind of labelled pair
 #: is held out: at least this many, and at least as many as the held-out ones.
 MIN_RANDOM_PAIRS = 200
+
+
+def canonical_order(pairs, values):
+    """Return the order that sorts a pair table by its content, whatever its row order.
+
+    Rows are ordered by the value (a target or a label), then the pair's
+    smaller and larger object, so that a split drawn over this order with a
+    fixed ``random_state`` holds out the same pairs however the user's table
+    is ordered: the same data give the same answer. The value comes first so
+    that the order does not change either when the objects are renamed or
+    the targets rescaled (only ties of the value are broken by the objects).
+    Rows equal in all three are interchangeable.
+
+    Parameters
+    ----------
+    pairs : ndarray of int, shape (n, 2)
+        Object indices.
+    values : ndarray of shape (n,)
+        The rows' targets or labels.
+
+    Returns
+    -------
+    order : ndarray of int, shape (n,)
+        The canonical order (a permutation of ``range(n)``).
+    """
+    low = np.minimum(pairs[:, 0], pairs[:, 1])
+    high = np.maximum(pairs[:, 0], pairs[:, 1])
+    return np.lexsort((high, low, np.asarray(values, dtype=float)))
 
 
 def holdout_pairs(n_pairs, fraction, random_state, *, min_held=MIN_HELD_OUT):

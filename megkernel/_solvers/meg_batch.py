@@ -45,7 +45,7 @@ from .._numerics.limits import MAX_SCALE, MIN_SCALE
 from .._numerics.state import ExponentState, SubspaceState
 from .._numerics.threads import blas_threads
 from .._numerics.validation import check_trace
-from .holdout import holdout_pairs, r2_score
+from .holdout import canonical_order, holdout_pairs, r2_score
 from .meg import auto_learning_rate, auto_trace, warn_unreachable
 from .pair_loss import PairLoss, SubspacePairLoss
 from .spectral_prior import (
@@ -477,8 +477,9 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     from the :func:`spectral_prior` of the training distances (in a subspace
     from :data:`SUBSPACE_FROM` objects on), minimises the total square loss
     (:func:`minimize_pair_loss`, early stopped on the held-out pairs), and
-    when held-out pairs chose a number of iterations, refits that many on
-    every pair (as ``LassoCV`` refits its chosen ``alpha``).
+    refits on every pair (as ``LassoCV`` refits its chosen ``alpha``): to
+    convergence when the held-out pairs saw no overfitting, else the number
+    of iterations they chose.
 
     Parameters
     ----------
@@ -516,6 +517,10 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         The kernel and the fit's record.
     """
     warn_unreachable(pairs, y, 1.0, beyond_trace=False)
+    # the same pairs in any row order (or orientation) give the same fit
+    order = canonical_order(pairs, y)
+    pairs = np.sort(pairs, axis=1)[order]
+    y = y[order]
     if validation_fraction is None:
         train, held, split_reason = np.arange(len(y)), None, ""
     else:
@@ -578,12 +583,23 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
             state = refit_prior.exponent if subspace is not None else refit_prior.state
             basis = refit_prior.basis
         loss, _ = _losses(state, basis, a_all, b_all, y_all / fitted_trace)
-        refit = minimize_pair_loss(
-            state, loss, grow=SUBSPACE_GROWTH, grow_at=result.growth,
-            learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
-            n_iter_no_change=result.best_iter + 1)
+        to_convergence = result.best_iter == result.n_iter and result.converged
+        if to_convergence:
+            # the held-out pairs saw no overfitting: the refit runs to convergence
+            # on every pair, as the training run did on its share (a fixed count
+            # of iterations would stop where the split happened to converge)
+            refit = minimize_pair_loss(
+                state, loss, grow=SUBSPACE_GROWTH, learning_rate=learning_rate,
+                max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change)
+        else:
+            refit = minimize_pair_loss(
+                state, loss, grow=SUBSPACE_GROWTH, grow_at=result.growth,
+                learning_rate=learning_rate, max_iter=result.best_iter, tol=0.0,
+                n_iter_no_change=result.best_iter + 1)
         result = result._replace(state=refit.state, loss_curve=refit.loss_curve,
                                  n_iter=result.n_iter + refit.n_iter,
+                                 converged=result.converged and (refit.converged
+                                                                 or not to_convergence),
                                  subspace=refit.subspace)
     kernel_trace = fitted_trace * unit
     if validation is not None:
