@@ -41,10 +41,54 @@ def _shown(value):
 
 
 def _as_float(values, name):
+    """Return ``values`` as floats, or a ValueError naming the first value that is not a number.
+
+    Text is refused even where it reads as a number (``"1.5"``): a table of
+    strings is a parsing problem upstream (a header row, a decimal comma, a
+    ``"n/a"``), which a silent conversion would hide.
+    """
+    if isinstance(values, (pd.DataFrame, pd.Series)):
+        kinds = {dtype.kind for dtype in (values.dtypes if isinstance(values, pd.DataFrame)
+                                          else [values.dtype])
+                 if isinstance(dtype, np.dtype)}
+        numeric = kinds <= set("iuf") and len(kinds) > 0
+        raw = None if numeric else values.to_numpy(dtype=object)
+    else:
+        array = values if isinstance(values, np.ndarray) else None
+        numeric = array is not None and array.dtype.kind in "iuf"
+        raw = None if numeric else np.asarray(values, dtype=object)
+    if raw is not None and raw.ndim in (1, 2):
+        for position, value in enumerate(raw.ravel().tolist()):
+            if isinstance(value, (str, bytes)) or not _is_number(value):
+                where = np.unravel_index(position, raw.shape)
+                if isinstance(values, (pd.DataFrame, pd.Series)):  # the user's labels
+                    place = f"row {values.index[where[0]]!r}" + (
+                        f", column {values.columns[where[1]]!r}" if raw.ndim == 2 else "")
+                else:
+                    place = f"row {where[0]}" + (f", column {where[1]}" if raw.ndim == 2
+                                                 else "")
+                what = (f"the text {_shown(value)!r}: parse the table's numbers first "
+                        "(text is refused even where it reads as a number)"
+                        if isinstance(value, (str, bytes)) else f"{_shown(value)!r}")
+                raise ValueError(f"{name} must hold numbers (NaN for a missing distance); "
+                                 f"{place} holds {what}.")
     try:
         return np.array(values, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must hold numbers (NaN for a missing distance).") from None
+
+
+def _is_number(value):
+    """Whether ``value`` is a real number (NaN and None count: a missing distance)."""
+    if value is None or value is pd.NA:
+        return True
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, complex)
 
 
 def _checked_distances(matrix, observed, objects, name, what):

@@ -484,3 +484,34 @@ def test_reaching_max_iter_says_what_was_reached():
     from megkernel._solvers.definiteboost_rules import auto_max_iter
 
     assert isinstance(auto_max_iter(1000), ChosenCount)
+
+
+# -- text where numbers belong ---------------------------------------------------
+
+@pytest.mark.parametrize("matrix, place, shown", [
+    (np.array([["0", "1", "4"], ["1", "0", "1"], ["4", "1", "0"]], dtype=object),
+     "row 0, column 0", "'0'"),
+    ([[0.0, 1.0, "n/a"], [1.0, 0.0, 1.0], ["n/a", 1.0, 0.0]], "row 0, column 2", "'n/a'"),
+])
+def test_a_distance_matrix_of_text_is_refused_naming_its_place(matrix, place, shown):
+    from megkernel import KernelDistances
+
+    with pytest.raises(ValueError, match=f"{place} holds the text {shown}"):
+        KernelDistances(distances=matrix, objects=["a", "b", "c"]).fit(["a", "b", "c"])
+
+
+def test_text_targets_and_a_labelled_table_are_named_by_the_users_labels():
+    import pandas as pd
+
+    from megkernel import KernelDistances
+
+    table = pd.DataFrame([[0.0, 1.0, "4"], [1.0, 0.0, 1.0], ["4", 1.0, 0.0]],
+                         index=list("abc"), columns=list("abc"))
+    with pytest.raises(ValueError, match="row 'a', column 'c' holds the text '4'"):
+        KernelDistances(distances=table).fit(["a", "b", "c"])
+    with pytest.raises(ValueError, match="targets must hold numbers.*row 1 holds the text"):
+        KernelDistances(pairs=[["a", "b"], ["b", "c"]], targets=[1.0, "2.5"]).fit(["a", "b"])
+    # numbers, and None / NaN for a missing one, still pass
+    fitted = KernelDistances(distances=[[0, 1, None], [1, 0, 1], [None, 1, 0]],
+                             objects=["a", "b", "c"]).fit(["a", "b", "c"])
+    assert fitted.transform(["a"])[0, 1] == 1.0
