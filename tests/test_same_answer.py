@@ -104,3 +104,16 @@ def test_definiteboost_from_distances_does_not_depend_on_the_row_order(seed):
     reference = DefiniteBoostKernel(random_state=0, max_iter=400).fit(pairs, y)
     shuffled = DefiniteBoostKernel(random_state=0, max_iter=400).fit(*_shuffled(pairs, y, seed))
     assert_array_equal(shuffled.kernel_, reference.kernel_)
+
+
+def test_definiteboost_refit_does_not_carry_the_split():
+    """The chosen gamma is refit on every pair from the prior: with gamma given,
+    the held-out split (random_state) leaves the kernel unchanged."""
+    from megkernel import DefiniteBoostKernel
+
+    pairs, signs = _signs(*_table(d=40, fraction=0.6, seed=7))
+    probe = DefiniteBoostKernel(random_state=0, max_iter=2000).fit(pairs, signs)
+    kernels = [DefiniteBoostKernel(random_state=seed, gamma=probe.gamma_, max_iter=2000)
+               .fit(pairs, signs).kernel_ for seed in range(3)]
+    assert_array_equal(kernels[0], kernels[1])
+    assert_array_equal(kernels[0], kernels[2])

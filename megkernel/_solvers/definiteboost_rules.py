@@ -621,11 +621,14 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
 
     The candidates are fitted on the pairs ``train`` (indices into
     ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
-    fitted on every pair (continuing from its kernel when ``warm``, else
-    from the prior), as scikit-learn's ``LassoCV`` refits its chosen
-    ``alpha``: the held-out score is that of the kernel trained without
-    those pairs, a slightly pessimistic verdict on the returned one, which
-    gains their information (the benchmarks page shows the gain).
+    fitted on every pair from the prior, as scikit-learn's ``LassoCV``
+    refits its chosen ``alpha``: the held-out score is that of the kernel
+    trained without those pairs, a slightly pessimistic verdict on the
+    returned one, which gains their information. The refit starts from the
+    prior, not from the chosen candidate's kernel: the greedy algorithm
+    stops at the first feasible kernel on its path, so a continuation would
+    carry the split's own path into the result, and the same data would
+    give another kernel with another ``random_state``.
 
     Returns
     -------
@@ -670,7 +673,7 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     if train is None:
         state.assign(chosen)
     else:
-        state.assign(chosen if warm else prior)
+        state.assign(prior)
         log = fit_pair_constraints(state, pairs, signs, gamma=log["gamma"],
                                    gamma_dissimilar=gamma_dissimilar, trace=trace,
                                    max_iter=max_iter, callback=callback, warn=False,
