@@ -515,3 +515,13 @@ def test_text_targets_and_a_labelled_table_are_named_by_the_users_labels():
     fitted = KernelDistances(distances=[[0, 1, None], [1, 0, 1], [None, 1, 0]],
                              objects=["a", "b", "c"]).fit(["a", "b", "c"])
     assert fitted.transform(["a"])[0, 1] == 1.0
+
+
+def test_one_range_check_for_every_scale():
+    """Traces, units and constraint scales share one predicate, in_scale_range."""
+    from megkernel._numerics.limits import MAX_SCALE, MIN_SCALE
+    from megkernel._numerics.validation import in_scale_range
+
+    assert in_scale_range(1.0) and in_scale_range(MIN_SCALE) and in_scale_range(MAX_SCALE)
+    values = [0.0, MIN_SCALE / 2, 2 * MAX_SCALE, np.inf, np.nan, -1.0, 1e-5]
+    assert in_scale_range(values).tolist() == [False] * 6 + [True]

@@ -8,14 +8,17 @@ import numpy as np
 
 from .limits import (
     MAX_DENSE_OBJECTS,
+    MAX_SCALE,
     MAX_STEP,
     MAX_TRACE,
     MAX_TRIAL_BYTES,
     MAX_TRIALS,
+    MIN_SCALE,
     MIN_TRACE,
 )
 
 __all__ = [
+    "in_scale_range",
     "check_real",
     "check_pair_indices",
     "check_squared_distances",
@@ -161,13 +164,36 @@ def check_positive(value, name):
     return value
 
 
+def in_scale_range(values):
+    """Tell which values are scales the library computes with: in ``[MIN_SCALE, MAX_SCALE]``.
+
+    The one range check of traces, units and constraint scales: squared
+    distances, their squared errors and thresholds of such a scale stay in
+    double precision. Each caller words its own refusal in the user's terms.
+
+    Parameters
+    ----------
+    values : float or array-like of float
+        Positive scales (a trace, a unit, a constraint's largest entry).
+
+    Returns
+    -------
+    bool or ndarray of bool
+        True where the value is finite and within the range.
+    """
+    values = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        inside = np.isfinite(values) & (values >= MIN_SCALE) & (values <= MAX_SCALE)
+    return bool(inside) if inside.ndim == 0 else inside
+
+
 def check_trace(trace, *, name="trace"):
     """``trace`` as a float in ``[MIN_TRACE, MAX_TRACE]``, or a ValueError."""
     try:
         trace = float(trace)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {trace!r}.") from None
-    if not MIN_TRACE <= trace <= MAX_TRACE:
+    if not in_scale_range(trace):
         raise ValueError(
             f"{name}={trace:.3g} is outside [{MIN_TRACE:g}, {MAX_TRACE:g}], where squared "
             "distances, their squared errors and thresholds stay in double precision; "

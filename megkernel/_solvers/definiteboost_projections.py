@@ -30,6 +30,7 @@ from .._numerics.spectral import (
 )
 from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
+from .._numerics.validation import in_scale_range
 from .._warnings import warn_user
 from .bounds import _log_rho
 from .definiteboost_choice import choose, kept_best, run_bounds, run_log, step
@@ -55,7 +56,7 @@ class MatrixConstraints:
         self.matrices = np.stack([check_symmetric(C, name=f"constraints[{j}]")
                                   for j, C in enumerate(constraints)])
         scale = np.abs(self.matrices).max(axis=(1, 2))
-        out = (scale < _MIN_CONSTRAINT_SCALE) | (scale > _MAX_CONSTRAINT_SCALE)
+        out = ~in_scale_range(scale)
         if np.any(out):
             bad = np.flatnonzero(out)[0]
             raise ValueError(

@@ -44,7 +44,7 @@ import numpy as np
 from .._numerics.limits import MAX_SCALE, MIN_SCALE
 from .._numerics.state import ExponentState, SubspaceState
 from .._numerics.threads import blas_threads
-from .._numerics.validation import check_trace
+from .._numerics.validation import check_trace, in_scale_range
 from .holdout import canonical_order, holdout_pairs, r2_score
 from .meg import auto_learning_rate, auto_trace, warn_unreachable
 from .pair_loss import PairLoss, SubspacePairLoss
@@ -454,7 +454,7 @@ def check_batch_units(y, unit, what):
     what : str
         What ``unit`` is, for the message.
     """
-    if not (np.isfinite(unit) and MIN_SCALE <= unit <= MAX_SCALE):
+    if not in_scale_range(unit):
         raise ValueError(
             f"{what[0].upper() + what[1:]} is {unit:.4g}, outside [{MIN_SCALE:g}, "
             f"{MAX_SCALE:g}] where squared distances and their squared errors stay in "

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engines import UPDATE_METHOD_CONSTRAINT
 from .._numerics.limits import MAX_TRACE, MIN_TRACE
-from .._numerics.validation import check_pair_indices, check_pair_labels
+from .._numerics.validation import check_pair_indices, check_pair_labels, in_scale_range
 from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
@@ -313,7 +313,7 @@ def _check_trace(centred):
         raise ValueError("X has no variance: every training point is the same.")
     with np.errstate(over="ignore", under="ignore"):
         trace = float(np.sum(centred * centred))
-    if not _MIN_TRACE < trace < _MAX_TRACE:
+    if not in_scale_range(trace):
         raise ValueError(
             f"X's scale is out of range: the centered features reach {largest:.3g} "
             f"and their sum of squares is {trace:.3g}, outside "
