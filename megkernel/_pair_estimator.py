@@ -26,6 +26,7 @@ metric learners) follow the same rule: :func:`check_class_labels`.
 
 from __future__ import annotations
 
+import copy
 import functools
 from contextlib import contextmanager
 from numbers import Integral, Real
@@ -43,6 +44,7 @@ from ._numerics.validation import check_n_objects, check_pair_indices
 
 __all__ = [
     "KernelViewsMixin",
+    "ShortReprMixin",
     "PairKernelEstimator",
     "ObjectIndex",
     "check_class_labels",
@@ -586,7 +588,81 @@ class KernelViewsMixin:
         return pairs[:, 0]
 
 
-class PairKernelEstimator(KernelViewsMixin, BaseEstimator):
+class _Summary:
+    """A short stand-in for a data parameter in an estimator's repr."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _summary(value, noun):
+    """Return a short stand-in for ``value`` (ids, a table, a matrix), or None to show it.
+
+    Five values or fewer are shown as they are.
+    """
+    if isinstance(value, pd.DataFrame):
+        return _Summary(f"<DataFrame of {value.shape[0]} rows x {value.shape[1]} columns>")
+    if isinstance(value, (str, bytes)) or callable(value) and not hasattr(value, "__array__"):
+        return None
+    try:
+        n = len(value)
+    except TypeError:
+        return None
+    if n <= 5:
+        return None
+    try:
+        array = np.asarray(value, dtype=object)
+    except (TypeError, ValueError):
+        return _Summary(f"<{type(value).__name__} of {n}>")
+    if array.ndim == 1:
+        first = ", ".join(repr(_plain(v)) for v in array[:3].tolist())
+        return _Summary(f"<{n} {noun}: {first}, ...>")
+    return _Summary(f"<{type(value).__name__} of shape {array.shape}>")
+
+
+def _plain(value):
+    """Return an id as the user wrote it (``'a'``, ``3``), not numpy's scalar."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _summarised(estimator):
+    """Return a shallow copy of ``estimator`` whose data parameters are short stand-ins.
+
+    Estimators among its parameters (a meta-estimator's learner) are
+    summarised the same way, so that a nested repr stays short too.
+    """
+    shown = copy.copy(estimator)
+    for name, noun in getattr(estimator, "_SUMMARISED", {}).items():
+        value = estimator.__dict__.get(name)
+        summary = None if value is None else _summary(value, noun)
+        if summary is not None:
+            shown.__dict__[name] = summary
+    for name, value in estimator.__dict__.items():
+        if isinstance(value, BaseEstimator) and getattr(value, "_SUMMARISED", None):
+            shown.__dict__[name] = _summarised(value)
+    return shown
+
+
+class ShortReprMixin:
+    """A repr that summarises data parameters (ids, tables, matrices).
+
+    A learner built with ``objects=ids`` would otherwise print every id, and
+    a grid's ``cv_results_`` and ``best_params_`` would be walls of ids:
+    ``objects=<2000 ids: 'a', 'b', 'c', ...>`` instead. ``_SUMMARISED``
+    maps a parameter's name to what its entries are called.
+    """
+
+    _SUMMARISED: dict = {}
+
+    def __repr__(self, N_CHAR_MAX=700):
+        """Return the estimator's repr, its data parameters summarised."""
+        return BaseEstimator.__repr__(_summarised(self), N_CHAR_MAX=N_CHAR_MAX)
+
+
+class PairKernelEstimator(ShortReprMixin, KernelViewsMixin, BaseEstimator):
     """What the two kernel learners share: the objects, the prior, the views.
 
     :class:`~megkernel.MEGKernelRegressor` and
@@ -596,6 +672,8 @@ class PairKernelEstimator(KernelViewsMixin, BaseEstimator):
     constrained here once, and the prior is made from them by one rule
     (:meth:`_initial_state`).
     """
+
+    _SUMMARISED = {"objects": "ids", "init": "rows", "init_factor": "rows"}
 
     _parameter_constraints: dict = {
         "n_objects": [Interval(Integral, 2, None, closed="left"), None],

@@ -77,7 +77,7 @@ from ._objects_verdict import (
     verdict_message,
     verdict_rows,
 )
-from ._pair_estimator import ObjectIndex, unchanged_on_error
+from ._pair_estimator import ObjectIndex, ShortReprMixin, unchanged_on_error
 from ._warnings import NoImprovementWarning, warn_user
 
 __all__ = ["KernelDistances", "KernelLearnerMixin", "LearnedKernel", "MISSING_DISTANCE",
@@ -118,7 +118,7 @@ def _with_copies(block, copies):
     return expanded
 
 
-class KernelDistances(TransformerMixin, BaseEstimator):
+class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     """Object ids -> distances to the fitted objects under a kernel or given distances.
 
     The distances come from one of:
@@ -559,6 +559,10 @@ class KernelDistances(TransformerMixin, BaseEstimator):
 
     #: Parameters holding the user's data: shared by clones, never copied.
     _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects")
+
+    #: Data parameters the repr summarises (what their entries are called).
+    _SUMMARISED = {"kernel": "rows", "distances": "rows", "pairs": "pairs",
+                   "targets": "targets", "objects": "ids"}
 
     def __sklearn_clone__(self):
         """Clone, sharing the side information and distances instead of deep-copying them.
