@@ -567,7 +567,10 @@ def _progress(verbose, method, projection, state, max_iter, n_constraints=None):
         return
     progress.note_compiling([update_engine(method, state, n_constraints, projection)])
     every = max(1, max_iter // 20)
-    with progress.bar(total=max_iter, desc="DefiniteBoostKernel",
+    # no total: convergence (every constraint within tol), not max_iter, ends an
+    # ordinary fit, so a bar counting towards max_iter would show a false ETA;
+    # the postfix shows the largest violation falling towards the tolerance
+    with progress.bar(total=None, desc="DefiniteBoostKernel",
                       unit="iter") as iterations:
         def callback(t, record):
             iterations.update(t - iterations.n)
@@ -580,4 +583,3 @@ def _progress(verbose, method, projection, state, max_iter, n_constraints=None):
                                        refresh=False)
 
         yield callback
-        iterations.total = iterations.n  # stopped early: the bar ends full

@@ -722,13 +722,17 @@ class _BatchProgress:
         if not self.verbose:
             self._bar = None
             return None
-        self._bar = progress_bar(total=self.max_iter, desc="MEGKernelRegressor (batch)",
+        # no total: the stopping rule, not max_iter, ends an ordinary fit, so a
+        # bar counting towards max_iter would show a false ETA
+        self._bar = progress_bar(total=None, desc="MEGKernelRegressor (batch)",
                                  unit="iter", enabled=True)
         bar = self._bar.__enter__()
         verbose = self.verbose
 
         def callback(iteration, train_loss, validation_loss, step):
             bar.update(1)
+            bar.set_postfix_str(f"training loss {train_loss:.4g}, held-out "
+                                f"{validation_loss:.4g}", refresh=False)
             if verbose >= 2:
                 progress_detail(
                     f"[MEGKernelRegressor] iteration {iteration}: training loss "
