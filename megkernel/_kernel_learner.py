@@ -378,10 +378,21 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
         identity = isinstance(params["init"], str) and params["init_factor"] is None
         low_rank_rate = params["learning_rate"] == "auto" and state.basis is not None
         n_moving, sum_targets = stream.n_distinct_pairs, stream.sum_distinct_targets
+        plain = not params["squared"]  # the scale is that of squared distances
         prior_sum, best_pair, best_norm = 2.0 / state.n_objects * n_moving, None, -1.0
-        if not identity or low_rank_rate:  # the prior's distances: a pass over the rows
-            prior_sum = 0.0
-            for i, (pairs, _) in enumerate(stream.chunks()):
+        if plain:
+            sum_targets = 0.0
+        if not identity or low_rank_rate or plain:  # a pass over the rows
+            prior_sum = 0.0 if (not identity or low_rank_rate) else prior_sum
+            for i, (pairs, targets) in enumerate(stream.chunks()):
+                if plain:
+                    values = np.asarray(pairs)
+                    distinct = values[:, 0] != values[:, 1]
+                    with np.errstate(over="ignore"):
+                        sum_targets += float(np.sum(np.square(
+                            np.asarray(targets, dtype=float)[distinct])))
+                    if identity and not low_rank_rate:
+                        continue
                 values = np.asarray(pairs)
                 rows = (index.rows(values, name=f"Chunk {i} of the stream: pairs")
                         if index is not None else check_pair_indices(

@@ -755,8 +755,8 @@ def _become_learner(key, frame):
 
     Return None when it is cached, else this block's holder.
 
-    **The rule: nothing here can be left held by an exception** (issue 22,
-    as for the BLAS pin): no lock is held while a kernel is learned. The
+    **The rule: nothing here can be left held by an exception** (as for
+    the BLAS pin): no lock is held while a kernel is learned. The
     learner is registered with its frame; threads wanting the same kernel
     wait for its event in short slices and take its place when its frame has
     left its thread's stack (its block was abandoned by an interrupt, before

@@ -380,6 +380,12 @@ def _as_index_array(X):
             return X.astype(np.intp)
         if all(isinstance(v, Integral) and not isinstance(v, (bool, np.bool_))
                for v in values):
+            huge = next((v for v in values if not -2**63 <= v < 2**63), None)
+            if huge is not None:
+                raise ValueError(
+                    f"The pairs hold the integer {huge}, too large for an object index "
+                    "(integers are read as indices 0..n_objects-1). To use integers as "
+                    "ids, declare them with objects=[...].")
             return X.astype(np.int64)
         if all(_id_kind(v) == "number" for v in values):
             return X.astype(float)  # as a float array would be: indices if whole
@@ -434,7 +440,9 @@ def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
             raise ValueError(
                 "X must be an array of object pairs of shape (n_pairs, 2), "
                 f"got shape {X.shape}.")
-        numbers = _as_index_array(X) if index is None else None
+        # declared objects name the ids: the pairs' integers are ids then, not indices
+        numbers = (_as_index_array(X) if index is None and not (reset and objects is not None)
+                   else None)
         if index is None and reset:
             if objects is not None:
                 index = ObjectIndex(objects)

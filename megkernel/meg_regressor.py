@@ -11,6 +11,7 @@ import time
 from numbers import Integral, Real
 
 import numpy as np
+import pandas as pd
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -407,9 +408,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 "validation_scores_": result.validation_scores,
                 "validation_score_": result.validation_score,
                 "prior_score_": result.prior_score, "prior_rank_": result.prior_rank,
-                "prior_imputations_": result.prior_imputations,
-                # the subspace form, which DefiniteBoost's prior continues in
-                "_subspace": result.subspace}
+                "prior_imputations_": result.prior_imputations}
 
     def _online_attributes(self, result, index):
         """Return the fitted attributes of ``solver="online"``'s fit (not yet stored)."""
@@ -418,8 +417,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 "trials_from_prior_": True, "n_iter_": self.n_epochs, "converged_": True,
                 "loss_curve_": result.trace * np.sqrt([result.prior_loss, result.final_loss]),
                 "validation_scores_": np.zeros(0), "validation_score_": np.nan,
-                "prior_score_": np.nan, "prior_rank_": None, "prior_imputations_": None,
-                "_subspace": None}
+                "prior_score_": np.nan, "prior_rank_": None, "prior_imputations_": None}
 
     def _started(self, state, trace, learning_rate, index):
         """Return the attributes every first call sets: state, units, objects, fixed params."""
@@ -438,6 +436,19 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                     f"learning_rate={self.learning_rate!r} ({result.learning_rate:.4g} in "
                     "trace-one units); lower the learning rate, or use solver='batch', "
                     "which needs none.", ConvergenceWarning)
+                return
+            # predict-then-update: each trial's loss is that of a kernel that has
+            # not seen its pair, an honest held-out figure the prior's loss on the
+            # same pairs must be beaten by
+            progressive = float(np.mean(result.losses)) / result.trace ** 2
+            if len(result.losses) and result.prior_loss > 0 and progressive >= result.prior_loss:
+                warn_user(
+                    f"{name}: the on-line trials predicted no better than the prior: "
+                    f"their mean loss before each update is {progressive:.4g} against "
+                    f"{result.prior_loss:.4g} for the prior on the same pairs (trace-one "
+                    f"units), at learning_rate={self.learning_rate!r}. The on-line "
+                    "algorithm needs many trials per object; for a table of observed "
+                    "distances use solver='batch' (the default).", NoImprovementWarning)
             return
         if not self.converged_:
             warn_user(
@@ -545,7 +556,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         return (params is not None and type(X) is np.ndarray and type(y) is np.ndarray
                 and X.ndim == 2 and X.shape[1] == 2 and len(X) > 0
                 and X.dtype.kind in "iu" and y.ndim == 1 and y.dtype.kind == "f"
-                and not self.verbose
+                and not self.verbose and self.squared  # plain distances: squared on the way
                 and self.__dict__.get("_object_index") is None
                 and "feature_names_in_" not in self.__dict__
                 and all(now is then for now, then in zip(self._param_values(), params)))
@@ -606,11 +617,24 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         return super()._validate_more_pairs(X, y)
 
     def _require_targets(self, y):
+        """Refuse a missing ``y``, and a NaN or infinite target naming its row.
+
+        Checked before scikit-learn's validation, whose message has no row.
+        """
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 "is None (give the squared distances of the pairs)."
             )
+        values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
+        if values.dtype.kind == "f" and values.ndim in (1, 2):
+            bad = np.flatnonzero(~np.isfinite(values.ravel()))
+            if bad.size:
+                row = y.index[bad[0]] if isinstance(y, pd.Series) else int(bad[0])
+                raise ValueError(
+                    f"y contains NaN or infinite squared distances (row {row!r}: "
+                    f"{values.ravel()[bad[0]]}); a pair without a distance is left out "
+                    "of the table (KernelDistances drops a NaN target as missing).")
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""
@@ -637,7 +661,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         buffer[done:needed] = losses  # beyond n_updates_: invisible until committed
         update = {**(started or {}), "state_": state, "learning_rate_": learning_rate,
                   "n_updates_": needed, "_loss_buffer": buffer,
-                  "_validated_params": self._param_values(), "_subspace": None}
+                  "_validated_params": self._param_values()}
         self.__dict__.update(update)  # one step: an interrupt cannot split it
 
     # -- progress ------------------------------------------------------------

@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
@@ -61,6 +62,7 @@ from ._objects_given import (
     _UNKNOWN_HINT,
     _UNKNOWN_HINT_GIVEN,
     MISSING_DISTANCE,
+    _as_float,
     _converted,
     _given_matrix,
     _ids,
@@ -116,6 +118,32 @@ def _with_copies(block, copies):
     expanded = block[np.ix_(copies, copies)]
     expanded[copies[:, None] == copies[None, :]] = 0.0
     return expanded
+
+
+def _without_missing(learner, pairs, targets):
+    """Drop the rows whose distance is NaN (a missing pair), for a learner of distances."""
+    if targets is None or not learner.targets_are_distances(targets):
+        return pairs, targets
+    values = _as_float(targets, "targets")
+    if values.ndim != 1:
+        return pairs, targets  # the learner's validation explains the shape
+    missing = np.isnan(values)
+    if not missing.any():
+        return pairs, targets
+    keep = np.flatnonzero(~missing)
+    if not keep.size:
+        raise ValueError(f"targets holds no distance: all {len(values)} are NaN (missing), "
+                         "so the learner has no pair to learn from.")
+    if isinstance(pairs, pd.DataFrame):
+        pairs = pairs.iloc[keep]
+    elif isinstance(pairs, np.ndarray):
+        pairs = pairs[keep]
+    else:
+        rows = list(pairs)
+        pairs = [rows[i] for i in keep]
+    if isinstance(targets, pd.Series):
+        return pairs, targets.iloc[keep]
+    return pairs, values[keep]
 
 
 class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
@@ -507,8 +535,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         return *self._learned_from_matrix(matrix, objects), (matrix, objects)
 
     def _learned(self, pairs, targets, objects=None):
-        """Return the learner's kernel of a pair table (``objects``: a matrix's ids)."""
+        """Return the learner's kernel of a pair table (``objects``: a matrix's ids).
+
+        A NaN distance is a missing pair, as without a learner: its row is
+        left out of what the learner sees.
+        """
         learner = self.learner
+        pairs, targets = _without_missing(learner, pairs, targets)
         data = ("arrays", pairs, targets) if objects is None else (
             "arrays", pairs, targets, "objects", objects)
 

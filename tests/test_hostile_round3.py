@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import quietly
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -152,7 +153,9 @@ def test_every_engine_continues_a_subspace_fit_to_round_off(d, fit_seed, seed, c
     complement (d - 8 equal eigenvalues): every engine continues it, and they
     agree with eigh's continuation to round-off (predictions and kernel)."""
     model, points = _subspace_fit(d, fit_seed)
-    assert model._subspace is not None  # the fit did learn in a subspace
+    # the fit learned in a subspace: its complement is one isotropic eigenvalue
+    eigenvalues = np.linalg.eigvalsh(model.kernel_)
+    assert np.sum(np.isclose(eigenvalues, np.median(eigenvalues), rtol=1e-8)) >= d // 2
     lam = model.state_.eigenvalues
     assert np.sum(np.isclose(lam, np.median(lam), rtol=1e-12)) >= d - 8
     rng = np.random.default_rng(seed)
@@ -525,3 +528,91 @@ def test_one_range_check_for_every_scale():
     assert in_scale_range(1.0) and in_scale_range(MIN_SCALE) and in_scale_range(MAX_SCALE)
     values = [0.0, MIN_SCALE / 2, 2 * MAX_SCALE, np.inf, np.nan, -1.0, 1e-5]
     assert in_scale_range(values).tolist() == [False] * 6 + [True]
+
+
+# -- plain distances (squared=False) on every path -------------------------------
+
+def _plain_distances(seed=0, d=10):
+    rng = np.random.default_rng(seed)
+    features = 3.0 * rng.normal(size=(d, 3))
+    K = features @ features.T
+    pairs = rng.integers(0, d, size=(400, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    a, b = pairs.T
+    return K, pairs, np.sqrt(K[a, a] + K[b, b] - 2 * K[a, b])
+
+
+def test_partial_fit_squares_plain_distances_on_its_fast_path_too():
+    """A later call with plain ndarrays (the fast path) learns what a list does."""
+    from megkernel import MEGKernelRegressor
+
+    K, pairs, distances = _plain_distances()
+    kernels = []
+    for convert in (np.asarray, lambda array: array.tolist()):
+        model = MEGKernelRegressor(n_objects=10, squared=False, trace=float(np.trace(K)),
+                                   learning_rate=0.1)
+        model.partial_fit(pairs[5:], distances[5:])
+        model.partial_fit(convert(pairs[:5]), convert(distances[:5]))
+        kernels.append(model.kernel_)
+    np.testing.assert_allclose(kernels[0], kernels[1], rtol=1e-12, atol=1e-12)
+
+
+def test_a_stream_of_plain_distances_takes_the_one_shot_fits_trace():
+    from megkernel import KernelDistances, MEGKernelRegressor
+
+    K, pairs, distances = _plain_distances(seed=1)
+    chunks = [(pairs[i:i + 100], distances[i:i + 100]) for i in range(0, len(pairs), 100)]
+    one_shot = MEGKernelRegressor(n_objects=10, squared=False, solver="online").fit(
+        pairs, distances)
+    streamed = KernelDistances(learner=MEGKernelRegressor(n_objects=10, squared=False),
+                               pairs=lambda: iter(chunks)).fit(np.arange(10))
+    assert np.trace(streamed.kernel_) == pytest.approx(one_shot.trace_, rel=1e-9)
+
+
+def test_integers_beyond_an_index_are_refused_or_taken_as_declared_ids():
+    from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+    huge = [[0, 2**70]] * 5
+    for make in (MEGKernelRegressor, DefiniteBoostKernel):
+        with pytest.raises(ValueError, match="too large for an object index.*objects="):
+            make().fit(huge, np.ones(5))
+    model = quietly(MEGKernelRegressor(objects=[0, 2**70, 5]).fit,
+                    [[0, 2**70], [5, 0], [2**70, 5]] * 5, np.ones(15))
+    assert model.objects_.tolist() == [0, 2**70, 5]
+    assert model.predict([[0, 2**70]]).shape == (1,)
+
+
+# -- a NaN distance is a missing pair, by one rule ------------------------------
+
+def test_a_nan_distance_is_missing_with_or_without_a_learner():
+    import pandas as pd
+
+    from megkernel import KernelDistances
+
+    rng = np.random.default_rng(0)
+    ids = np.array(list("abcdefghij"), dtype=object)
+    a, b = rng.integers(0, 10, (2, 80))
+    keep = a != b
+    a, b = a[keep], b[keep]
+    targets = rng.uniform(1, 2, len(a))
+    targets[3] = np.nan
+    pairs = np.column_stack([ids[a], ids[b]])
+    learner = MEGKernelRegressor(random_state=0)
+    with_nan = quietly(KernelDistances(learner=learner, pairs=pairs, targets=targets).fit, ids)
+    rest = np.flatnonzero(~np.isnan(targets))
+    without = quietly(KernelDistances(learner=learner, pairs=pairs[rest],
+                                      targets=targets[rest]).fit, ids)
+    np.testing.assert_array_equal(with_nan.distances_, without.distances_)
+    table = quietly(KernelDistances(learner=learner, pairs=pd.DataFrame(pairs),
+                                    targets=pd.Series(targets)).fit, ids)
+    np.testing.assert_array_equal(table.distances_, without.distances_)
+
+
+@pytest.mark.parametrize("y, message", [
+    ([1.0, np.nan, 2.0], r"NaN or infinite squared distances \(row 1: nan\)"),
+    (["1", "2", "3"], "holds the text '1' at row 0"),
+    ([1.0, -2.0, 3.0], r"negative squared distances \(min -2, row 1\)"),
+])
+def test_the_learner_names_the_row_of_a_bad_target(y, message):
+    with pytest.raises(ValueError, match=message):
+        MEGKernelRegressor(n_objects=3).fit([[0, 1], [1, 2], [0, 2]], y)

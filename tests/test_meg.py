@@ -598,3 +598,22 @@ def test_partial_fit_warns_when_a_short_first_chunk_sets_the_trace():
         MEGKernelRegressor(n_objects=40).partial_fit(pairs[:30], y[:30])
         MEGKernelRegressor(n_objects=40, trace=5.0).partial_fit(pairs[:1], y[:1])
         MEGKernelRegressor(n_objects=40, solver="online").fit(pairs[:1], y[:1])
+
+
+def test_online_fit_says_when_its_trials_predict_no_better_than_the_prior():
+    """Predict-then-update losses are held-out figures: on targets with no
+    structure they do not beat the prior, and the fit says so (once)."""
+    import warnings
+
+    from megkernel import NoImprovementWarning
+
+    rng = np.random.default_rng(3)
+    pairs = random_pairs(30, 3000, 4)
+    noise = rng.uniform(0.5, 1.5, len(pairs))  # no kernel's distances
+    with pytest.warns(NoImprovementWarning, match="predicted no better than the prior"):
+        MEGKernelRegressor(solver="online", n_objects=30).fit(pairs, noise)
+    U = low_rank_kernel(30, 2, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoImprovementWarning)  # learning: silent
+        MEGKernelRegressor(solver="online", n_objects=30, trace=1.0).fit(
+            pairs, sq_dist(U, pairs))

@@ -119,17 +119,35 @@ def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):
 
 
 def check_squared_distances(y, n_pairs, *, name="y"):
-    """Return ``y`` as finite, non-negative floats of shape (n_pairs,)."""
-    y = np.asarray(y, dtype=float)
+    """Return ``y`` as finite, non-negative floats of shape (n_pairs,).
+
+    A refusal names the first offending row: text (even ``"1.5"``: a table
+    parsed wrongly upstream), NaN or infinity, a negative value.
+    """
+    raw = np.asarray(y)
+    if raw.dtype.kind in "USO":
+        for row, value in enumerate(raw.ravel().tolist()):
+            if isinstance(value, (str, bytes)):
+                raise ValueError(
+                    f"{name} holds the text {value!r} at row {row}: give numbers (parse "
+                    "the table's numbers first; text is refused even where it reads as "
+                    "a number).")
+    try:
+        y = np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold numbers (squared distances).") from None
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1 or y.shape[0] != n_pairs:
         raise ValueError(f"{name} must have shape ({n_pairs},), got {y.shape}.")
     if not np.all(np.isfinite(y)):
-        raise ValueError(f"{name} contains NaN or infinite squared distances.")
+        row = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ValueError(f"{name} contains NaN or infinite squared distances (row {row}: "
+                         f"{y[row]}).")
     if np.any(y < 0):
+        row = int(np.argmin(y))
         raise ValueError(
-            f"{name} contains negative squared distances (min {y.min():.3g})."
+            f"{name} contains negative squared distances (min {y.min():.3g}, row {row})."
         )
     return y
 

@@ -565,7 +565,7 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         state, train_loss, validation=validation, learning_rate=learning_rate,
         max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
         early_stopping=validation is not None, callback=callback, grow=SUBSPACE_GROWTH)
-    if held is not None and result.best_iter > 0:
+    if held is not None:
         # the held-out pairs chose the rank and the number of iterations;
         # the kernel returned learns from every pair
         a_all, b_all = pairs.T
@@ -583,7 +583,8 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
             state = refit_prior.exponent if subspace is not None else refit_prior.state
             basis = refit_prior.basis
         loss, _ = _losses(state, basis, a_all, b_all, y_all / fitted_trace)
-        to_convergence = result.best_iter == result.n_iter and result.converged
+        to_convergence = (result.best_iter == result.n_iter and result.converged
+                          and result.best_iter > 0)
         if to_convergence:
             # the held-out pairs saw no overfitting: the refit runs to convergence
             # on every pair, as the training run did on its share (a fixed count
