@@ -120,6 +120,21 @@ def _with_copies(block, copies):
     return expanded
 
 
+def _check_pair_table(pairs, targets, learner):
+    """Refuse a distance matrix given as ``pairs``, and a learner of distances without targets.
+
+    Checked before the learner sees them, in the terms of ``KernelDistances``.
+    """
+    shape = np.shape(pairs) if isinstance(pairs, (np.ndarray, pd.DataFrame)) else None
+    if shape is not None and len(shape) == 2 and shape[1] != 2:
+        square = " (a square matrix: give it as distances=)" if shape[0] == shape[1] else ""
+        raise ValueError(f"pairs must be a table of object pairs of shape (n_pairs, 2), got "
+                         f"shape {shape}{square}.")
+    if targets is None and learner.learns_from_distances():
+        raise ValueError(f"{type(learner).__name__} learns from distances: give targets= "
+                         "(the pairs' observed distances), or the matrix as distances=.")
+
+
 def _without_missing(learner, pairs, targets):
     """Drop the rows whose distance is NaN (a missing pair), for a learner of distances."""
     if targets is None or not learner.targets_are_distances(targets):
@@ -519,6 +534,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         if source == "distances":
             matrix, objects = _given_matrix(self.distances, self.objects)
         elif self.learner is not None:
+            _check_pair_table(self.pairs, self.targets, self.learner)
             entry = self._learned(self.pairs, self.targets)
             return _read_only(entry.kernel), None, _read_only(entry.objects), None
         else:

@@ -616,3 +616,13 @@ def test_a_nan_distance_is_missing_with_or_without_a_learner():
 def test_the_learner_names_the_row_of_a_bad_target(y, message):
     with pytest.raises(ValueError, match=message):
         MEGKernelRegressor(n_objects=3).fit([[0, 1], [1, 2], [0, 2]], y)
+
+
+def test_a_matrix_given_as_pairs_or_missing_targets_are_named_before_the_learner():
+    from megkernel import KernelDistances
+
+    matrix = np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 1.0], [4.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="square matrix: give it as distances="):
+        KernelDistances(pairs=matrix, learner=MEGKernelRegressor()).fit([0, 1, 2])
+    with pytest.raises(ValueError, match="learns from distances: give targets="):
+        KernelDistances(pairs=[[0, 1], [1, 2]], learner=MEGKernelRegressor()).fit([0, 1, 2])
