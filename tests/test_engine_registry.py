@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
+from test_definiteboost_fused import _problem as _fused_problem  # the compiled loop's case
+from test_definiteboost_lazy import _problem as _lazy_problem  # the lazy run's case
 
 import megkernel
 from megkernel._engines import ENGINES, lanczos, rank_one
@@ -21,7 +23,6 @@ from megkernel._numerics.state import ExponentState
 from megkernel._solvers import definiteboost_fused as fused
 from megkernel._solvers import definiteboost_lazy as lazy
 from megkernel._solvers import definiteboost_projections as solver
-from megkernel._solvers.definiteboost_rules import pair_thresholds
 
 PACKAGE = Path(megkernel.__file__).parent
 ENGINES_DIR = PACKAGE / "_engines"
@@ -142,35 +143,6 @@ def test_the_fused_loop_takes_the_rank_one_record():
     assert fused._compiled_update is engine.compiled_update
     assert fused._make_workspace is engine.make_workspace
     assert fused.REFRESH_EVERY == engine.refresh_every
-
-
-def _fused_problem(n, r, m, quantile, seed):
-    """Pair constraints on a low-rank prior (``_problem`` of
-    ``tests/test_definiteboost_fused.py``): the compiled loop's case."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, r)) * np.linspace(1.0, 3.0, r)
-    labels = rng.integers(0, 3, n)
-    a = rng.integers(0, n, m)
-    b = (a + 1 + rng.integers(0, n - 1, m)) % n
-    signs = np.where(labels[a] == labels[b], 1.0, -1.0)
-    sq = np.sum((X[a] - X[b]) ** 2, axis=1) / np.sum(X**2)
-    thresholds = np.where(signs > 0, np.quantile(sq, quantile), np.quantile(sq, 1 - quantile))
-    keep = (signs > 0) | (sq > thresholds * 1.01)
-    return ExponentState.from_factor(X), a[keep], b[keep], signs[keep], thresholds[keep]
-
-
-def _lazy_problem(seed, d=60, n_pairs=400, n_families=3):
-    """Pairs of objects in families on the identity prior (``_problem`` of
-    ``tests/test_definiteboost_lazy.py``): the lazy run's case."""
-    rng = np.random.default_rng(seed)
-    family = rng.integers(0, n_families, size=d)
-    a, b = rng.integers(0, d, size=(2, n_pairs))
-    keep = a != b
-    a, b = a[keep], b[keep]
-    signs = np.where(family[a] == family[b], 1.0, -1.0)
-    state = ExponentState.identity(d)
-    thresholds, gamma, _ = pair_thresholds(state, signs)
-    return state, solver.PairConstraints(a, b, signs, thresholds, state), gamma
 
 
 def test_the_lazy_run_takes_the_lanczos_record(monkeypatch):
