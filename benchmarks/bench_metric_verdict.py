@@ -179,8 +179,9 @@ def run_split(name, X_train, y_train, X_test, y_test):
     learned = (learner.transform(X_train), learner.transform(X_test))
     prior = euclid  # the verdict's reference: the prior the learner started from
     if getattr(learner, "init_", "euclidean") != "euclidean":
-        start = learner.prior_estimator_
-        prior = one_nn(start.transform(X_train), y_train, start.transform(X_test), y_test)
+        start = learner.prior_components_
+        prior = one_nn((X_train - learner.mean_) @ start.T, y_train,
+                       (X_test - learner.mean_) @ start.T, y_test)
     row = {"euclid": euclid, "prior": prior, "euclid_margin": euclid_margin,
            "seconds": seconds,
            "learned": one_nn(learned[0], y_train, learned[1], y_test),

@@ -355,10 +355,4 @@ def test_no_estimator_imports_another(module, path):
     # the pair variants of a metric learner are its thin subclasses, in its family
     if module == "metric.meg_pairs":
         others -= {"metric.meg"}
-    # still stacked: DefiniteBoostMetric's public kernel_estimator_ and
-    # prior_estimator_ are fitted estimators (a DefiniteBoostKernel, a MEGMetric);
-    # reaching them as solver results changes those attributes
-    if module == "metric.definiteboost":
-        assert others == {"definiteboost_kernel", "metric.meg"}, others
-        return
     assert not others, f"megkernel.{module} imports the estimator modules {sorted(others)}"

@@ -16,6 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from megkernel import (
+    DefiniteBoostKernel,
     DefiniteBoostMetric,
     DefiniteBoostPairMetric,
     MEGKernelRegressor,
@@ -143,13 +144,16 @@ def test_transform_distances_are_the_learned_kernel_distances(Metric):
         u = metric.coordinates_[pairs[:, 0]] - metric.coordinates_[pairs[:, 1]]
         learned = metric.trace_ * np.einsum("ij,jk,ik->i", u, metric.exponent_.density(), u)
     else:
-        if Metric is DefiniteBoostMetric:  # a fixed length: the kernel estimator is kept
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                metric = Metric(random_state=0, max_iter=300).fit(X, labels)
+        # DefiniteBoostKernel itself, in low-rank mode over the centred points
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric = Metric(random_state=0, max_iter=300, init="euclidean").fit(X, labels)
             Z, pairs = metric.transform(X), metric.pairs_
-        kernel = metric.kernel_estimator_
-        learned = kernel.trace * kernel.state_.pair_sq_distances(pairs[:, 0], pairs[:, 1])
+            centred = X - X.mean(axis=0)
+            kernel = DefiniteBoostKernel(
+                init_factor=centred, trace=np.sum(centred**2), slack=np.log(2),
+                max_iter=300, validation_fraction=None).fit(pairs, metric.pair_labels_)
+        learned = kernel.pair_sq_distances(pairs)
     np.testing.assert_allclose(_sq_distances(Z, pairs), learned, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(metric.pair_sq_distances(X, pairs), learned, rtol=1e-10)
     assert Z.shape == (len(X), metric.n_components_)
@@ -199,17 +203,19 @@ def test_definiteboost_from_labels_starts_from_the_soft_neighbor_metric():
         given = DefiniteBoostMetric(random_state=0, max_iter=1).fit_pairs(
             X, *draw_pairs(labels, 30, random_state=0))
     assert auto.init_ == "soft-neighbors"
-    assert auto.prior_estimator_.validation_["gain_is_real"]
-    prior = auto.prior_estimator_.pair_sq_distances(new, pairs)
+    assert auto.prior_validation_["gain_is_real"]
+    prior = _sq_distances((new - auto.mean_) @ auto.prior_components_.T, pairs)
     np.testing.assert_allclose(auto.pair_sq_distances(new, pairs), prior, rtol=0.5)
     assert not np.allclose(prior, _sq_distances(new, pairs), rtol=0.5)
     assert plain.init_ == given.init_ == "euclidean"
-    assert plain.prior_estimator_ is None and given.prior_estimator_ is None
+    assert plain.prior_components_ is None and given.prior_components_ is None
     # the pairs' report compares with the prior the projections started from
     a, b = auto.pairs_.T
-    start = auto.prior_estimator_.transform(X)
+    start = (X - auto.mean_) @ auto.prior_components_.T
     before = np.sum((start[a] - start[b]) ** 2, axis=1)
-    assert auto.prior_violated_fraction_ == pytest.approx(auto._constraint_loss(before))
+    violated = np.where(auto.pair_labels_ > 0, before > auto.gamma_,
+                        before < auto.gamma_dissimilar_)
+    assert auto.prior_violated_fraction_ == pytest.approx(violated.mean())
 
 
 @pytest.mark.parametrize("Metric", METRICS)
@@ -234,7 +240,7 @@ def test_definiteboost_metric_slack_versus_hard_constraints():
         warnings.filterwarnings("ignore", message="Dropped")
         soft = DefiniteBoostMetric(max_iter=5000).fit_pairs(X, pairs, pair_labels)
         assert soft.violated_fraction_ < soft.prior_violated_fraction_
-        assert soft.kernel_estimator_.converged_
+        assert soft.converged_
         # the hard problem is infeasible: certified and warned, never silent
         with pytest.warns(Warning, match="infeasible"):
             DefiniteBoostMetric(slack=None, max_iter=5000).fit_pairs(X, pairs, pair_labels)
@@ -246,7 +252,7 @@ def test_definiteboost_metric_reports_dropped_dissimilar_pairs():
     with pytest.warns(UserWarning, match="Dropped"):
         metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0,
                                      max_iter=5000).fit_pairs(X, pairs, pair_labels)
-    dropped = metric.kernel_estimator_.dropped_constraints_
+    dropped = metric.dropped_constraints_
     assert dropped.size > 0 and np.all(pair_labels[dropped] < 0)
 
 
@@ -413,7 +419,7 @@ def test_definiteboost_metric_validated_length_learns_where_it_helps():
     log = model.validation_
     assert log["score"] == "knn" and log["gain_is_real"]
     assert len(log["scores"]) == len(log["checkpoints"]) and log["checkpoints"][0] == 0
-    assert model.n_iter_ > 0 and model.kernel_estimator_ is not None
+    assert model.n_iter_ > 0 and model.converged_ is not None
     euclid = KNeighborsClassifier(1).fit(X, y).score(test_X, test_y)
     learned = KNeighborsClassifier(1).fit(model.transform(X), y).score(
         model.transform(test_X), test_y)
@@ -431,7 +437,7 @@ def test_definiteboost_metric_keeps_euclidean_on_noise_labels():
             model = DefiniteBoostMetric(random_state=seed).fit(X, rng.integers(3, size=90))
         if model.n_iter_ == 0:
             kept += 1
-            assert model.kernel_estimator_ is None
+            assert model.converged_ is None and model.dual_objective_ is None
             new = rng.normal(size=(6, 5))
             pairs = np.argwhere(np.ones((6, 6)))
             np.testing.assert_allclose(model.pair_sq_distances(new, pairs),
@@ -529,7 +535,7 @@ def test_the_loop_warns_at_its_safety_net_while_still_improving():
 @pytest.mark.parametrize("Metric", METRICS)
 def test_both_learners_choose_their_length_by_the_same_loop(Metric):
     from megkernel._solvers.holdout import MAX_PASSES, doubling_checkpoints
-    from megkernel.metric._meg_epochs import soft_neighbor_checkpoints
+    from megkernel._solvers.metric_validation import soft_neighbor_checkpoints
 
     points, classes = _noisy_blobs(160, seed=3)
     with warnings.catch_warnings():
@@ -580,8 +586,8 @@ def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
             return make_path(scorer)
         return validate(n_objects, pairs, signs, make, **kwargs)
 
-    import megkernel.metric._meg_epochs as meg_epochs
-    import megkernel.metric.definiteboost as definiteboost
+    import megkernel._solvers.metric_definiteboost as definiteboost
+    import megkernel._solvers.metric_validation as meg_epochs
 
     module = meg_epochs if Metric is MEGMetric else definiteboost
     original = module.validate_length
@@ -615,7 +621,7 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
         doubling_checkpoints,
         pair_components,
     )
-    from megkernel.metric.definiteboost import _SweepPath
+    from megkernel._solvers.metric_definiteboost import DefiniteBoostMetricOptions, SweepPath
 
     points, classes = _noisy_blobs(80, seed=4, n_noise=3)
     centred = points - points.mean(axis=0)
@@ -625,9 +631,9 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
     labels = pair_components(len(points), pairs, signs)
     held_out = np.arange(len(points)) % 2 == 0
     scorer = HeldOutScorer(held_out, pairs, signs, labels, np.random.default_rng(0))
-    learner = DefiniteBoostMetric(tol=1e-12)
+    learner = DefiniteBoostMetricOptions(slack=np.log(2), tol=1e-12)
     checkpoints = doubling_checkpoints(16)
-    path = _SweepPath(scorer, learner, centred, trace, pairs, signs, checkpoints)
+    path = SweepPath(scorer, centred, trace, checkpoints, learner)
     fold_pairs, fold_signs = pairs[scorer.train], signs[scorer.train]
     for sweeps in checkpoints:
         state = ExponentState.from_factor(centred, name="X")
@@ -680,7 +686,7 @@ def test_definiteboost_folds_score_the_soft_neighbor_prior_on_unseen_labels():
             warnings.simplefilter("ignore")
             model = DefiniteBoostMetric(random_state=0, n_folds=n_folds).fit(X, y)
         assert model.init_ == "soft-neighbors"
-        own = model.prior_estimator_.validation_
+        own = model.prior_validation_
         honest = own["accuracies"][own["checkpoints"].index(own["chosen"])]
         assert abs(model.validation_["accuracies"][0] - honest) < 0.08
 
@@ -690,7 +696,7 @@ def test_definiteboost_soft_prior_never_needs_more_folds_than_points():
     soft-neighbour prior's validation; the Euclidean prior is used instead."""
     X = np.random.default_rng(1).normal(size=(6, 3))
     model = DefiniteBoostMetric(max_iter=5, n_folds=10).fit(X, [0, 0, 0, 1, 1, 1])
-    assert model.init_ == "euclidean" and model.prior_estimator_ is None
+    assert model.init_ == "euclidean" and model.prior_components_ is None
 
 
 @pytest.mark.parametrize("where", ["prior", "fold prior", "sweeps"])
@@ -702,7 +708,7 @@ def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
     the interrupt gives."""
     import pickle
 
-    import megkernel.metric.definiteboost as db
+    import megkernel._solvers.metric_definiteboost as db
 
     X, labels, _ = _three_informative_classes()
     with warnings.catch_warnings():
@@ -711,7 +717,7 @@ def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
         reference = DefiniteBoostMetric(random_state=0).fit(2 * X, labels).transform(X)
     assert model.init_ == "soft-neighbors"
     before = pickle.dumps(model)
-    target = {"prior": (db.MEGMetric, "fit", 1), "fold prior": (db.MEGMetric, "fit", 2),
+    target = {"prior": (db, "fit_meg_metric", 1), "fold prior": (db, "fit_meg_metric", 2),
               "sweeps": (db, "fit_pair_constraints", 1)}[where]
     owner, name, nth = target
     real, calls = getattr(owner, name), []
@@ -854,8 +860,7 @@ def test_definiteboost_metric_from_labels_does_not_report_its_own_dropped_pairs(
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         model = DefiniteBoostMetric(random_state=0).fit(X, labels)
-    assert model.kernel_estimator_ is None or hasattr(model.kernel_estimator_,
-                                                      "dropped_constraints_")
+    assert np.all(model.pair_labels_[model.dropped_constraints_] < 0)
 
 
 def test_auto_folds_are_five_below_600_points_and_two_from_there():

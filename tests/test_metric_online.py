@@ -38,7 +38,7 @@ from megkernel._solvers.metric_meg import (
     run_batches,
     whiten,
 )
-from megkernel.metric.meg import validate_epochs
+from megkernel._solvers.metric_validation import validate_epochs
 
 CHECKPOINTS = tuple(doubling_checkpoints())
 

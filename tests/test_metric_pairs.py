@@ -40,7 +40,7 @@ def test_neighbor_pairs_equal_a_plain_loop(k):
 
 def test_neighbor_pairs_blocks_equal_one_block(monkeypatch):
     """The queries go in blocks of bounded memory; the result does not depend on them."""
-    import megkernel.metric._pairs as module
+    import megkernel._solvers.metric_pairs as module
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(120, 3)), rng.integers(0, 4, 120)
@@ -141,7 +141,7 @@ def test_auto_learns_the_soft_neighbor_objective_when_its_gain_is_real(monkeypat
     """from_labels="auto": the labels' own objective first; when its validated
     gain over the Euclidean prior is real, no pairs are validated and the fit
     is the one with from_labels="soft-neighbors" (same folds, same length)."""
-    import megkernel.metric._meg_epochs as meg_epochs
+    import megkernel._solvers.metric_validation as meg_epochs
 
     X, y = _two_informative_classes()
     calls = []
@@ -166,7 +166,7 @@ def test_auto_falls_back_to_random_pairs_when_soft_neighbors_show_no_gain(
     """With no real gain of the soft-neighbour objective, random pairs are
     validated on the same folds and kept if their held-out accuracy at their
     chosen length is the higher (else the prior, by the first kind)."""
-    import megkernel.metric._meg_epochs as meg_epochs
+    import megkernel._solvers.metric_validation as meg_epochs
 
     X, y = _two_informative_classes()
     real = meg_epochs.validate_length
@@ -249,9 +249,9 @@ def test_definiteboost_fit_pairs_starts_from_the_soft_neighbours_of_its_componen
         euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
             X, pairs, signs)
     assert model.init_ == "soft-neighbors" and model.from_labels_ is None
-    np.testing.assert_allclose(model.prior_estimator_.components_, expected.components_,
+    np.testing.assert_allclose(model.prior_components_, expected.components_,
                                rtol=1e-10, atol=1e-12)
-    assert euclidean.init_ == "euclidean" and euclidean.prior_estimator_ is None
+    assert euclidean.init_ == "euclidean" and euclidean.prior_components_ is None
 
 
 def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes():
@@ -265,7 +265,7 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
-    assert model.init_ == "euclidean" and model.prior_estimator_ is None
+    assert model.init_ == "euclidean" and model.prior_components_ is None
 
 
 def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_little():
@@ -286,7 +286,7 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_l
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
-    assert model.init_ == "euclidean" and model.prior_estimator_ is None
+    assert model.init_ == "euclidean" and model.prior_components_ is None
     assert model.n_components_ == 30
 
 
@@ -309,6 +309,6 @@ def test_definiteboost_fit_pairs_with_an_unused_component_prior_validates_as_euc
         auto = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
         euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
             X, pairs, signs)
-    assert auto.prior_estimator_ is not None and auto.init_ == "euclidean"
+    assert auto.prior_components_ is not None and auto.init_ == "euclidean"
     assert auto.validation_["scores"] == euclidean.validation_["scores"]
     assert auto.n_iter_ == euclidean.n_iter_

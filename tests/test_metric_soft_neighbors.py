@@ -248,12 +248,12 @@ def test_without_validation_the_temperature_is_one_and_pairs_have_none():
 
 def test_the_validated_temperature_is_the_best_held_out_and_uses_the_same_folds():
     """Kept: the highest held-out (accuracy, margin); its run is the single run's."""
-    from megkernel.metric._meg_epochs import validate_soft_neighbors
-    from megkernel.metric._pairs import _ClassPairs
+    from megkernel._solvers.metric_pairs import ClassPairs
+    from megkernel._solvers.metric_validation import validate_soft_neighbors
 
     X, labels = _moons(seed=5, n=160)
     coordinates, prior, _ = _start(X, labels)
-    classes = _ClassPairs(labels, "soft-neighbors", None, None, None)
+    classes = ClassPairs(labels, "soft-neighbors", None, None, None)
     pairs, signs = np.zeros((0, 2), dtype=int), np.zeros(0)
     rng = np.random.default_rng(0)
     iterations, log = validate_soft_neighbors(coordinates, pairs, signs, prior,
@@ -297,24 +297,24 @@ def test_a_bad_temperature_is_refused_before_fitting(temperature):
 def test_definiteboost_folds_refit_their_prior_at_the_prior_temperature(monkeypatch):
     """DefiniteBoostMetric's validation folds refit the soft-neighbour prior at the
     temperature its own validation chose (not at 1)."""
-    import megkernel.metric.definiteboost as db_module
+    import megkernel._solvers.metric_definiteboost as db_module
     from megkernel import DefiniteBoostMetric
 
     seen = []
+    real = db_module.fit_meg_metric
 
-    class Spy(MEGMetric):
-        def fit(self, X, y):
-            result = super().fit(X, y)
-            seen.append((self.n_epochs, self.temperature, result.temperature_))
-            return result
+    def spy(*args, options, **kwargs):
+        result = real(*args, options=options, **kwargs)
+        seen.append((options.n_epochs, options.temperature, result.temperature))
+        return result
 
-    monkeypatch.setattr(db_module, "MEGMetric", Spy)
+    monkeypatch.setattr(db_module, "fit_meg_metric", spy)
     X, y = _moons(seed=13, n=200)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit(X, y)
     assert model.init_ == "soft-neighbors"
-    chosen = model.prior_estimator_.temperature_
+    chosen = model.prior_temperature_
     folds = [entry for entry in seen if entry[0] != "auto"]
     assert folds and all(t == chosen and used == chosen for _, t, used in folds)
 
@@ -323,7 +323,7 @@ def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):
     """Each temperature's validation warns; only the kept temperature's warning is shown."""
     from sklearn.exceptions import ConvergenceWarning
 
-    import megkernel.metric._meg_epochs as epochs_module
+    import megkernel._solvers.metric_validation as epochs_module
 
     original = epochs_module.validate_length
 
@@ -344,7 +344,7 @@ def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):
 def test_a_refit_at_the_validated_choice_is_the_same_metric_without_validating(monkeypatch):
     """The user guide's recipe: kind, length and temperature fixed (any seed)
     give the validated fit's metric, and no validation runs."""
-    import megkernel.metric._meg_epochs as meg_epochs
+    import megkernel._solvers.metric_validation as meg_epochs
 
     X, y = _moons(seed=13, n=200)
     with warnings.catch_warnings():

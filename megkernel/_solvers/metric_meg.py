@@ -43,7 +43,11 @@ __all__ = [
     "one_sided_residuals",
     "online_bound",
     "online_trials",
+    "pair_diffs",
+    "metric_components",
+    "resolve_learning_rate",
     "run_batches",
+    "targets_and_sides",
     "whiten",
 ]
 
@@ -276,3 +280,36 @@ def embedding(coordinates, exponent):
     Their Euclidean distances are the metric's, in trace-one units.
     """
     return coordinates @ (exponent.eigvecs * np.sqrt(exponent.weights))
+
+
+def resolve_learning_rate(diffs, learning_rate):
+    """Return MEGMetric's learning rate: :func:`mean_range_learning_rate` for ``"auto"``."""
+    return (mean_range_learning_rate(diffs) if learning_rate == "auto"
+            else float(learning_rate))
+
+
+def pair_diffs(coordinates, pairs):
+    """Return the instances ``u = z_a - z_b`` of the pairs (rows of ``coordinates``)."""
+    return coordinates[pairs[:, 0]] - coordinates[pairs[:, 1]]
+
+
+def targets_and_sides(signs, gamma, gamma_dissimilar, trace, loss):
+    """Targets (trace-one units) and counted sides of pairs, by their signs.
+
+    ``loss="one-sided"``: a similar pair's error counts above its target, a
+    dissimilar pair's below; ``"square"``: both (side 0).
+    """
+    targets = np.where(signs > 0, gamma, gamma_dissimilar) / trace
+    sides = (np.where(signs > 0, 1.0, -1.0) if loss == "one-sided"
+             else np.zeros(len(signs)))
+    return targets, sides
+
+
+def metric_components(exponent, scales, directions, trace):
+    """Return the linear map of the metric: ``transform(x) = (x - mean) @ components.T``.
+
+    ``sqrt(tau) M^{1/2} S^-1 V^T`` (up to a rotation), so that Euclidean
+    distances of the embedding are ``tau (z - z')^T M (z - z')``.
+    """
+    root = exponent.eigvecs * np.sqrt(exponent.weights * trace)
+    return root.T @ (directions / scales[:, None])

@@ -33,14 +33,16 @@ Euclidean prior (``prior_pair_mse_``, ``prior_violated_fraction_``) and warn
 when it is worse: a degraded metric
 is never silent.
 
-Layout (metric-learn's): :mod:`megkernel.metric._pairs` holds the pair
-samplers :func:`neighbor_pairs` and :func:`draw_pairs`;
-:mod:`megkernel.metric._base` the base transformer, pair-input
-classification and the input checks; :mod:`megkernel.metric.meg` and
-:mod:`megkernel.metric.definiteboost` one learner each, its pair-input
-variant a thin subclass (MEG's in :mod:`megkernel.metric.meg_pairs`);
-:mod:`megkernel._solvers.holdout` the one validation loop that
-chooses how long either learns.
+Layout: :mod:`megkernel.metric._base` holds the base transformer, pair-input
+classification and the input checks; :mod:`megkernel.metric._pairs` the public
+pair samplers :func:`neighbor_pairs` and :func:`draw_pairs`;
+:mod:`megkernel.metric.meg` and :mod:`megkernel.metric.definiteboost` one
+learner each (its pair-input variant a thin subclass, MEG's in
+:mod:`megkernel.metric.meg_pairs`). Each ``fit`` validates, makes one solver
+call (:func:`megkernel._solvers.metric_meg_fit.fit_meg_metric`,
+:func:`megkernel._solvers.metric_definiteboost.fit_definiteboost_metric`) and
+commits its result; :mod:`megkernel._solvers.holdout` is the one validation
+loop that chooses how long either learns.
 """
 
 from ._base import draw_pairs, neighbor_pairs

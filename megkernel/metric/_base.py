@@ -21,7 +21,6 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.metrics import roc_auc_score
-from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -31,19 +30,12 @@ from .._numerics.limits import MAX_TRACE, MIN_TRACE
 from .._numerics.validation import check_pair_indices, check_pair_labels, in_scale_range
 from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
+from .._solvers.metric_pairs import resolve_from_labels
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .._warnings import warn_user
-from ._pairs import (
-    _ClassPairs,
-    draw_pairs,
-    neighbor_pairs,
-    pairs_from_labels,
-    resolve_from_labels,
-)
+from ._pairs import draw_pairs, neighbor_pairs
 
 __all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
-
-_QUANTILE_POINTS = 1000
 
 #: Range of the features' total sum of squares (the kernel's trace) within
 #: which squared distances, targets and squared losses stay finite.
@@ -99,7 +91,6 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         n_classes = np.unique(y).size
         if n_classes < 2:
             raise ValueError(f"y must hold at least 2 classes, got {n_classes}.")
-        candidates = []
         kinds = self._from_labels()
         if "soft-neighbors" in kinds and len(X) > SOFT_NEIGHBORS_MAX_POINTS:
             if len(kinds) == 1:
@@ -109,13 +100,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                     f"probabilities), got {len(X)}; use from_labels='neighbors' or "
                     "'random', or 'auto' (which then leaves it out).")
             kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
-        for kind in kinds:
-            pairs, pair_labels, n_constraints = pairs_from_labels(
-                X, y, kind, self.n_constraints, n_neighbors=self.n_neighbors,
-                random_state=self.random_state)
-            candidates.append(_ClassPairs(y, kind, n_constraints, pairs, pair_labels))
-        return self._fit_pairs(X, candidates[0].pairs, candidates[0].signs,
-                               classes=candidates)
+        trace = _check_trace(X - X.mean(axis=0))
+        return self._commit(self._solve(X, trace, labels=y, kinds=kinds))
 
     def _from_labels(self):
         """``from_labels`` resolved: the kinds to make (several: validation chooses).
@@ -151,39 +137,25 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         pair_labels = check_pair_labels(pair_labels, pairs, name="pair_labels")
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
-    def _fit_pairs(self, X, pairs, pair_labels, classes=None):
-        """Fit from pairs.
+    def _fit_pairs(self, X, pairs, pair_labels):
+        """Fit from validated points and pairs: the trace checked, one solver call, commit."""
+        trace = _check_trace(X - X.mean(axis=0))
+        return self._commit(self._solve(X, trace, pairs, pair_labels))
 
-        ``classes``: from labels, the candidate pair sets (:class:`_ClassPairs`,
-        the first is ``pairs``); a learner that validates between them sets
-        ``pairs_`` to the one it chose.
-        """
-        self.mean_ = X.mean(axis=0)
-        centred = X - self.mean_
-        trace = _check_trace(centred)
-        self.pairs_, self.pair_labels_ = pairs, pair_labels
-        self.from_labels_ = classes[0].from_labels if classes else None
-        self.components_ = self._learn(centred, trace, pairs, pair_labels, classes)
-        self._report(centred)
-        return self
-
-    def _prior_embedding(self, centred):
-        """Return the training points under the learner's prior (the Euclidean metric)."""
-        return centred
-
-    def _report(self, centred):
-        """Report the learner's loss on the pairs, before and after; warn if worse.
+    def _commit(self, result):
+        """Set the fitted attributes of a solver's result; warn if the pairs are met worse.
 
         Not after MEG on the stochastic-neighbour objective: its pairs (the
         neighbourhoods) are only reported on, and that ascent never lowers
         its own objective.
         """
-        a, b = self.pairs_.T
-        before = self._prior_embedding(centred)
-        prior = np.sum((before[a] - before[b]) ** 2, axis=1)
-        embedded = centred @ self.components_.T
-        learned = np.sum((embedded[a] - embedded[b]) ** 2, axis=1)
-        loss, prior_loss = self._constraint_loss(learned), self._constraint_loss(prior)
+        self.mean_, self.components_ = result.mean, result.components
+        self.pairs_, self.pair_labels_ = result.pairs, result.signs
+        self.from_labels_, self.validation_ = result.from_labels, result.validation
+        self.gamma_, self.gamma_dissimilar_ = result.gamma, result.gamma_dissimilar
+        self.n_iter_ = result.n_iter
+        self._commit_learner(result)
+        loss, prior_loss = result.loss, result.prior_loss
         setattr(self, f"{self._loss_name}_", loss)
         setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
@@ -195,8 +167,10 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "infeasible (see the module docs of megkernel.metric).",
                 UserWarning)
         if self.verbose:
-            progress_detail(f"[{name}] rank {self.components_.shape[0]}: {self._loss_name} "
-                  f"{loss:.4g} (prior {prior_loss:.4g})")
+            progress_detail(f"[{name}] {self._fit_summary()}; rank "
+                            f"{self.components_.shape[0]}: {self._loss_name} "
+                            f"{loss:.4g} (prior {prior_loss:.4g})")
+        return self
 
     @property
     def constraint_loss_(self):
@@ -337,17 +311,6 @@ def _check_pairs_of_points(X, n_features=None):
         raise ValueError(f"X has {pairs_of_points.shape[2]} features per point, but "
                          f"the metric was fitted with {n_features}.")
     return pairs_of_points
-
-
-def _pair_sq_distance_quantiles(centred, quantiles, rng):
-    """Quantiles of squared distances between distinct rows.
-
-    Exact up to 1000 rows; beyond, those of all pairs of 1000 random rows.
-    """
-    if len(centred) > _QUANTILE_POINTS:
-        centred = centred[rng.choice(len(centred), _QUANTILE_POINTS, replace=False)]
-    sq_distances = euclidean_distances(centred, squared=True)
-    return tuple(np.quantile(sq_distances[np.triu_indices(len(centred), k=1)], quantiles))
 
 
 class _PairInput:

@@ -1,106 +1,30 @@
 """DefiniteBoostMetric: a metric from DefiniteBoost's Bregman projection.
 
-The estimator of :mod:`megkernel.metric` over
-:class:`megkernel.DefiniteBoostKernel` in low-rank mode; the validated number
-of greedy sweeps comes from the one loop of
-:mod:`megkernel._solvers.holdout`.
+The estimator of :mod:`megkernel.metric`: it validates, makes one call of
+the solver :func:`megkernel._solvers.metric_definiteboost.fit_definiteboost_metric`
+(DefiniteBoost's projections in low-rank mode, the prior and the validated
+number of greedy sweeps) and commits its result.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._numerics.seeding import derived_seed
-from .._numerics.state import ExponentState
-from .._progress import detail as progress_detail
-from .._solvers.definiteboost import (
-    fit_pair_constraints,
-    pair_thresholds,
-    satisfiable_pairs,
+from .._solvers.metric_definiteboost import (
+    DefiniteBoostMetricOptions,
+    fit_definiteboost_metric,
 )
-from .._solvers.holdout import (
-    MAX_PASSES,
-    doubling_checkpoints,
-    pair_components,
-    resolve_n_folds,
-    validate_length,
-)
-from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
-from ..definiteboost_kernel import DefiniteBoostKernel
 from ._base import _FeatureMetric, _PairInput
-from ._pairs import _ClassPairs
-from .meg import MEGMetric
 
 __all__ = ["DefiniteBoostMetric", "DefiniteBoostPairMetric"]
-
-#: A fold's first run goes this far (in sweeps); a longer length asked for
-#: later runs again from the prior to ``_LOOKAHEAD`` times that length.
-_FIRST_HORIZON, _LOOKAHEAD = 4.0, 4.0
 
 #: DefiniteBoostMetric's default slack: no constraint may scale the metric by
 #: more than a factor of two.
 _LOG_2 = math.log(2)
-
-
-class _SweepPath:
-    """One fold of DefiniteBoostMetric's validation.
-
-    The greedy projections on the fold's training pairs, scored after each
-    number of sweeps (see :mod:`megkernel._solvers.holdout`).
-
-    A run cannot be resumed (its multipliers live inside the solver), so it
-    is made ahead, to a horizon, and scored on its way at every checkpoint
-    (a callback); a length beyond the horizon reruns from the prior to
-    ``_LOOKAHEAD`` times it. A run that converges earlier stays there.
-    """
-
-    def __init__(self, scorer, learner, centred, trace, pairs, signs, checkpoints):
-        self.scorer, self.learner = scorer, learner
-        self.centred, self.trace, self.checkpoints = centred, trace, list(checkpoints)
-        self.pairs, self.signs = scorer.train_pairs, scorer.train_signs
-        self.scores, self.horizon, self.converged = {}, -1.0, False
-
-    def score_at(self, sweeps):
-        if sweeps not in self.scores:
-            if self.converged or sweeps <= self.horizon:  # converged on the way
-                return self.scores[max(self.scores)]
-            horizon = max(_FIRST_HORIZON, _LOOKAHEAD * sweeps)
-            self._run([s for s in self.checkpoints if s <= horizon] or [sweeps])
-        return self.scores[sweeps]
-
-    def _run(self, sweeps):
-        learner, scorer = self.learner, self.scorer
-        state = ExponentState.from_factor(self.centred, name="X")
-        steps = [scorer.steps(s) for s in sweeps]
-        found = {0: scorer.score(state.factor())}
-
-        def callback(t, record):
-            if t in steps and t not in found:
-                found[t] = scorer.score(state.factor())
-
-        try:
-            with warnings.catch_warnings():  # the final fit warns, not its folds
-                warnings.simplefilter("ignore")
-                log = fit_pair_constraints(
-                    state, self.pairs, self.signs, gamma=learner.gamma,
-                    gamma_dissimilar=learner.gamma_dissimilar, trace=self.trace,
-                    slack=learner.slack, projection=learner.projection,
-                    max_iter=max(steps[-1], 1), tol=learner.tol, method=learner.method,
-                    callback=callback, callback_at=steps)
-        except ValueError:  # the arithmetic overflowed on the way: no better than the prior
-            self.scores.update({s: found.get(step, found[0]) for s, step in zip(sweeps, steps)})
-            self.horizon, self.converged = sweeps[-1], True
-            return
-        final = scorer.score(state.factor())  # converged early: it stays there
-        self.scores.update({s: found.get(step, final) for s, step in zip(sweeps, steps)})
-        self.horizon = sweeps[-1]
-        self.converged = log["n_iter"] < steps[-1]
 
 
 class DefiniteBoostMetric(_FeatureMetric):
@@ -204,11 +128,18 @@ class DefiniteBoostMetric(_FeatureMetric):
     ----------
     init_ : str
         The prior used: ``"soft-neighbors"`` or ``"euclidean"``.
-    prior_estimator_ : MEGMetric or None
-        The soft-neighbour fit tried as the prior (``init="auto"`` from
-        labels, or from given pairs whose components stand in for classes;
-        its ``validation_`` says whether its gain was real), fitted on the
-        centred training features ``X - mean_``.
+    prior_components_ : ndarray of shape (rank, n_features) or None
+        The soft-neighbour metric tried as the prior (``init="auto"`` from
+        labels, or from given pairs whose components stand in for classes):
+        ``(X - mean_) @ prior_components_.T`` embeds points under it
+        (used only when ``init_`` says so); ``None`` when none was tried.
+    prior_n_iter_ : int or None
+        Ascent iterations of that soft-neighbour metric.
+    prior_temperature_ : float or None
+        Its temperature (the units of :class:`MEGMetric`'s ``temperature``).
+    prior_validation_ : dict or None
+        Its validation (as :class:`MEGMetric`'s ``validation_``): whether its
+        held-out gain over the Euclidean metric was real.
     components_ : ndarray of shape (rank, n_features)
         ``transform(X) = (X - mean_) @ components_.T``.
     n_components_ : int
@@ -219,9 +150,14 @@ class DefiniteBoostMetric(_FeatureMetric):
     gamma_, gamma_dissimilar_ : float
         Thresholds used on the squared distances (similar pairs below
         ``gamma_``, dissimilar ones above ``gamma_dissimilar_``).
-    kernel_estimator_ : DefiniteBoostKernel or None
-        The fitted projection (iterations, dual objective, dropped pairs);
-        ``None`` when the validation kept the prior.
+    converged_ : bool or None
+        Whether every constraint holds within ``tol`` (``None`` when the
+        validation kept the prior).
+    dropped_constraints_ : ndarray of int
+        Rows of ``pairs_`` dropped as unsatisfiable (dissimilar pairs that
+        can never reach ``gamma_dissimilar_``).
+    dual_objective_ : float or None
+        The projections' dual objective (``None`` when the prior was kept).
     n_iter_ : int
         Projections made (0 when the validation kept the prior).
     validation_ : dict or None
@@ -291,149 +227,40 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.method = method
         self.verbose = verbose
 
-    def _learn(self, centred, trace, pairs, pair_labels, classes=None):
-        drew_pairs = bool(classes)  # from labels: the pairs are its own
-        classes = (classes[0] if classes  # one kind of pairs: no choice
-                   else self._pair_classes(centred, pairs, pair_labels))
-        self.validation_ = None
-        prior = self._prior_factor(centred, classes)
-        if self.verbose and self.prior_estimator_ is not None:  # the prior tried
-            progress_detail("[DefiniteBoostMetric] prior: " + (
-                f"the soft-neighbour metric ({self.prior_estimator_.n_epochs_:g} "
-                "iterations; its validated gain is real)" if self.init_ != "euclidean" else
-                "the Euclidean metric (the soft-neighbour metric showed no real gain)"))
-        max_iter = self.max_iter
-        if max_iter == "auto":
-            max_iter = self._validated_max_iter(centred, prior, trace, pairs, pair_labels,
-                                                classes, drew_pairs=drew_pairs)
-        with warnings.catch_warnings():
-            if drew_pairs:  # pairs it drew itself: dropping some is no news
-                warnings.filterwarnings("ignore", "Dropped", UserWarning)
-            if max_iter == 0:  # the prior earned its place
-                return self._keep_prior(prior, centred, trace, pairs, pair_labels)
-            if self.max_iter == "auto":  # stopping early is the validated choice
-                warnings.simplefilter("ignore", ConvergenceWarning)
-            estimator = DefiniteBoostKernel(
-                init_factor=prior, trace=trace, gamma=self.gamma,
-                gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
-                max_iter=max_iter, tol=self.tol, projection=self.projection,
-                validation_fraction=None, method=self.method).fit(pairs, pair_labels)
-        self.gamma_ = estimator.gamma_
-        self.gamma_dissimilar_ = estimator.gamma_dissimilar_
-        self.n_iter_ = estimator.n_iter_
-        self.kernel_estimator_ = estimator
-        return np.linalg.lstsq(centred, estimator.kernel_factor_, rcond=None)[0].T
+    def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
+        """Make the one solver call of a batch fit (:func:`fit_definiteboost_metric`)."""
+        options = DefiniteBoostMetricOptions(
+            gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
+            max_iter=self.max_iter, tol=self.tol, projection=self.projection,
+            n_folds=self.n_folds, n_constraints=self.n_constraints,
+            n_neighbors=self.n_neighbors, init=self.init, random_state=self.random_state,
+            method=self.method)
+        return fit_definiteboost_metric(X, pairs, signs, trace=trace, labels=labels,
+                                        kinds=kinds, options=options)
 
-    def _pair_classes(self, centred, pairs, signs):
-        """Return the classes of given pairs for the soft-neighbour prior, or ``None``.
+    def _commit_learner(self, result):
+        self.init_ = result.init
+        prior = result.prior
+        self.prior_components_ = None if prior is None else prior.components
+        self.prior_n_iter_ = None if prior is None else prior.n_iter
+        self.prior_temperature_ = None if prior is None else prior.temperature
+        self.prior_validation_ = None if prior is None else prior.validation
+        log = result.log
+        self.converged_ = None if log is None else bool(log["converged"])
+        self.dropped_constraints_ = (np.zeros(0, dtype=np.intp) if log is None
+                                     else np.asarray(log["dropped"]))
+        self.dual_objective_ = None if log is None else log["dual_objective"]
 
-        Those of the similar pairs' connected components, where they stand in
-        for classes (:func:`pair_components`, as :meth:`MEGMetric.fit_pairs`
-        validates them) and their points span the training points' features
-        (a prior learned on a lower-dimensional subset would drop the other
-        directions for every point).
-        """
-        if self.init != "auto":
-            return None
-        components = pair_components(len(centred), pairs, signs)
-        if components is None or (np.linalg.matrix_rank(centred[components >= 0])
-                                  < np.linalg.matrix_rank(centred)):
-            return None
-        return _ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)
-
-    def _validated_max_iter(self, centred, prior, trace, pairs, signs, classes=None, *,
-                            drew_pairs=True):
-        """Greedy steps by cross-validation over the training points.
-
-        Each fold starts from its own prior: the Euclidean metric, or the
-        soft-neighbour metric refitted on the fold's training points alone
-        (:meth:`_fold_prior`; the final prior has seen the held-out labels).
-        Given pairs (``drew_pairs`` False) are the folds' own, as without a
-        soft-neighbour prior: the loop scores them by their components itself.
-        """
-        seed = derived_seed(self.random_state)
-        checkpoints = doubling_checkpoints(MAX_PASSES)
-
-        def make_path(scorer):
-            start = (prior if self.init_ == "euclidean"
-                     else self._fold_prior(centred, classes, scorer.references))
-            return _SweepPath(scorer, self, start, trace, pairs, signs, checkpoints)
-
-        best, log = validate_length(len(centred), pairs, signs, make_path,
-                                    checkpoints=checkpoints, n_folds=self.n_folds,
-                                    rng=np.random.default_rng(seed),
-                                    learner="DefiniteBoostMetric",
-                                    safety_net=f"the sweeps ({MAX_PASSES})",
-                                    classes=classes if drew_pairs else None)
-        self.validation_ = log
-        if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
-            best = 1.0
-        return 0 if best == 0 else max(1, int(round(best * len(pairs))))
-
-    def _prior_factor(self, centred, classes):
-        """Return the prior's embedding of the training points (``init``); set ``init_``.
-
-        From labels with ``init="auto"`` (and at most 4000 points), the
-        soft-neighbour metric of :class:`MEGMetric` when its validated gain
-        is real; otherwise the centred points (the Euclidean metric).
-        """
-        self.init_, self.prior_estimator_ = "euclidean", None
-        labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
-        if (self.init != "auto" or classes is None
-                or np.unique(classes.codes[labelled]).size < 2
-                or not (resolve_n_folds(self.n_folds, len(labelled)) <= len(labelled)
-                        <= SOFT_NEIGHBORS_MAX_POINTS)):
-            return centred
-        with warnings.catch_warnings():  # its choice is reported in init_
-            warnings.simplefilter("ignore")
-            estimator = MEGMetric(from_labels="soft-neighbors", n_folds=self.n_folds,
-                                  random_state=derived_seed(self.random_state)).fit(
-                centred[labelled], classes.codes[labelled])
-        self.prior_estimator_ = estimator
-        if not (estimator.validation_ or {}).get("gain_is_real", False):
-            return centred
-        self.init_ = "soft-neighbors"
-        return centred @ estimator.components_.T
-
-    def _fold_prior(self, centred, classes, train):
-        """Return a validation fold's soft-neighbour prior, from its training points only.
-
-        As long as the final prior (its validated iterations), so that the
-        fold's checkpoint 0 scores the prior on labels it has not seen; the
-        Euclidean metric where the fold's points hold one class.
-        """
-        train = train[classes.codes[train] >= 0]
-        if np.unique(classes.codes[train]).size < 2:
-            return centred
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fold = MEGMetric(from_labels="soft-neighbors",
-                             n_epochs=self.prior_estimator_.n_epochs_,
-                             temperature=self.prior_estimator_.temperature_).fit(
-                centred[train], classes.codes[train])
-        return centred @ fold.components_.T
-
-    def _prior_embedding(self, centred):
-        if getattr(self, "init_", "euclidean") == "euclidean":
-            return centred
-        return centred @ self.prior_estimator_.components_.T
-
-    def _keep_prior(self, prior, centred, trace, pairs, signs):
-        state = ExponentState.from_factor(prior, name="X")
-        thresholds, self.gamma_, self.gamma_dissimilar_ = pair_thresholds(
-            state, signs, gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
-            trace=trace)
-        satisfiable_pairs(state, pairs, signs, thresholds, trace)  # warns
-        self.n_iter_ = 0
-        self.kernel_estimator_ = None
+    def _fit_summary(self):
+        done = f"{self.n_iter_} projections"
+        if self.prior_components_ is None:  # no soft-neighbour prior tried
+            return done
         if self.init_ != "euclidean":
-            return self.prior_estimator_.components_.copy()
-        return np.linalg.svd(centred, full_matrices=False)[2][:state.size]
-
-    def _constraint_loss(self, sq_distances):
-        met = np.where(self.pair_labels_ > 0, sq_distances <= self.gamma_,
-                       sq_distances >= self.gamma_dissimilar_)
-        return float(1.0 - met.mean())
+            prior = (f"the soft-neighbour metric ({self.prior_n_iter_:g} iterations; its "
+                     "validated gain is real)")
+        else:
+            prior = "the Euclidean metric (the soft-neighbour metric showed no real gain)"
+        return f"prior: {prior}; {done}"
 
 
 class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
@@ -490,11 +317,11 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         sorted order) and their labels.
     components_, n_components_, mean_, gamma_, gamma_dissimilar_ : ndarray, int or float
         As in :class:`DefiniteBoostMetric`, over the pairs' distinct points.
-    kernel_estimator_, n_iter_, validation_ : DefiniteBoostKernel, int or dict
+    n_iter_, validation_, converged_, dropped_constraints_, dual_objective_ : object
         As in :class:`DefiniteBoostMetric`.
     from_labels_ : None
         As in :class:`DefiniteBoostMetric` (``None``: learned from pairs).
-    init_, prior_estimator_ : str, MEGMetric or None
+    init_, prior_components_, prior_n_iter_, prior_temperature_, prior_validation_ : object
         As in :class:`DefiniteBoostMetric` after :meth:`~DefiniteBoostMetric.fit_pairs`.
     violated_fraction_, prior_violated_fraction_ : float
         As in :class:`DefiniteBoostMetric`.

@@ -1,13 +1,13 @@
 """MEGMetric: a metric learned with MEG from similar / dissimilar pairs.
 
-The estimator of :mod:`megkernel.metric` (see its docs for the coordinates and the loss);
-the MEG arithmetic is the solver :mod:`megkernel._solvers.metric_meg`, and the validated
-number of epochs comes from the one loop of :mod:`megkernel._solvers.holdout`.
+The estimator of :mod:`megkernel.metric` (see its docs for the coordinates and the loss):
+it validates, makes one call of the solver :func:`megkernel._solvers.metric_meg_fit.fit_meg_metric`
+(the MEG arithmetic, the validated kind and number of epochs) and commits its result;
+:meth:`MEGMetric.partial_fit` runs the on-line trials of :mod:`megkernel._solvers.metric_meg`.
 """
 
 from __future__ import annotations
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,40 +18,25 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
-from .._numerics.validation import check_n_trials, check_pair_labels
+from .._numerics.validation import check_pair_labels
 from .._pair_estimator import transactional
-from .._progress import detail as progress_detail
-from .._solvers.holdout import MAX_PASSES, pair_components
+from .._solvers.holdout import MAX_PASSES
 from .._solvers.metric_meg import (
     MetricExponent,
     divergence_to,
-    mean_range_learning_rate,
+    metric_components,
     normalised_loss,
     one_sided_residuals,
     online_bound,
     online_trials,
-    run_batches,
-    whiten,
+    targets_and_sides,
 )
-from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
-from .._solvers.metric_soft_neighbors import (
-    TEMPERATURES,
-    SoftNeighborAscent,
-    prior_temperature,
-)
+from .._solvers.metric_meg_fit import MEGMetricOptions, fit_meg_metric, metric_space
+from .._solvers.metric_pairs import pairs_from_labels
 from .._warnings import warn_user
-from ._base import (
-    _MAX_TRACE,
-    _check_pairs_of_points,
-    _check_trace,
-    _FeatureMetric,
-    _pair_sq_distance_quantiles,
-    pairs_from_labels,
-)
-from ._meg_epochs import validate_epochs, validate_kinds
-from ._pairs import _ClassPairs
+from ._base import _MAX_TRACE, _check_pairs_of_points, _check_trace, _FeatureMetric
 
-__all__ = ["MEGMetric", "validate_epochs"]
+__all__ = ["MEGMetric"]
 
 
 class MEGMetric(_FeatureMetric):
@@ -301,113 +286,47 @@ class MEGMetric(_FeatureMetric):
 
     # -- batch -----------------------------------------------------------------
 
-    def _learn(self, centred, trace, pairs, pair_labels, classes=None):
+    def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
+        """Make the one solver call of a batch fit (:func:`fit_meg_metric`)."""
         if self.method != "auto":
             warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
                       "(the metric is learned in its rank x rank space); it will be "
                       "removed in 0.3.", FutureWarning)
-        rng = derived_generator(self.random_state)
-        self._start_space(centred, rng)
-        prior = self.scales_**2 / self.trace_
-        batch_size = (max(50, 2 * len(prior)) if self.batch_size == "auto"
-                      else self.batch_size)
-        self.validation_ = None
-        if classes is None and self.n_epochs == "auto":  # given pairs: their classes?
-            classes = self._pair_classes(pairs, pair_labels)
-        if self.n_epochs == "auto":
-            epochs, self.validation_, rng = self._validate(
-                prior, batch_size, rng, pairs, pair_labels, classes)
-            pairs, pair_labels = self.pairs_, self.pair_labels_  # the chosen candidate
-        diffs = self._pair_diffs(self.coordinates_, pairs)
-        targets, sides = self._targets_and_sides(pair_labels)
-        self.learning_rate_ = self._learning_rate(diffs)
-        if self.n_epochs != "auto":
-            epochs = float(self.n_epochs)
-            check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
-        if self.from_labels_ == "soft-neighbors":  # MEG on the labels' own objective
-            codes = next(c.codes for c in classes
-                         if c is not None and c.from_labels == "soft-neighbors")
-            labelled = self.coordinates_[codes >= 0]  # (pairs: points in a component)
-            self.temperature_ = (self.validation_ or {}).get("temperature",
-                                                             self._temperatures()[0])
-            ascent = SoftNeighborAscent(
-                labelled, codes[codes >= 0], prior,
-                self.temperature_ * prior_temperature(labelled, prior)).advance(int(epochs))
-            exponent, self.n_iter_ = ascent.exponent, ascent.n_iter
-            self.soft_neighbor_objective_ = (ascent.objectives[0], ascent.objective)
-        else:
-            exponent = MetricExponent.from_prior(prior)
-            run_batches(exponent, diffs, targets, sides, learning_rate=self.learning_rate_,
-                        n_seen=0, n_more=int(round(epochs * len(diffs))),
-                        batch_size=batch_size, rng=rng if self.shuffle else None)
-            self.n_iter_ = int(math.ceil(epochs))
-            self.soft_neighbor_objective_ = self.temperature_ = None
-        self.n_epochs_ = epochs
-        self._set_online_start(exponent, float(np.einsum("ij,ij->i", diffs, diffs).max()))
-        if self.verbose:  # what was learned, and how long
-            what = (f"soft-neighbour objective, {epochs:g} iterations"
-                    if self.soft_neighbor_objective_ is not None else
-                    f"{self.from_labels_ or 'given'} pairs, {epochs:g} epochs at learning rate "
-                    f"{self.learning_rate_:.4g}") + (
-                f" ({self.validation_['score']} validation)" if self.validation_ else "")
-            progress_detail(f"[MEGMetric] {what}")
-        return self._components()
+        return fit_meg_metric(X, pairs, signs, labels=labels, kinds=kinds,
+                              options=self._options())
 
-    def _pair_classes(self, pairs, signs):
-        """Return the kinds to validate for given pairs (``None``: the pairs alone).
+    def _options(self):
+        return MEGMetricOptions(
+            gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar, loss=self.loss,
+            learning_rate=self.learning_rate, n_epochs=self.n_epochs,
+            max_iter=self.max_iter, batch_size=self.batch_size, n_folds=self.n_folds,
+            shuffle=self.shuffle, temperature=self.temperature,
+            n_constraints=self.n_constraints, n_neighbors=self.n_neighbors,
+            random_state=self.random_state)
 
-        The pairs and, if their similar pairs' components stand in for classes
-        (:func:`pair_components`), those classes' soft-neighbour objective.
-        """
-        components = pair_components(len(self.coordinates_), pairs, signs)
-        if components is None or np.sum(components >= 0) > SOFT_NEIGHBORS_MAX_POINTS:
-            return None
-        return [None, _ClassPairs(None, "soft-neighbors", None, pairs, signs,
-                                  codes=components)]
+    def _commit_learner(self, result):
+        self.coordinates_, self.scales_ = result.coordinates, result.scales
+        self.directions_, self.trace_ = result.directions, result.trace
+        self.learning_rate_, self.n_epochs_ = result.learning_rate, result.n_epochs
+        self.temperature_ = result.temperature
+        self.soft_neighbor_objective_ = result.soft_neighbor_objective
+        self._set_online_start(result.exponent, result.largest_range)
 
-    def _temperatures(self):
-        """Return the soft-neighbour temperatures to validate (the first without validation)."""
-        if self.temperature != "auto":
-            return (float(self.temperature),)
-        return TEMPERATURES if self.n_epochs == "auto" else (1.0,)
-
-    def _learning_rate(self, diffs):
-        return (mean_range_learning_rate(diffs) if self.learning_rate == "auto"
-                else float(self.learning_rate))
-
-    def _validate(self, prior, batch_size, rng, pairs, pair_labels, classes):
-        """Validate the length and the kind of pairs (:func:`validate_kinds`)."""
-        return validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes)
-
-    def _start_space(self, centred, rng):
-        """Whitened coordinates and targets of the training points."""
-        self.coordinates_, self.scales_, self.directions_, self.trace_ = whiten(centred)
-        self.gamma_, self.gamma_dissimilar_ = self._targets(centred, rng)
-
-    def _targets(self, centred, rng):
-        gamma = 0.0 if self.gamma == "auto" else float(self.gamma)
-        if self.gamma_dissimilar != "auto":
-            return gamma, float(self.gamma_dissimilar)
-        (median,) = _pair_sq_distance_quantiles(centred, (0.5,), rng)
-        return gamma, float(median)
+    def _fit_summary(self):
+        epochs = self.n_epochs_
+        what = (f"soft-neighbour objective, {epochs:g} iterations"
+                if self.soft_neighbor_objective_ is not None else
+                f"{self.from_labels_ or 'given'} pairs, {epochs:g} epochs at learning rate "
+                f"{self.learning_rate_:.4g}")
+        return what + (f" ({self.validation_['score']} validation)" if self.validation_
+                       else "")
 
     def _targets_and_sides(self, signs):
-        targets = np.where(signs > 0, self.gamma_, self.gamma_dissimilar_) / self.trace_
-        sides = np.where(signs > 0, 1.0, -1.0) if self.loss == "one-sided" else np.zeros(
-            len(signs))
-        return targets, sides
-
-    @staticmethod
-    def _pair_diffs(coordinates, pairs):
-        return coordinates[pairs[:, 0]] - coordinates[pairs[:, 1]]
+        return targets_and_sides(signs, self.gamma_, self.gamma_dissimilar_, self.trace_,
+                                 self.loss)
 
     def _whiten_points(self, points):
         return ((points - self.mean_) @ self.directions_.T) / self.scales_
-
-    def _components(self):
-        exponent = self.exponent_
-        root = exponent.eigvecs * np.sqrt(exponent.weights * self.trace_)
-        return root.T @ (self.directions_ / self.scales_[:, None])
 
     def _set_online_start(self, exponent, largest_range):
         self.exponent_ = exponent
@@ -415,11 +334,6 @@ class MEGMetric(_FeatureMetric):
         self.online_start_log_ = exponent.log_density()
         self.online_range_ = self.online_start_range_ = largest_range
         self.n_pairs_seen_, self.online_loss_, self.online_normalised_loss_ = 0, 0.0, 0.0
-
-    def _constraint_loss(self, sq_distances):
-        targets, sides = self._targets_and_sides(self.pair_labels_)
-        residuals = one_sided_residuals(sq_distances, targets * self.trace_, sides)
-        return float(np.mean(residuals**2))
 
     # -- on-line ---------------------------------------------------------------
 
@@ -474,7 +388,8 @@ class MEGMetric(_FeatureMetric):
         self.n_pairs_seen_ += len(diffs)
         self.online_loss_ += float(losses.sum()) * self.trace_**2
         self.online_normalised_loss_ += normalised_loss(losses, ranges)
-        self.components_ = self._components()
+        self.components_ = metric_components(exponent, self.scales_, self.directions_,
+                                             self.trace_)
         return self
 
     def _chunk_pairs(self, X, y, *, reset):
@@ -500,7 +415,9 @@ class MEGMetric(_FeatureMetric):
         self.mean_ = points.mean(axis=0)
         centred = points - self.mean_
         _check_trace(centred)
-        self._start_space(centred, derived_generator(self.random_state))
+        (self.coordinates_, self.scales_, self.directions_, self.trace_, self.gamma_,
+         self.gamma_dissimilar_) = metric_space(centred, self.gamma, self.gamma_dissimilar,
+                                                derived_generator(self.random_state))
         if len(self.scales_) < n_features and len(points) <= n_features:  # too few points
             warn_user(f"The first pairs of partial_fit span {len(self.scales_)} of the "
                       f"{n_features} feature dimensions: the metric is learned within that "

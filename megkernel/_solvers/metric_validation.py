@@ -1,4 +1,4 @@
-"""MEGMetric's training length: its fold paths in the one validation loop.
+"""MEGMetric's training length and kind: its fold paths in the one validation loop.
 
 Mini-batch MEG over a fold's training pairs, advanced epoch by epoch, or the
 MEG ascent of the stochastic-neighbour objective over a fold's training
@@ -13,20 +13,27 @@ import warnings
 
 import numpy as np
 
-from .._solvers.holdout import (
+from .._warnings import warn_user
+from .holdout import (
     _MIN_ITEMS,
     ELASTICITY,
     MAX_PASSES,
     doubling_checkpoints,
     validate_length,
 )
-from .._solvers.metric_meg import MetricExponent, embedding, run_batches
-from .._solvers.metric_soft_neighbors import (
+from .metric_meg import (
+    MetricExponent,
+    embedding,
+    pair_diffs,
+    resolve_learning_rate,
+    run_batches,
+    targets_and_sides,
+)
+from .metric_soft_neighbors import (
     TEMPERATURES,
     SoftNeighborAscent,
     prior_temperature,
 )
-from .._warnings import warn_user
 
 __all__ = ["soft_neighbor_checkpoints", "validate_epochs", "validate_kinds",
            "validate_soft_neighbors"]
@@ -185,30 +192,62 @@ def _held_out_at_choice(log):
     return (log.get("accuracies", log["scores"])[at], log["scores"][at])
 
 
-def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
-    """Validate :class:`~megkernel.MEGMetric` (``self``): its length; from labels, its kind.
+def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma_dissimilar,
+                   trace, loss, learning_rate, batch_size, rng, n_folds, max_iter,
+                   temperatures):
+    """Validate MEGMetric's length and, given several candidates, its kind.
 
-    Each candidate (:class:`~megkernel.metric._pairs._ClassPairs`: from
+    Each candidate (:class:`~megkernel._solvers.metric_pairs.ClassPairs`: from
     labels the stochastic-neighbour objective and random pairs, or an
-    explicit kind; from given pairs, the pairs and their components'
-    soft-neighbour objective) is
-    validated on the same folds (a copy of the generator); kept (in
-    ``pairs_``, ``from_labels_``) is the one whose chosen length has the
-    higher held-out 1-NN accuracy, then margin (ties: the first).
-    Accuracy comes first because the margins alone favour random pairs,
-    whose dissimilar pairs spread the classes apart everywhere, even where
-    the 1-NN accuracy does not rise. ``validation_["from_labels"]``
-    holds each kind's (accuracy, margin).
+    explicit kind; ``None``: the given ``pairs`` and ``signs``) is validated
+    on the same folds (a copy of the generator); kept is the one whose
+    chosen length has the higher held-out 1-NN accuracy, then margin (ties:
+    the first). Accuracy comes first because the margins alone favour random
+    pairs, whose dissimilar pairs spread the classes apart everywhere, even
+    where the 1-NN accuracy does not rise.
 
-    From labels (``classes`` made by :meth:`fit`), a first candidate
-    ``"soft-neighbors"`` whose validated gain over the Euclidean prior is
-    real is kept without validating the others: the labels' own objective
-    is preferred, and the pairs are its fallback where it shows no gain.
-    Fold accuracies of kinds close to each other are too noisy to choose
-    between, and validating every kind costs several times as much (see
-    the benchmarks page).
+    From labels, a first candidate ``"soft-neighbors"`` whose validated gain
+    over the Euclidean prior is real is kept without validating the others:
+    the labels' own objective is preferred, and the pairs are its fallback
+    where it shows no gain. Fold accuracies of kinds close to each other are
+    too noisy to choose between, and validating every kind costs several
+    times as much (see the benchmarks page).
+
+    Parameters
+    ----------
+    coordinates : ndarray of shape (n, rank)
+        Whitened coordinates of the training points.
+    prior : ndarray of shape (rank,)
+        Eigenvalues of the diagonal prior.
+    pairs, signs : ndarray
+        The given pairs (used by a ``None`` candidate).
+    candidates : list of ClassPairs or None
+        The kinds to validate.
+    gamma, gamma_dissimilar, trace, loss
+        The targets and the loss (:func:`~megkernel._solvers.metric_meg.targets_and_sides`).
+    learning_rate : float or "auto"
+        As MEGMetric's.
+    batch_size : int
+        Pairs per MEG update.
+    rng : numpy.random.Generator
+        Draws the folds and the epochs' orders.
+    n_folds, max_iter
+        As MEGMetric's.
+    temperatures : tuple of float
+        The soft-neighbour temperatures to validate.
+
+    Returns
+    -------
+    epochs : float
+        The kept candidate's chosen length.
+    log : dict
+        Its validation log; with several candidates, ``"from_labels"``: each
+        validated kind's (accuracy, margin).
+    rng : numpy.random.Generator
+        The kept candidate's generator, after its validation.
+    kept : tuple
+        ``(pairs, signs, candidate)`` of the kept candidate.
     """
-    candidates = classes or [None]
     results = []
     for position, candidate in enumerate(candidates):
         if (position == 1 and candidates[0] is not None
@@ -216,31 +255,29 @@ def validate_kinds(self, prior, batch_size, rng, pairs, pair_labels, classes):
                 and results[0][2]["gain_is_real"]):
             break  # the labels' own objective learned: the pairs are not needed
         fold_rng = copy.deepcopy(rng)
-        these = (pairs, pair_labels) if candidate is None else (candidate.pairs,
-                                                               candidate.signs)
-        diffs = self._pair_diffs(self.coordinates_, these[0])
-        targets, sides = self._targets_and_sides(these[1])
+        these = (pairs, signs) if candidate is None else (candidate.pairs, candidate.signs)
+        diffs = pair_diffs(coordinates, these[0])
+        targets, sides = targets_and_sides(these[1], gamma, gamma_dissimilar, trace, loss)
         with warnings.catch_warnings(record=True) as caught:  # the kept kind's only
             warnings.simplefilter("always")
             if candidate is not None and candidate.from_labels == "soft-neighbors":
                 epochs, log = validate_soft_neighbors(
-                    self.coordinates_, these[0], these[1], prior, classes=candidate,
-                    rng=fold_rng, n_folds=self.n_folds, max_iter=self.max_iter,
-                    temperatures=self._temperatures())
+                    coordinates, these[0], these[1], prior, classes=candidate,
+                    rng=fold_rng, n_folds=n_folds, max_iter=max_iter,
+                    temperatures=temperatures)
             else:
                 epochs, log = validate_epochs(
-                    self.coordinates_, these[0], targets, sides, these[1], prior,
-                    learning_rate=self._learning_rate(diffs), batch_size=batch_size,
-                    rng=fold_rng, n_folds=self.n_folds, max_epochs=self.max_iter,
-                    classes=candidate)
+                    coordinates, these[0], targets, sides, these[1], prior,
+                    learning_rate=resolve_learning_rate(diffs, learning_rate),
+                    batch_size=batch_size, rng=fold_rng, n_folds=n_folds,
+                    max_epochs=max_iter, classes=candidate)
         results.append((_held_out_at_choice(log), epochs, log, fold_rng, these, candidate,
                         caught))
     best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
-    _, epochs, log, rng, (self.pairs_, self.pair_labels_), candidate, caught = results[best]
+    _, epochs, log, rng, (kept_pairs, kept_signs), candidate, caught = results[best]
     for record in caught:
         warn_user(str(record.message), record.category)
     if len(candidates) > 1:  # each kind validated (not those the rule skipped)
         log["from_labels"] = {"pairs" if c is None else c.from_labels: r[0]
                               for r, c in zip(results, candidates)}
-        self.from_labels_ = None if candidate is None else candidate.from_labels
-    return epochs, log, rng
+    return epochs, log, rng, (kept_pairs, kept_signs, candidate)

@@ -1,0 +1,350 @@
+"""DefiniteBoostMetric's fit, end to end: arrays and options in, a record out.
+
+DefiniteBoost's Bregman projections (the solver entry point
+:func:`~megkernel._solvers.definiteboost_fit.fit_from_labels`) in low-rank
+mode over the centred training points, from a prior that is the Euclidean
+metric or, from labels (or from pairs whose similar pairs' components stand in
+for classes), MEGMetric's soft-neighbour metric when its validated gain is
+real (:func:`~megkernel._solvers.metric_meg_fit.fit_meg_metric`). The number
+of greedy sweeps is validated by the one loop of
+:mod:`megkernel._solvers.holdout`, each fold scored along one run
+(:class:`SweepPath`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .._numerics.seeding import derived_seed
+from .._numerics.state import ExponentState
+from .._numerics.validation import check_pair_labels
+from .._warnings import NoImprovementWarning, warn_user
+from .definiteboost import fit_pair_constraints, pair_thresholds, satisfiable_pairs
+from .definiteboost_fit import fit_from_labels
+from .definiteboost_rules import nothing_learned_message
+from .holdout import (
+    MAX_PASSES,
+    doubling_checkpoints,
+    pair_components,
+    resolve_n_folds,
+    validate_length,
+)
+from .metric_meg_fit import MEGMetricFit, MEGMetricOptions, fit_meg_metric
+from .metric_pairs import N_NEIGHBORS, ClassPairs, label_candidates
+from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
+
+__all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
+           "fit_definiteboost_metric"]
+
+#: A fold's first run goes this far (in sweeps); a longer length asked for
+#: later runs again from the prior to ``_LOOKAHEAD`` times that length.
+_FIRST_HORIZON, _LOOKAHEAD = 4.0, 4.0
+
+
+@dataclass(frozen=True)
+class DefiniteBoostMetricOptions:
+    """DefiniteBoostMetric's options, as its parameters (:class:`megkernel.DefiniteBoostMetric`)."""
+
+    gamma: object = "auto"
+    gamma_dissimilar: object = "auto"
+    slack: object = None
+    max_iter: object = "auto"
+    tol: float = 1e-2
+    projection: str = "approximate"
+    n_folds: object = "auto"
+    n_constraints: object = None
+    n_neighbors: int = N_NEIGHBORS
+    init: str = "auto"
+    random_state: object = None
+    method: str = "auto"
+
+
+@dataclass
+class DefiniteBoostMetricFit:
+    """What :func:`fit_definiteboost_metric` returns.
+
+    ``components`` maps ``x - mean`` to the embedding; ``prior`` is the
+    soft-neighbour fit tried as the prior (a :class:`MEGMetricFit` over the
+    centred points, or ``None``) and ``init`` the prior used; ``log`` the
+    projections' record (``None`` when the validation kept the prior);
+    ``loss`` and ``prior_loss`` the share of the pairs violating their
+    threshold under the learned metric and under the prior.
+    """
+
+    mean: np.ndarray
+    components: np.ndarray
+    gamma: float
+    gamma_dissimilar: float
+    n_iter: int
+    init: str
+    prior: MEGMetricFit | None
+    validation: dict | None
+    log: dict | None
+    pairs: np.ndarray
+    signs: np.ndarray
+    from_labels: str | None
+    loss: float
+    prior_loss: float
+
+
+class SweepPath:
+    """One fold of DefiniteBoostMetric's validation.
+
+    The greedy projections on the fold's training pairs, scored after each
+    number of sweeps (see :mod:`megkernel._solvers.holdout`).
+
+    A run cannot be resumed (its multipliers live inside the solver), so it
+    is made ahead, to a horizon, and scored on its way at every checkpoint
+    (a callback); a length beyond the horizon reruns from the prior to
+    ``_LOOKAHEAD`` times it. A run that converges earlier stays there.
+    """
+
+    def __init__(self, scorer, start, trace, checkpoints, options):
+        self.scorer, self.options = scorer, options
+        self.start, self.trace, self.checkpoints = start, trace, list(checkpoints)
+        self.pairs, self.signs = scorer.train_pairs, scorer.train_signs
+        self.scores, self.horizon, self.converged = {}, -1.0, False
+
+    def score_at(self, sweeps):
+        if sweeps not in self.scores:
+            if self.converged or sweeps <= self.horizon:  # converged on the way
+                return self.scores[max(self.scores)]
+            horizon = max(_FIRST_HORIZON, _LOOKAHEAD * sweeps)
+            self._run([s for s in self.checkpoints if s <= horizon] or [sweeps])
+        return self.scores[sweeps]
+
+    def _run(self, sweeps):
+        options, scorer = self.options, self.scorer
+        state = ExponentState.from_factor(self.start, name="X")
+        steps = [scorer.steps(s) for s in sweeps]
+        found = {0: scorer.score(state.factor())}
+
+        def callback(t, record):
+            if t in steps and t not in found:
+                found[t] = scorer.score(state.factor())
+
+        try:
+            with warnings.catch_warnings():  # the final fit warns, not its folds
+                warnings.simplefilter("ignore")
+                log = fit_pair_constraints(
+                    state, self.pairs, self.signs, gamma=options.gamma,
+                    gamma_dissimilar=options.gamma_dissimilar, trace=self.trace,
+                    slack=options.slack, projection=options.projection,
+                    max_iter=max(steps[-1], 1), tol=options.tol, method=options.method,
+                    callback=callback, callback_at=steps)
+        except ValueError:  # the arithmetic overflowed on the way: no better than the prior
+            self.scores.update({s: found.get(step, found[0]) for s, step in zip(sweeps, steps)})
+            self.horizon, self.converged = sweeps[-1], True
+            return
+        final = scorer.score(state.factor())  # converged early: it stays there
+        self.scores.update({s: found.get(step, final) for s, step in zip(sweeps, steps)})
+        self.horizon = sweeps[-1]
+        self.converged = log["n_iter"] < steps[-1]
+
+
+def _pair_classes(centred, pairs, signs, init):
+    """Return the classes of given pairs for the soft-neighbour prior, or ``None``.
+
+    Those of the similar pairs' connected components, where they stand in
+    for classes (:func:`pair_components`, as MEGMetric validates them) and
+    their points span the training points' features (a prior learned on a
+    lower-dimensional subset would drop the other directions for every
+    point).
+    """
+    if init != "auto":
+        return None
+    components = pair_components(len(centred), pairs, signs)
+    if components is None or (np.linalg.matrix_rank(centred[components >= 0])
+                              < np.linalg.matrix_rank(centred)):
+        return None
+    return ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)
+
+
+def _soft_neighbor_fit(points, codes, options):
+    """MEGMetric's soft-neighbour fit of labelled points (its warnings are not the user's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit_meg_metric(points, labels=codes, kinds=("soft-neighbors",),
+                              options=options)
+
+
+def _prior(centred, classes, options):
+    """Return the prior's embedding of the training points, ``init_`` and the fit tried.
+
+    From labels with ``init="auto"`` (and at most 4000 points), the
+    soft-neighbour metric of MEGMetric when its validated gain is real;
+    otherwise the centred points (the Euclidean metric).
+    """
+    labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
+    if (options.init != "auto" or classes is None
+            or np.unique(classes.codes[labelled]).size < 2
+            or not (resolve_n_folds(options.n_folds, len(labelled)) <= len(labelled)
+                    <= SOFT_NEIGHBORS_MAX_POINTS)):
+        return centred, "euclidean", None
+    fit = _soft_neighbor_fit(centred[labelled], classes.codes[labelled], MEGMetricOptions(
+        n_folds=options.n_folds, random_state=derived_seed(options.random_state)))
+    if not (fit.validation or {}).get("gain_is_real", False):
+        return centred, "euclidean", fit
+    return centred @ fit.components.T, "soft-neighbors", fit
+
+
+def _fold_prior(centred, classes, train, prior):
+    """Return a validation fold's soft-neighbour prior, from its training points only.
+
+    As long as the final prior (its validated iterations), so that the
+    fold's checkpoint 0 scores the prior on labels it has not seen; the
+    Euclidean metric where the fold's points hold one class.
+    """
+    train = train[classes.codes[train] >= 0]
+    if np.unique(classes.codes[train]).size < 2:
+        return centred
+    fold = _soft_neighbor_fit(centred[train], classes.codes[train], MEGMetricOptions(
+        n_epochs=prior.n_epochs, temperature=prior.temperature))
+    return centred @ fold.components.T
+
+
+def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classes, *,
+                        drew_pairs, options):
+    """Greedy steps by cross-validation over the training points.
+
+    Each fold starts from its own prior: the Euclidean metric, or the
+    soft-neighbour metric refitted on the fold's training points alone
+    (:func:`_fold_prior`; the final prior has seen the held-out labels).
+    Given pairs (``drew_pairs`` False) are the folds' own, as without a
+    soft-neighbour prior: the loop scores them by their components itself.
+
+    Returns
+    -------
+    max_iter : int
+    log : dict
+    """
+    seed = derived_seed(options.random_state)
+    checkpoints = doubling_checkpoints(MAX_PASSES)
+
+    def make_path(scorer):
+        fold_start = (start if init == "euclidean"
+                      else _fold_prior(centred, classes, scorer.references, prior))
+        return SweepPath(scorer, fold_start, trace, checkpoints, options)
+
+    best, log = validate_length(len(centred), pairs, signs, make_path,
+                                checkpoints=checkpoints, n_folds=options.n_folds,
+                                rng=np.random.default_rng(seed),
+                                learner="DefiniteBoostMetric",
+                                safety_net=f"the sweeps ({MAX_PASSES})",
+                                classes=classes if drew_pairs else None)
+    if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
+        best = 1.0
+    return (0 if best == 0 else max(1, int(round(best * len(pairs))))), log
+
+
+@contextmanager
+def _no_progress(state, max_iter, n_constraints=None):
+    yield None
+
+
+def _project(start, trace, pairs, signs, max_iter, options):
+    """DefiniteBoost's projections from the prior factor ``start``.
+
+    Returns
+    -------
+    factor : ndarray of shape (n, rank)
+        ``sqrt(trace) F`` of the learned kernel ``trace F F^T``.
+    log : dict
+        The run's record (:func:`fit_from_labels`).
+    """
+    signs = check_pair_labels(signs, pairs, name="y")
+    state = ExponentState.from_factor(start, name="init_factor")
+    state.check_separates(pairs[:, 0], pairs[:, 1], name="init_factor")
+    result = fit_from_labels(
+        pairs, signs, prior=state, trace=float(trace), gamma=options.gamma,
+        gamma_dissimilar=options.gamma_dissimilar, max_iter=max_iter,
+        validation_fraction=None, random_state=None, progress=_no_progress,
+        slack=options.slack, projection=options.projection, corrective=False,
+        tol=options.tol, method=options.method)
+    if result.log["n_iter_total"] == 0:  # not an error, but never silent
+        warn_user(nothing_learned_message(result.state, result.pairs, result.signs,
+                                          result.trace, result.log), NoImprovementWarning)
+    return np.sqrt(result.trace) * result.state.factor(), result.log
+
+
+def _violated_fraction(embedded, pairs, signs, gamma, gamma_dissimilar):
+    a, b = pairs.T
+    sq_distances = np.sum((embedded[a] - embedded[b]) ** 2, axis=1)
+    met = np.where(signs > 0, sq_distances <= gamma, sq_distances >= gamma_dissimilar)
+    return float(1.0 - met.mean())
+
+
+def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, kinds=(),
+                             options):
+    """Fit DefiniteBoostMetric's metric from pairs of training points or class labels.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Validated training points.
+    pairs : ndarray of int, shape (n_pairs, 2), or None
+        Given pairs (row indices of ``X``); ``None`` with ``labels``.
+    signs : ndarray of shape (n_pairs,) or None
+        Their labels, ``+1`` similar, ``-1`` dissimilar.
+    trace : float
+        ``||X - mean||_F^2``, the kernel's trace.
+    labels : ndarray of shape (n_samples,) or None
+        Class labels: the pairs are made from them (the one kind of ``kinds``).
+    kinds : tuple of str
+        From labels: ``("random",)`` or ``("neighbors",)``.
+    options : DefiniteBoostMetricOptions
+        The learner's options.
+
+    Returns
+    -------
+    fit : DefiniteBoostMetricFit
+        The learned metric and its record.
+    """
+    drew_pairs = labels is not None  # from labels: the pairs are its own
+    if drew_pairs:
+        (classes,) = label_candidates(X, labels, kinds, options.n_constraints,
+                                      n_neighbors=options.n_neighbors,
+                                      random_state=options.random_state)
+        pairs, signs = classes.pairs, classes.signs
+    mean = X.mean(axis=0)
+    centred = X - mean
+    if not drew_pairs:
+        classes = _pair_classes(centred, pairs, signs, options.init)
+    start, init, prior = _prior(centred, classes, options)
+    validation, max_iter = None, options.max_iter
+    if max_iter == "auto":
+        max_iter, validation = _validated_max_iter(
+            centred, start, init, prior, trace, pairs, signs, classes,
+            drew_pairs=drew_pairs, options=options)
+    log = None
+    with warnings.catch_warnings():
+        if drew_pairs:  # pairs it drew itself: dropping some is no news
+            warnings.filterwarnings("ignore", "Dropped", UserWarning)
+        if max_iter == 0:  # the prior earned its place
+            state = ExponentState.from_factor(start, name="X")
+            thresholds, gamma, gamma_dissimilar = pair_thresholds(
+                state, signs, gamma=options.gamma, gamma_dissimilar=options.gamma_dissimilar,
+                trace=trace)
+            satisfiable_pairs(state, pairs, signs, thresholds, trace)  # warns
+            components = (prior.components.copy() if init != "euclidean"
+                          else np.linalg.svd(centred, full_matrices=False)[2][:state.size])
+        else:
+            if options.max_iter == "auto":  # stopping early is the validated choice
+                warnings.simplefilter("ignore", ConvergenceWarning)
+            factor, log = _project(start, trace, pairs, signs, max_iter, options)
+            gamma, gamma_dissimilar = log["gamma"], log["gamma_dissimilar"]
+            components = np.linalg.lstsq(centred, factor, rcond=None)[0].T
+    thresholds = dict(pairs=pairs, signs=signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar)
+    return DefiniteBoostMetricFit(
+        mean=mean, components=components, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
+        n_iter=0 if log is None else log["n_iter_total"], init=init, prior=prior,
+        validation=validation, log=log, pairs=pairs, signs=signs,
+        from_labels=classes.from_labels if drew_pairs else None,
+        loss=_violated_fraction(centred @ components.T, **thresholds),
+        prior_loss=_violated_fraction(
+            centred if init == "euclidean" else centred @ prior.components.T, **thresholds))

@@ -1,0 +1,243 @@
+"""MEGMetric's batch fit, end to end: arrays and options in, a :class:`MEGMetricFit` out.
+
+The whitened coordinates of the training points and the targets
+(:mod:`megkernel._solvers.metric_meg`), the pairs made from class labels
+(:mod:`megkernel._solvers.metric_pairs`), the validated kind and length
+(:mod:`megkernel._solvers.metric_validation`), then the final run: mini-batch
+MEG over the pairs, or the MEG ascent of the stochastic-neighbour objective
+(:mod:`megkernel._solvers.metric_soft_neighbors`); and the report of how well
+the metric meets its pairs against the Euclidean prior.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.metrics.pairwise import euclidean_distances
+
+from .._numerics.seeding import derived_generator
+from .._numerics.validation import check_n_trials
+from .holdout import MAX_PASSES, pair_components
+from .metric_meg import (
+    MetricExponent,
+    metric_components,
+    one_sided_residuals,
+    pair_diffs,
+    resolve_learning_rate,
+    run_batches,
+    targets_and_sides,
+    whiten,
+)
+from .metric_pairs import N_NEIGHBORS, ClassPairs, label_candidates
+from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
+from .metric_soft_neighbors import TEMPERATURES, SoftNeighborAscent, prior_temperature
+from .metric_validation import validate_kinds
+
+__all__ = ["MEGMetricFit", "MEGMetricOptions", "fit_meg_metric", "metric_space",
+           "pair_sq_distance_quantiles"]
+
+#: Rows up to which the median squared distance (``gamma_dissimilar="auto"``)
+#: is exact; beyond, that of all pairs of this many random rows.
+_QUANTILE_POINTS = 1000
+
+
+@dataclass(frozen=True)
+class MEGMetricOptions:
+    """MEGMetric's options, as its parameters (see :class:`megkernel.MEGMetric`)."""
+
+    gamma: object = "auto"
+    gamma_dissimilar: object = "auto"
+    loss: str = "one-sided"
+    learning_rate: object = "auto"
+    n_epochs: object = "auto"
+    max_iter: int = MAX_PASSES
+    batch_size: object = "auto"
+    n_folds: object = "auto"
+    shuffle: bool = True
+    temperature: object = "auto"
+    n_constraints: object = None
+    n_neighbors: int = N_NEIGHBORS
+    random_state: object = None
+
+    def temperatures(self):
+        """Return the soft-neighbour temperatures to validate (the first without validation)."""
+        if self.temperature != "auto":
+            return (float(self.temperature),)
+        return TEMPERATURES if self.n_epochs == "auto" else (1.0,)
+
+
+@dataclass
+class MEGMetricFit:
+    """What :func:`fit_meg_metric` returns (the estimator's fitted attributes).
+
+    ``coordinates``, ``scales``, ``directions``, ``trace``: the whitened space;
+    ``exponent`` the learned metric (a :class:`MetricExponent`) and
+    ``components`` its linear map; ``largest_range`` the largest instance
+    range of the fitted pairs (the on-line bound's start); ``loss`` and
+    ``prior_loss`` the pairs' mean counted squared error under the learned
+    metric and under the Euclidean prior.
+    """
+
+    mean: np.ndarray
+    coordinates: np.ndarray
+    scales: np.ndarray
+    directions: np.ndarray
+    trace: float
+    gamma: float
+    gamma_dissimilar: float
+    exponent: MetricExponent
+    components: np.ndarray
+    learning_rate: float
+    n_epochs: float
+    n_iter: int
+    validation: dict | None
+    pairs: np.ndarray
+    signs: np.ndarray
+    from_labels: str | None
+    temperature: float | None
+    soft_neighbor_objective: tuple | None
+    largest_range: float
+    loss: float
+    prior_loss: float
+
+
+def pair_sq_distance_quantiles(centred, quantiles, rng):
+    """Quantiles of squared distances between distinct rows.
+
+    Exact up to 1000 rows; beyond, those of all pairs of 1000 random rows.
+    """
+    if len(centred) > _QUANTILE_POINTS:
+        centred = centred[rng.choice(len(centred), _QUANTILE_POINTS, replace=False)]
+    sq_distances = euclidean_distances(centred, squared=True)
+    return tuple(np.quantile(sq_distances[np.triu_indices(len(centred), k=1)], quantiles))
+
+
+def metric_space(centred, gamma, gamma_dissimilar, rng):
+    """Whitened coordinates of centered training points and the targets.
+
+    Returns
+    -------
+    coordinates, scales, directions, trace
+        As :func:`~megkernel._solvers.metric_meg.whiten`.
+    gamma, gamma_dissimilar : float
+        ``"auto"``: 0, and the median squared distance between distinct
+        training points.
+    """
+    coordinates, scales, directions, trace = whiten(centred)
+    gamma = 0.0 if gamma == "auto" else float(gamma)
+    if gamma_dissimilar == "auto":
+        (gamma_dissimilar,) = pair_sq_distance_quantiles(centred, (0.5,), rng)
+    return coordinates, scales, directions, trace, gamma, float(gamma_dissimilar)
+
+
+def _pair_classes(n_points, pairs, signs):
+    """Return the kinds to validate for given pairs (``None``: the pairs alone).
+
+    The pairs and, if their similar pairs' components stand in for classes
+    (:func:`pair_components`), those classes' soft-neighbour objective.
+    """
+    components = pair_components(n_points, pairs, signs)
+    if components is None or np.sum(components >= 0) > SOFT_NEIGHBORS_MAX_POINTS:
+        return None
+    return [None, ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)]
+
+
+def _pair_loss(sq_distances, signs, gamma, gamma_dissimilar, trace, loss):
+    targets, sides = targets_and_sides(signs, gamma, gamma_dissimilar, trace, loss)
+    residuals = one_sided_residuals(sq_distances, targets * trace, sides)
+    return float(np.mean(residuals**2))
+
+
+def _sq_distances(embedded, pairs):
+    a, b = pairs.T
+    return np.sum((embedded[a] - embedded[b]) ** 2, axis=1)
+
+
+def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options):
+    """Fit MEGMetric's metric from pairs of training points or from class labels.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Validated training points (finite, of a usable scale).
+    pairs : ndarray of int, shape (n_pairs, 2), or None
+        Given pairs (row indices of ``X``); ``None`` with ``labels``.
+    signs : ndarray of shape (n_pairs,) or None
+        Their labels, ``+1`` similar, ``-1`` dissimilar.
+    labels : ndarray of shape (n_samples,) or None
+        Class labels: the pairs are made from them, one candidate per kind
+        of ``kinds`` (validated between them; the first without validation).
+    kinds : tuple of str
+        From labels: ``"soft-neighbors"``, ``"neighbors"``, ``"random"``.
+    options : MEGMetricOptions
+        The learner's options.
+
+    Returns
+    -------
+    fit : MEGMetricFit
+        The learned metric and its record.
+    """
+    candidates = None
+    if labels is not None:
+        candidates = label_candidates(X, labels, kinds, options.n_constraints,
+                                      n_neighbors=options.n_neighbors,
+                                      random_state=options.random_state)
+        pairs, signs = candidates[0].pairs, candidates[0].signs
+    mean = X.mean(axis=0)
+    centred = X - mean
+    rng = derived_generator(options.random_state)
+    coordinates, scales, directions, trace, gamma, gamma_dissimilar = metric_space(
+        centred, options.gamma, options.gamma_dissimilar, rng)
+    prior = scales**2 / trace
+    batch_size = (max(50, 2 * len(prior)) if options.batch_size == "auto"
+                  else options.batch_size)
+    validation = None
+    from_labels = candidates[0].from_labels if candidates else None
+    if candidates is None and options.n_epochs == "auto":  # given pairs: their classes?
+        candidates = _pair_classes(len(coordinates), pairs, signs)
+    if options.n_epochs == "auto":
+        epochs, validation, rng, (pairs, signs, kept) = validate_kinds(
+            coordinates, prior, pairs, signs, candidates or [None], gamma=gamma,
+            gamma_dissimilar=gamma_dissimilar, trace=trace, loss=options.loss,
+            learning_rate=options.learning_rate, batch_size=batch_size, rng=rng,
+            n_folds=options.n_folds, max_iter=options.max_iter,
+            temperatures=options.temperatures())
+        if candidates is not None and len(candidates) > 1:
+            from_labels = None if kept is None else kept.from_labels
+    diffs = pair_diffs(coordinates, pairs)
+    targets, sides = targets_and_sides(signs, gamma, gamma_dissimilar, trace, options.loss)
+    learning_rate = resolve_learning_rate(diffs, options.learning_rate)
+    if options.n_epochs != "auto":
+        epochs = float(options.n_epochs)
+        check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
+    temperature = objective = None
+    if from_labels == "soft-neighbors":  # MEG on the labels' own objective
+        codes = next(c.codes for c in candidates
+                     if c is not None and c.from_labels == "soft-neighbors")
+        labelled = coordinates[codes >= 0]  # (pairs: points in a component)
+        temperature = (validation or {}).get("temperature", options.temperatures()[0])
+        ascent = SoftNeighborAscent(
+            labelled, codes[codes >= 0], prior,
+            temperature * prior_temperature(labelled, prior)).advance(int(epochs))
+        exponent, n_iter = ascent.exponent, ascent.n_iter
+        objective = (ascent.objectives[0], ascent.objective)
+    else:
+        exponent = MetricExponent.from_prior(prior)
+        run_batches(exponent, diffs, targets, sides, learning_rate=learning_rate,
+                    n_seen=0, n_more=int(round(epochs * len(diffs))),
+                    batch_size=batch_size, rng=rng if options.shuffle else None)
+        n_iter = int(math.ceil(epochs))
+    components = metric_components(exponent, scales, directions, trace)
+    measure = dict(signs=signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar, trace=trace,
+                   loss=options.loss)
+    return MEGMetricFit(
+        mean=mean, coordinates=coordinates, scales=scales, directions=directions,
+        trace=trace, gamma=gamma, gamma_dissimilar=gamma_dissimilar, exponent=exponent,
+        components=components, learning_rate=learning_rate, n_epochs=epochs, n_iter=n_iter,
+        validation=validation, pairs=pairs, signs=signs, from_labels=from_labels,
+        temperature=temperature, soft_neighbor_objective=objective,
+        largest_range=float(np.einsum("ij,ij->i", diffs, diffs).max()),
+        loss=_pair_loss(_sq_distances(centred @ components.T, pairs), **measure),
+        prior_loss=_pair_loss(_sq_distances(centred, pairs), **measure))
