@@ -308,6 +308,29 @@ class KernelLearnerMixin:
         """
         return is_regressor(self)
 
+    def squared_distances_of(self, targets):
+        """Return the squared distances these targets state, in the learned kernel's units.
+
+        ``KernelDistances`` compares them with the learned kernel's squared
+        distances on the same pairs to fix the units in which new objects'
+        distances are read (``new_distances``). The default: the targets
+        themselves when :meth:`targets_are_distances` says they are
+        distances (read as squared distances), else ``None`` (no units).
+
+        Parameters
+        ----------
+        targets : array-like of shape (n_pairs,)
+            The targets given to :meth:`learn_kernel`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,) or None
+            Squared distances, or ``None`` when the targets are none.
+        """
+        if not self.targets_are_distances(targets):
+            return None
+        return np.asarray(targets, dtype=float)
+
     def learns_from_distances(self):
         """Whether this learner takes squared distances of pairs as targets.
 
@@ -353,6 +376,22 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
     ``trace="auto"`` (and low-rank ``learning_rate="auto"``) computed over
     all chunks, not over the first.
     """
+
+    def squared_distances_of(self, targets):
+        """Return the squared distances these targets state (squared when ``squared=False``).
+
+        Parameters
+        ----------
+        targets : array-like of shape (n_pairs,)
+            The targets given to :meth:`learn_kernel`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+            Squared distances, in the units of the learned kernel.
+        """
+        values = np.asarray(targets, dtype=float)
+        return values if self.get_params(deep=False).get("squared", True) else values**2
 
     def _stream_params(self, stream):
         """Fix the objects, ``trace`` and low-rank ``learning_rate`` over the whole stream."""

@@ -47,7 +47,8 @@ from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
 from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
-from ._numerics.spectral import check_symmetric, kernel_distance_block
+from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
+from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
 from ._numerics.validation import squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
@@ -66,8 +67,17 @@ from ._objects_given import (
     _converted,
     _given_matrix,
     _ids,
+    _shown,
     _table_matrix,
     _user_kernel_scale,
+)
+from ._objects_new import (
+    _known,
+    check_units,
+    new_object_table,
+    reference_sq_distance,
+    rows_of_new,
+    unit_factor,
 )
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
@@ -84,6 +94,10 @@ from ._warnings import NoImprovementWarning, warn_user
 
 __all__ = ["KernelDistances", "KernelLearnerMixin", "LearnedKernel", "MISSING_DISTANCE",
            "PairStream", "cache_info", "clear_cache"]
+
+
+_NEW_HINT = (" An object the fit never saw is placed from its distances to known "
+             "objects: give them as new_pairs= and new_distances=.")
 
 
 def _check_kernel_learner(learner):
@@ -293,6 +307,28 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         warning). A folder that cannot be written is read: its kernels are
         used, the others learned without being stored (a ``UserWarning``
         once per folder). ``None``: the in-process cache only.
+    new_pairs : array-like of shape (n_new_pairs, 2), default=None
+        Objects the fit never saw, each paired with known objects (ids of
+        ``objects_``), e.g. a DataFrame's two id columns: :meth:`transform`
+        places an id that is not among ``objects_`` from its distances
+        ``new_distances`` to the known objects it is paired with (any of them,
+        not all are needed), by the out-of-sample extension of the kernel
+        (:mod:`megkernel._numerics.extension`; without a kernel, the user's
+        own distances, its given distances are its distances and the others
+        missing). Rows of two known or two new ids are left out. Set it
+        with the new objects' table before ``predict`` (``set_params
+        (<step>__new_pairs=..., <step>__new_distances=...)``, no refit);
+        it changes no fitted kernel and is not part of the cache key. See
+        the user guide's page "New objects after the fit".
+    new_distances : array-like of shape (n_new_pairs,), default=None
+        The distances of ``new_pairs`` (NaN where missing), squared or not
+        as ``given_squared`` says, in the fit's units: those of the
+        side information's distances (a learner's targets are read by its
+        ``squared_distances_of``) or of the fixed kernel. New distances whose
+        median is more than 10 times (in distance) from the fit's typical
+        distance warn, more than 100 times are refused (other units). A
+        learner of pair labels gives the kernel no units: each call then
+        takes its new distances' median as the kernel's typical distance.
 
     Attributes
     ----------
@@ -347,6 +383,14 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     >>> step = KernelDistances(distances=D, objects=["a", "b", "c", "d"])
     >>> step.fit(["a", "c"]).transform(["d"]).tolist()
     [[1e+300, 0.1]]
+
+    An object the fit never saw, placed from its distances to two known ones:
+
+    >>> step = KernelDistances(kernel=points @ points.T + 1.0, objects=["a", "b", "c", "d"],
+    ...                        new_pairs=[["e", "a"], ["e", "c"]],
+    ...                        new_distances=[0.9, 0.1])
+    >>> step.fit(["a", "b", "c", "d"]).transform(["e"]).round(1)
+    array([[0.9, 0.8, 0.1, 0.2]])
     """
 
     _parameter_constraints: dict = {
@@ -359,11 +403,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         "given_squared": ["boolean"],
         "squared": ["boolean"],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
+        "new_pairs": ["array-like", None],
+        "new_distances": ["array-like", None],
     }
 
     def __init__(self, *, kernel=None, learner=None, distances=None, pairs=None,
                  targets=None, objects=None, given_squared=False, squared=False,
-                 memory=None):
+                 memory=None, new_pairs=None, new_distances=None):
         self.kernel = kernel
         self.learner = learner
         self.distances = distances
@@ -373,6 +419,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         self.given_squared = given_squared
         self.squared = squared
         self.memory = memory
+        self.new_pairs = new_pairs
+        self.new_distances = new_distances
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y=None):
@@ -423,7 +471,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
                                  n_features_in_=1, _index=index, _fit_rows=rows,
                                  _given=given, _given_is_squared=bool(self.given_squared),
-                                 _kernel_scale=scale, verdict_=verdict)
+                                 _kernel_scale=scale, verdict_=verdict,
+                                 _extension=None)
             return self
 
     def _verdict(self, kernel, scale, objects, rows, labels, matrix):
@@ -459,9 +508,102 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             distances is :data:`MISSING_DISTANCE`.
         """
         check_is_fitted(self, "objects_")
+        ids = _ids(X)
         hint = _UNKNOWN_HINT if self._given is None else _UNKNOWN_HINT_GIVEN
-        rows = self._index.rows(_ids(X), hint=hint)
-        return self._block(rows, self._fit_rows)
+        lookup = self._index.lookup
+        is_new = np.array([not _known(lookup, key) for key in ids.tolist()], dtype=bool)
+        if not is_new.any():
+            return self._block(self._index.rows(ids, hint=hint), self._fit_rows)
+        if self.new_pairs is None:
+            self._index.rows(ids, hint=hint + _NEW_HINT)  # names the first unknown id
+        new_ids = list(dict.fromkeys(ids[is_new].tolist()))
+        table = new_object_table(self.new_pairs, self.new_distances, self._index,
+                                 given_squared=self.given_squared)
+        neither = [key for key in new_ids if key not in table.named]
+        if neither:
+            raise ValueError(
+                f"X names {len(neither)} object(s) neither known (objects_) nor given "
+                f"distances in new_pairs, e.g. {_shown(neither[0])!r}. {hint}{_NEW_HINT}")
+        rows_of_new(table, new_ids)
+        out = np.empty((len(ids), len(self._fit_rows)))
+        known_at = np.flatnonzero(~is_new)
+        if known_at.size:
+            out[known_at] = self._block(self._index.rows(ids[known_at]), self._fit_rows)
+        new_block = self._new_block(table, new_ids)
+        position = {key: i for i, key in enumerate(new_ids)}
+        new_at = np.flatnonzero(is_new)
+        out[new_at] = new_block[[position[key] for key in ids[new_at].tolist()]]
+        return out
+
+    def _new_block(self, table, new_ids):
+        """Distances of the new objects ``new_ids`` to the fit objects."""
+        rows = [table.rows[key] for key in new_ids]
+        given_sq = [table.sq_distances[key] for key in new_ids]
+        state = self._extension_state()
+        everything = np.concatenate(given_sq)
+        if self._given is not None:  # the user's own distances: the given ones, no more
+            check_units(everything, state["reference"], fitted_units="the given distances")
+            position = np.full(len(self.objects_), -1)
+            position[self._fit_rows] = np.arange(len(self._fit_rows))
+            block = np.full((len(new_ids), len(self._fit_rows)), np.nan)
+            for i, (at, sq) in enumerate(zip(rows, given_sq)):
+                inside = position[at] >= 0
+                block[i, position[at[inside]]] = sq[inside]
+            return _converted(block, True, self.squared)
+        unit = state["unit"]
+        if unit is None:  # no units from the fit: the typical distances match
+            unit = state["reference"] / max(float(np.median(everything)), np.finfo(float).tiny)
+        else:
+            check_units(unit * everything, state["reference"],
+                        fitted_units="squared in the kernel's units")
+        placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
+        sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
+        return sq if self.squared else np.sqrt(sq)
+
+    def _extension_state(self):
+        """Return the extension basis, the unit factor and the typical distance (computed once)."""
+        if self._extension is not None:
+            return self._extension
+        if self._given is not None:
+            observed = self._given[~np.isnan(self._given)]
+            observed = observed if self._given_is_squared else observed**2
+            state = {"reference": float(np.median(observed[observed > 0]))
+                     if (observed > 0).any() else 0.0}
+        else:
+            scale = getattr(self, "_kernel_scale", 1.0)
+            state = {"basis": extension_basis(self.kernel_),
+                     "reference": reference_sq_distance(self.kernel_, scale),
+                     "unit": self._unit_factor(scale)}
+        self._extension = state
+        return state
+
+    def _unit_factor(self, scale):
+        """Return the squared kernel units per squared unit of the user's (None: unknown)."""
+        if self.learner is None:
+            return 1.0  # a fixed kernel: its distances are the user's
+        if self.distances is not None:
+            matrix, _ = _given_matrix(self.distances, self.objects)
+            observed = matrix if self.given_squared else matrix**2
+            upper = np.triu_indices(len(matrix), 1)
+            keep = ~np.isnan(observed[upper])
+            ids = np.asarray(_given_matrix(self.distances, self.objects)[1], dtype=object)
+            a = self._index.rows(ids[upper[0][keep]])
+            b = self._index.rows(ids[upper[1][keep]])
+            observed_sq = observed[upper][keep]
+        elif callable(self.pairs) and not hasattr(self.pairs, "__array__"):
+            return None  # a stream: read once by the learner
+        else:
+            of = getattr(self.learner, "squared_distances_of", None)
+            if self.targets is None or of is None:
+                return None
+            pairs, targets = _without_missing(self.learner, self.pairs, self.targets)
+            observed_sq = of(targets)
+            if observed_sq is None:
+                return None
+            values = np.asarray(pairs, dtype=object)
+            a, b = self._index.rows(values[:, 0]), self._index.rows(values[:, 1])
+        kernel_sq = kernel_pair_sq_distances(self.kernel_ / scale, a, b) * scale
+        return unit_factor(kernel_sq, observed_sq)
 
     def get_feature_names_out(self, input_features=None):
         """Name the output columns: ``distance_to_<id>`` for each fitted object.
@@ -607,11 +749,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 
     #: Parameters holding the user's data: shared by clones, never copied.
-    _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects")
+    _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects", "new_pairs",
+                    "new_distances")
 
     #: Data parameters the repr summarises (what their entries are called).
     _SUMMARISED = {"kernel": "rows", "distances": "rows", "pairs": "pairs",
-                   "targets": "targets", "objects": "ids"}
+                   "targets": "targets", "objects": "ids", "new_pairs": "pairs",
+                   "new_distances": "distances"}
 
     def __sklearn_clone__(self):
         """Clone, sharing the side information and distances instead of deep-copying them.

@@ -1,0 +1,202 @@
+"""New objects for :class:`~megkernel.KernelDistances`: ids the fit never saw.
+
+The user gives ``new_pairs`` and ``new_distances``: a pair table whose rows
+pair a new id with a known one (an id of ``objects_``) and give their
+distance. This module validates that table against the known objects,
+converts the distances to squared distances in the kernel's units, and checks
+those units against the fit's. The placement itself is
+:mod:`megkernel._numerics.extension`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._numerics.spectral import kernel_pair_sq_distances
+from ._objects_given import _as_float, _shown
+from ._warnings import warn_user
+
+#: Squared distances more than this factor (10 in distance) away from the
+#: fit's typical squared distance draw a warning ...
+UNIT_WARN = 1e2
+
+#: ... and more than this factor (100 in distance) are refused: the new
+#: distances are in other units than the fit's (or squared where plain ones
+#: are expected, or the reverse).
+UNIT_REFUSE = 1e4
+
+#: Known pairs sampled for the fit's typical (median) squared distance.
+_REFERENCE_PAIRS = 4096
+
+
+class NewObjects:
+    """The validated table of new objects' distances to known ones.
+
+    Attributes
+    ----------
+    rows : dict
+        New id -> ndarray of the known objects' rows it has distances to.
+    sq_distances : dict
+        New id -> ndarray of those squared distances (the user's units).
+    named : set
+        Every new id the table names (also those without a usable distance).
+    """
+
+    def __init__(self, rows, sq_distances, named):
+        self.rows = rows
+        self.sq_distances = sq_distances
+        self.named = named
+
+
+def _row_name(table, position):
+    if isinstance(table, (pd.DataFrame, pd.Series)):
+        return f"row {table.index[position]!r}"
+    return f"row {position}"
+
+
+def new_object_table(new_pairs, new_distances, index, *, given_squared):
+    """Validate ``new_pairs`` / ``new_distances`` against the known ``index``.
+
+    Rows pairing a new id with a known one are kept; rows of two known ids
+    or of two new ids are left out (a placement uses distances to known
+    objects only). A NaN distance is missing, as everywhere in
+    ``KernelDistances``.
+    """
+    if new_distances is None:
+        raise ValueError("new_pairs needs new_distances: the distance of each pair.")
+    if isinstance(new_pairs, pd.DataFrame):
+        if new_pairs.shape[1] != 2:
+            raise ValueError(f"new_pairs must be a table of object pairs of shape "
+                             f"(n_pairs, 2), got shape {new_pairs.shape}.")
+        values = new_pairs.to_numpy(dtype=object)
+    else:
+        values = np.array(new_pairs, dtype=object)
+    if values.ndim != 2 or values.shape[1] != 2 or len(values) == 0:
+        raise ValueError(f"new_pairs must be a table of object pairs of shape (n_pairs, 2), "
+                         f"got shape {values.shape}.")
+    y = _as_float(new_distances, "new_distances")
+    if y.shape != (len(values),):
+        raise ValueError(f"new_distances must have shape ({len(values)},) like new_pairs, "
+                         f"got {y.shape}.")
+    table = new_distances if isinstance(new_distances, pd.Series) else new_pairs
+    bad = np.isinf(y) | (np.nan_to_num(y) < 0)
+    if bad.any():
+        t = int(np.argmax(bad))
+        what = "an infinite" if np.isinf(y[t]) else "a negative"
+        raise ValueError(f"new_distances holds {what} distance ({y[t]:.6g}) at "
+                         f"{_row_name(table, t)} (the pair {_shown(values[t, 0])!r}, "
+                         f"{_shown(values[t, 1])!r}); distances are finite and >= 0 "
+                         "(NaN for a missing one).")
+    at = _rows_or_missing(index, values.ravel()).reshape(values.shape)
+    known = at >= 0
+    mixed = known[:, 0] != known[:, 1]
+    named = set(pd.unique(values[~known]).tolist())
+    keep = np.flatnonzero(mixed & ~np.isnan(y))
+    sq = y if given_squared else y**2
+    first_new = ~known[keep, 0]
+    new_ids = np.where(first_new, values[keep, 0], values[keep, 1])
+    old_rows = np.where(first_new, at[keep, 1], at[keep, 0])
+    codes, uniques = pd.factorize(pd.Series(new_ids, dtype=object), sort=False)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+    grouped_rows, grouped_sq = {}, {}
+    for g, key in enumerate(uniques.tolist()):
+        chosen = order[bounds[g]:bounds[g + 1]]
+        grouped_rows[key] = old_rows[chosen].astype(np.intp)
+        grouped_sq[key] = sq[keep][chosen]
+    return NewObjects(grouped_rows, grouped_sq, named)
+
+
+def _rows_or_missing(index, ids):
+    """Rows of ``ids`` among the known objects, -1 for an id that is not one."""
+    try:
+        return pd.Index(_vector(index.objects)).get_indexer(pd.Index(_vector(ids)))
+    except TypeError:  # unhashable ids: none of them is known
+        return np.array([index.lookup.get(key, -1) if _hashable(key) else -1
+                         for key in ids], dtype=np.intp)
+
+
+def _vector(values):
+    """``values`` as a 1-D object array (tuple ids kept whole)."""
+    values = list(values)
+    out = np.empty(len(values), dtype=object)
+    try:
+        out[:] = values
+    except ValueError:  # tuples of equal length: numpy would read them as rows
+        for i, value in enumerate(values):
+            out[i] = value
+    return out
+
+
+def _hashable(key):
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _known(lookup, key):
+    try:
+        return key in lookup
+    except TypeError:  # unhashable: no id of the model
+        return False
+
+
+def rows_of_new(table, ids):
+    """Check that every id of ``ids`` has a distance to a known object."""
+    for key in ids:
+        if key in table.rows:
+            continue
+        if key in table.named:
+            raise ValueError(
+                f"The new object {_shown(key)!r} has no distance to any known object in "
+                "new_pairs / new_distances (its rows pair it with other new objects, or "
+                "hold NaN): it cannot be placed. Give its distance to at least one of the "
+                "fit's objects (objects_).")
+
+
+def reference_sq_distance(kernel, scale):
+    """Median squared distance over a seeded sample of the kernel's pairs (its units)."""
+    n = len(kernel)
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, n, _REFERENCE_PAIRS)
+    b = (a + 1 + rng.integers(0, n - 1, _REFERENCE_PAIRS)) % n  # never a == b
+    sq = kernel_pair_sq_distances(np.asarray(kernel) / scale, a, b)
+    return float(np.median(np.maximum(sq, 0.0)) * scale)
+
+
+def unit_factor(kernel_sq, observed_sq):
+    """Squared-distance units of the kernel per unit of the observed ones (a median ratio).
+
+    ``None`` when no pair has both positive.
+    """
+    kernel_sq, observed_sq = np.asarray(kernel_sq, float), np.asarray(observed_sq, float)
+    usable = (kernel_sq > 0) & (observed_sq > 0) & np.isfinite(observed_sq)
+    if not usable.any():
+        return None
+    return float(np.exp(np.median(np.log(kernel_sq[usable]) - np.log(observed_sq[usable]))))
+
+
+def check_units(sq_in_kernel_units, reference, *, fitted_units):
+    """Warn about, or refuse, new distances grossly off the fit's typical distance.
+
+    ``sq_in_kernel_units``: all the call's given squared distances, converted;
+    ``reference``: the fit's median squared distance.
+    """
+    given = float(np.median(sq_in_kernel_units))
+    if not (given > 0 and reference > 0):
+        return
+    ratio = given / reference
+    if 1.0 / UNIT_WARN <= ratio <= UNIT_WARN:
+        return
+    factor = np.sqrt(ratio)
+    message = (f"The new objects' distances are {factor:.3g} times the fit's typical "
+               f"distance (medians, {fitted_units}): ")
+    if not 1.0 / UNIT_REFUSE <= ratio <= UNIT_REFUSE:
+        raise ValueError(message + "they are in other units than the fit's (or squared "
+                         "where plain distances are expected, or the reverse; see "
+                         "given_squared). Give them in the fit's units.")
+    warn_user(message + "check that they are in the fit's units (squared or not as "
+              "given_squared says); they are placed as given.", UserWarning)
