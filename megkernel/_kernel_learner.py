@@ -40,6 +40,16 @@ public, all given defaults by :class:`KernelLearnerMixin`):
     that ``KernelDistances(distances=...)`` can teach it the observed
     entries of a distance matrix.
 
+One method is optional (``KernelDistances`` does without it):
+
+``squared_distances_of(targets)``
+    The squared distances, in the learned kernel's units, that these
+    targets state (``None`` when they are no distances): ``KernelDistances``
+    compares them with the kernel's on the same pairs to read new objects'
+    distances (``new_distances``) in the kernel's units. Without it, or
+    with ``None``, each placement takes the units from the new distances'
+    median.
+
 The learned kernel is cached by ``KernelDistances``: ``learn_kernel`` and
 ``learn_kernel_stream`` must depend only on the learner's class and
 parameters (``get_params(deep=True)``, the cache key) and on their
@@ -75,6 +85,9 @@ __all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "Pair
 #: The methods ``KernelDistances`` calls on its learner.
 PROTOCOL_METHODS = ("learn_kernel", "check_stream", "learn_kernel_stream",
                     "targets_are_distances", "learns_from_distances")
+
+#: The methods it calls when the learner has them.
+OPTIONAL_PROTOCOL_METHODS = ("squared_distances_of",)
 
 
 class LearnedKernel(NamedTuple):

@@ -101,10 +101,12 @@ def new_object_table(new_pairs, new_distances, index, *, given_squared):
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
     grouped_rows, grouped_sq = {}, {}
+    sq_kept = sq[keep]
     for g, key in enumerate(uniques.tolist()):
         chosen = order[bounds[g]:bounds[g + 1]]
-        grouped_rows[key] = old_rows[chosen].astype(np.intp)
-        grouped_sq[key] = sq[keep][chosen]
+        rows, values = old_rows[chosen].astype(np.intp), sq_kept[chosen]
+        canonical = np.lexsort((values, rows))  # the table's row order changes nothing
+        grouped_rows[key], grouped_sq[key] = rows[canonical], values[canonical]
     return NewObjects(grouped_rows, grouped_sq, named)
 
 

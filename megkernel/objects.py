@@ -571,16 +571,23 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                      if (observed > 0).any() else 0.0}
         else:
             scale = getattr(self, "_kernel_scale", 1.0)
-            state = {"basis": extension_basis(self.kernel_),
+            unit, misfit = self._unit_factor(scale)
+            state = {"basis": extension_basis(self.kernel_, sq_noise=misfit),
                      "reference": reference_sq_distance(self.kernel_, scale),
-                     "unit": self._unit_factor(scale)}
+                     "unit": unit}
         self._extension = state
         return state
 
     def _unit_factor(self, scale):
-        """Return the squared kernel units per squared unit of the user's (None: unknown)."""
+        """Return the squared kernel units per squared unit of the user's, and the misfit.
+
+        ``(None, None)`` when the side information holds no distances; the
+        misfit (root mean square, squared distances in the kernel's units) of
+        the kernel to the distances it was learned from sets the placement's
+        noise.
+        """
         if self.learner is None:
-            return 1.0  # a fixed kernel: its distances are the user's
+            return 1.0, None  # a fixed kernel: its distances are the user's
         if self.distances is not None:
             matrix, _ = _given_matrix(self.distances, self.objects)
             observed = matrix if self.given_squared else matrix**2
@@ -591,19 +598,22 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             b = self._index.rows(ids[upper[1][keep]])
             observed_sq = observed[upper][keep]
         elif callable(self.pairs) and not hasattr(self.pairs, "__array__"):
-            return None  # a stream: read once by the learner
+            return None, None  # a stream: read once by the learner
         else:
             of = getattr(self.learner, "squared_distances_of", None)
             if self.targets is None or of is None:
-                return None
+                return None, None
             pairs, targets = _without_missing(self.learner, self.pairs, self.targets)
             observed_sq = of(targets)
             if observed_sq is None:
-                return None
+                return None, None
             values = np.asarray(pairs, dtype=object)
             a, b = self._index.rows(values[:, 0]), self._index.rows(values[:, 1])
         kernel_sq = kernel_pair_sq_distances(self.kernel_ / scale, a, b) * scale
-        return unit_factor(kernel_sq, observed_sq)
+        unit = unit_factor(kernel_sq, observed_sq)
+        if unit is None:
+            return None, None
+        return unit, float(np.sqrt(np.mean((unit * np.asarray(observed_sq) - kernel_sq) ** 2)))
 
     def get_feature_names_out(self, input_features=None):
         """Name the output columns: ``distance_to_<id>`` for each fitted object.

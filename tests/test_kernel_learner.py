@@ -360,3 +360,29 @@ def test_kernel_distances_knows_no_learner(module):
                 or isinstance(node.value, ast.Attribute) and node.value.attr == "learner"):
             # the cache key hashes get_params(deep=True); __name__ names a class given
             assert node.attr in {"get_params", "__name__", *PROTOCOL_METHODS}, node.attr
+
+
+def test_squared_distances_of_reads_targets_in_the_kernels_units():
+    from megkernel._kernel_learner import OPTIONAL_PROTOCOL_METHODS
+
+    assert OPTIONAL_PROTOCOL_METHODS == ("squared_distances_of",)
+    targets = np.array([1.0, 2.0, 3.0])
+    assert_array_equal(MEGKernelRegressor().squared_distances_of(targets), targets)
+    assert_array_equal(MEGKernelRegressor(squared=False).squared_distances_of(targets),
+                       targets**2)
+    assert DefiniteBoostKernel().squared_distances_of([1, -1, 1]) is None
+    assert_array_equal(DefiniteBoostKernel(y_kind="sq_distances").squared_distances_of(
+        targets), targets)
+
+
+def test_kernel_distances_places_new_objects_through_the_protocol_only():
+    Sealed.reads.clear()
+    learner = Sealed(2.0)
+    step = KernelDistances(learner=learner, pairs=[["a", "b"], ["b", "c"]],
+                           targets=[1.0, 2.0], new_pairs=[["d", "a"], ["d", "b"]],
+                           new_distances=[1.0, 1.0])
+    step.fit(["a", "b", "c"])
+    assert step.transform(["d"]).shape == (1, 3)
+    allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS,
+               "squared_distances_of"}
+    assert Sealed.reads <= allowed, Sealed.reads - allowed

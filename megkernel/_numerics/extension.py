@@ -54,7 +54,7 @@ from scipy import linalg
 from .spectral import eigh_symmetric, power_of_four_scale
 
 __all__ = ["ExtensionBasis", "Placement", "extension_basis", "place_objects",
-           "placed_sq_distances", "DEFAULT_MAX_RANK", "DEFAULT_NOISE"]
+           "placed_sq_distances", "DEFAULT_MAX_RANK", "DEFAULT_NOISE", "MIN_NOISE"]
 
 #: Eigen-directions a new object is placed in, at most (the rest is each
 #: object's own part): enough for the structure a learned kernel carries and
@@ -64,6 +64,12 @@ DEFAULT_MAX_RANK = 64
 #: Standard deviation of the noise on a given squared distance, relative to the
 #: known objects' mean squared distance (it sets the ridge ``alpha``).
 DEFAULT_NOISE = 0.1
+
+
+#: The least relative noise: keeps the condition number of a placement below
+#: ``1 + 4 n / MIN_NOISE^2`` (the top eigenvalue is at most ``n / 2`` mean squared
+#: distances).
+MIN_NOISE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class Placement:
     residuals: np.ndarray
 
 
-def extension_basis(kernel, *, max_rank=DEFAULT_MAX_RANK, noise=DEFAULT_NOISE):
+def extension_basis(kernel, *, max_rank=DEFAULT_MAX_RANK, noise=DEFAULT_NOISE, sq_noise=None):
     """Eigenbasis of the centred kernel, for placing new objects.
 
     Parameters
@@ -147,6 +153,10 @@ def extension_basis(kernel, *, max_rank=DEFAULT_MAX_RANK, noise=DEFAULT_NOISE):
     noise : float, default=DEFAULT_NOISE
         Noise of a given squared distance relative to the mean squared
         distance: ``alpha = n (noise * mean_sq_distance)^2``.
+    sq_noise : float, default=None
+        The noise in the kernel's units instead (e.g. the root mean square
+        misfit of the kernel to the distances it was learned from), at
+        least ``MIN_NOISE`` times the mean squared distance.
 
     Returns
     -------
@@ -172,6 +182,8 @@ def extension_basis(kernel, *, max_rank=DEFAULT_MAX_RANK, noise=DEFAULT_NOISE):
     keep = lam > 1e-10 * max(lam[0] if lam.size else 0.0, np.finfo(float).tiny)
     keep[max_rank:] = False
     lam, vecs = lam[keep], vecs[:, keep]
+    if sq_noise is not None and mean_sq > 0:
+        noise = max(sq_noise / scale / mean_sq, MIN_NOISE)
     ridge = n * (noise * mean_sq) ** 2 if mean_sq > 0 else 1.0
     return ExtensionBasis(weights=np.ascontiguousarray(2.0 * vecs * lam), sq_norms=sq_norms,
                           eigenvalues=lam, ridge=float(ridge), scale=scale,
@@ -250,9 +262,13 @@ def placed_sq_distances(basis, placement, cols):
     Returns
     -------
     ndarray of shape (k, len(cols))
-        ``t + e_i - B_i u``, clipped at 0.
+        ``t + e_i - B_i u``, clipped at 0; each object's row does not depend
+        on the others placed with it.
     """
     cols = np.asarray(cols, dtype=np.intp)
-    sq = (placement.sq_norms[:, None] + basis.sq_norms[cols][None, :]
-          - placement.coefficients @ basis.weights[cols].T)
+    weights = basis.weights[cols]
+    sq = np.empty((len(placement.sq_norms), len(cols)))
+    for i, u in enumerate(placement.coefficients):  # one object at a time: the same
+        sq[i] = weights @ u  # bits whatever else is placed in the call
+    sq = placement.sq_norms[:, None] + basis.sq_norms[cols][None, :] - sq
     return np.maximum(sq, 0.0) * basis.scale

@@ -1,0 +1,231 @@
+"""KernelDistances with new objects: ids the fit never saw, placed from new_pairs."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+
+from megkernel import DefiniteBoostKernel, KernelDistances, MEGKernelRegressor
+from megkernel.objects import MISSING_DISTANCE
+
+
+def _clusters(n=60, n_new=12, seed=0):
+    """Two clusters in the plane: known ids k.., new ids n.., their distances."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n + n_new) % 2
+    points = rng.normal(scale=0.4, size=(n + n_new, 2)) + 3.0 * labels[:, None]
+    ids = np.array([f"k{i}" for i in range(n)] + [f"n{i}" for i in range(n_new)],
+                   dtype=object)
+    distances = np.sqrt(np.sum((points[:, None] - points[None]) ** 2, axis=2))
+    return ids, labels, points, distances
+
+
+def _new_table(ids, distances, n, m=None, seed=1, *, squared=False):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for new in range(n, len(ids)):
+        olds = np.arange(n) if m is None else rng.choice(n, m, replace=False)
+        rows += [(ids[new], ids[old], distances[new, old] ** (2 if squared else 1))
+                 for old in olds]
+    table = pd.DataFrame(rows, columns=["new", "known", "distance"])
+    return table[["new", "known"]], table["distance"]
+
+
+def _fit_table(ids, distances, n, fraction=0.5, seed=2):
+    rng = np.random.default_rng(seed)
+    a, b = np.triu_indices(n, 1)
+    pick = rng.random(a.size) < fraction
+    return (pd.DataFrame({"a": ids[a[pick]], "b": ids[b[pick]]}),
+            pd.Series(distances[a[pick], b[pick]]))
+
+
+def test_a_fixed_kernel_places_new_objects_at_their_distances():
+    ids, _, points, distances = _clusters()
+    kernel = points[:60] @ points[:60].T
+    pairs, given = _new_table(ids, distances, 60)
+    step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
+                           new_distances=given).fit(ids[:60])
+    got = step.transform(ids[60:])
+    # the ridge (a tenth of the mean squared distance, 6.4, as noise) blurs the
+    # smallest distances a little; the nearest known objects stay the nearest
+    assert np.abs(got - distances[60:, :60]).max() < 0.3
+    nearest = np.argmin(distances[60:, :60], axis=1)
+    assert np.all(distances[60:, :60][np.arange(12), np.argmin(got, axis=1)]
+                  <= distances[60:, :60][np.arange(12), nearest] + 0.1)
+    # known ids alongside new ones: their rows as before
+    mixed = step.transform(np.array(["k3", "n0", "k5"], dtype=object))
+    np.testing.assert_array_equal(mixed[[0, 2]], step.transform(["k3", "k5"]))
+    np.testing.assert_array_equal(mixed[1], got[0])
+
+
+def test_a_learned_kernel_in_a_pipeline_predicts_labels_of_new_objects():
+    ids, labels, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=5)
+    pipe = make_pipeline(
+        KernelDistances(learner=MEGKernelRegressor(squared=False, random_state=0),
+                        pairs=pairs, targets=targets),
+        KNeighborsClassifier(1, metric="precomputed"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(ids[:60], labels[:60])
+    # the new objects' table is set after the fit: no refit
+    pipe.set_params(kerneldistances__new_pairs=new_pairs,
+                    kerneldistances__new_distances=new_distances)
+    assert pipe.score(ids[60:], labels[60:]) == 1.0
+    assert set(pipe[0].objects_.tolist()) == set(ids[:60].tolist())  # nothing added
+
+
+def test_the_units_of_a_learner_of_plain_or_squared_distances_are_its_targets():
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    out = []
+    for squared in (False, True):
+        new_pairs, new_distances = _new_table(ids, distances, 60, squared=squared)
+        learner = MEGKernelRegressor(squared=squared, random_state=0)
+        step = KernelDistances(learner=learner, pairs=pairs,
+                               targets=targets**2 if squared else targets,
+                               given_squared=squared, new_pairs=new_pairs,
+                               new_distances=new_distances)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out.append(step.fit(ids[:60]).transform(ids[60:]))
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-6)
+    np.testing.assert_allclose(out[0], distances[60:, :60], atol=0.5)
+
+
+def test_without_a_learner_new_objects_have_their_given_distances():
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=4)
+    step = KernelDistances(pairs=pairs, targets=targets, new_pairs=new_pairs,
+                           new_distances=new_distances).fit(ids[:60])
+    got = step.transform(["n0"])[0]
+    given = dict(zip(new_pairs["known"][new_pairs["new"] == "n0"],
+                     new_distances[new_pairs["new"] == "n0"]))
+    for j, key in enumerate(ids[:60]):
+        assert got[j] == pytest.approx(given.get(key, MISSING_DISTANCE))
+
+
+def test_a_learner_of_pair_labels_places_new_objects_in_the_kernel_units():
+    ids, labels, _, distances = _clusters()
+    a, b = np.triu_indices(60, 1)
+    close = distances[a, b] < np.quantile(distances[a, b], 0.1)
+    pairs = np.column_stack([ids[a[close]], ids[b[close]]])
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=10)
+    pipe = make_pipeline(
+        KernelDistances(learner=DefiniteBoostKernel(random_state=0, objects=ids[:60]),
+                        pairs=pairs, new_pairs=new_pairs, new_distances=new_distances),
+        KNeighborsClassifier(1, metric="precomputed"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(ids[:60], labels[:60])
+    assert pipe.score(ids[60:], labels[60:]) >= 0.9
+
+
+def test_row_order_of_the_new_table_changes_nothing():
+    ids, _, points, distances = _clusters()
+    kernel = points[:60] @ points[:60].T
+    pairs, given = _new_table(ids, distances, 60, m=7)
+    order = np.random.default_rng(5).permutation(len(pairs))
+    one = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
+                          new_distances=given).fit(ids[:60]).transform(ids[60:])
+    two = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs.iloc[order],
+                          new_distances=given.iloc[order]).fit(ids[:60]).transform(ids[60:])
+    np.testing.assert_array_equal(one, two)
+
+
+def _step(**params):
+    ids, _, points, distances = _clusters()
+    kernel = points[:60] @ points[:60].T
+    pairs, given = _new_table(ids, distances, 60, m=5)
+    params = {"new_pairs": pairs, "new_distances": given, **params}
+    return KernelDistances(kernel=kernel, objects=ids[:60], **params).fit(ids[:60]), given
+
+
+def test_an_id_neither_known_nor_given_distances_is_named():
+    step, _ = _step()
+    with pytest.raises(ValueError, match="neither known.*'stranger'"):
+        step.transform(["k1", "stranger"])
+    step, _ = _step(new_pairs=None, new_distances=None)
+    with pytest.raises(ValueError, match="'n0'.*new_pairs= and new_distances="):
+        step.transform(["n0"])
+
+
+def test_a_new_object_without_a_distance_to_a_known_one_is_named():
+    ids, _, points, _ = _clusters()
+    kernel = points[:60] @ points[:60].T
+    pairs = pd.DataFrame({"new": ["n0", "n1", "n1"], "known": ["n1", "k0", "k2"]})
+    step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
+                           new_distances=[1.0, 1.0, np.nan]).fit(ids[:60])
+    step.transform(["n1"])  # one distance suffices
+    with pytest.raises(ValueError, match="new object 'n0' has no distance to any known"):
+        step.transform(["n0"])
+    step.set_params(new_distances=[1.0, np.nan, np.nan])
+    with pytest.raises(ValueError, match="new object 'n1' has no distance"):
+        step.transform(["n1"])
+
+
+@pytest.mark.parametrize("bad, word", [(-1.0, "negative"), (np.inf, "infinite")])
+def test_a_bad_new_distance_names_its_row(bad, word):
+    step, given = _step()
+    given = given.copy()
+    given.index = [f"r{i}" for i in range(len(given))]
+    given.iloc[7] = bad
+    step.set_params(new_distances=given)
+    with pytest.raises(ValueError, match=f"{word} distance .* at row 'r7'"):
+        step.transform(["n1"])
+    with pytest.raises(ValueError, match="must hold numbers.*row 'r2' holds the text"):
+        step.set_params(new_distances=given.astype(object).where(given.index != "r2", "1.0"))
+        step.transform(["n1"])
+
+
+def test_new_pairs_and_distances_of_other_shapes_are_refused():
+    step, given = _step()
+    step.set_params(new_distances=given[:-1])
+    with pytest.raises(ValueError, match="new_distances must have shape"):
+        step.transform(["n1"])
+    step.set_params(new_distances=None)
+    with pytest.raises(ValueError, match="new_pairs needs new_distances"):
+        step.transform(["n1"])
+    step.set_params(new_pairs=np.zeros((3, 3)), new_distances=np.ones(3))
+    with pytest.raises(ValueError, match="new_pairs must be a table of object pairs"):
+        step.transform(["n1"])
+
+
+def test_distances_in_other_units_are_refused_or_warned_about():
+    step, given = _step()
+    new_ids = [f"n{i}" for i in range(12)]
+    step.set_params(new_distances=1000.0 * given)
+    with pytest.raises(ValueError, match="other units than the fit's"):
+        step.transform(new_ids)
+    step.set_params(new_distances=20.0 * given)
+    with pytest.warns(UserWarning, match="check that they are in the fit's units"):
+        step.transform(new_ids)
+    step.set_params(new_distances=3.0 * given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step.transform(new_ids)
+    # squared distances where plain ones are expected, in units where it shows
+    ids, _, points, distances = _clusters()
+    kernel = (100 * points[:60]) @ (100 * points[:60]).T
+    pairs, given = _new_table(ids, 100 * distances, 60, m=5, squared=True)
+    step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
+                           new_distances=given).fit(ids[:60])
+    with pytest.raises(ValueError, match="squared\\s+where plain distances are expected"):
+        step.transform(ids[60:])
+    step.set_params(given_squared=True)
+    step.fit(ids[:60]).transform(ids[60:])
+
+
+def test_a_failed_transform_changes_nothing():
+    step, given = _step()
+    before = step.transform(["n2"])
+    step.set_params(new_distances=-given)
+    with pytest.raises(ValueError):
+        step.transform(["n2"])
+    step.set_params(new_distances=given)
+    np.testing.assert_array_equal(step.transform(["n2"]), before)
