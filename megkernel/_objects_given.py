@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import coo_matrix
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
@@ -246,6 +247,42 @@ def _converted(block, given_squared, squared):
         np.square(block, out=block)
     block[missing] = MISSING_DISTANCE
     return block
+
+
+class GivenSquaredDistances:
+    """The squared distances given for pairs, kept beside the kernel learned from them.
+
+    In the learned kernel's units (the learner's reading of its targets:
+    :meth:`~megkernel.KernelLearnerMixin.squared_distances_of`); a pair given
+    more than once keeps the mean of its values, a pair of one object none.
+    Stored sparse (one entry per given pair and orientation), so a block of
+    any rows and columns is read without an ``n x n`` matrix.
+
+    Parameters
+    ----------
+    n_objects : int
+    a, b : ndarray of int
+        Object indices of the given pairs.
+    sq : ndarray of float
+        Their squared distances, in the kernel's units.
+    """
+
+    def __init__(self, n_objects, a, b, sq):
+        a, b, sq = np.asarray(a, np.intp), np.asarray(b, np.intp), np.asarray(sq, float)
+        keep = (a != b) & np.isfinite(sq)
+        a, b, sq = a[keep], b[keep], sq[keep]
+        rows, cols = np.concatenate([a, b]), np.concatenate([b, a])
+        shape = (int(n_objects), int(n_objects))
+        self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()
+        self._counts = coo_matrix((np.ones(rows.size), (rows, cols)), shape).tocsr()
+        self.n_pairs = int(keep.sum())
+
+    def block(self, rows, cols):
+        """Return the given squared distances between ``rows`` and ``cols`` (NaN: none)."""
+        sums = self._sums[rows][:, cols].toarray()
+        counts = self._counts[rows][:, cols].toarray()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / counts, np.nan)
 
 
 def _user_kernel_scale(kernel, *, squared, check_psd):

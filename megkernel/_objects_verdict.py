@@ -26,8 +26,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.multiclass import type_of_target
 
-from ._objects_given import MISSING_DISTANCE, _as_float, _pair_index, _pair_values
-from ._pair_estimator import ObjectIndex
+from ._objects_given import MISSING_DISTANCE
 from ._warnings import warn_user
 
 #: At most this many training objects are compared (a seeded sample of them
@@ -95,39 +94,6 @@ def observed_distances_known(learner, targets):
     return targets is not None and bool(learner.targets_are_distances(targets))
 
 
-def observed_block(pairs, targets, objects, rows):
-    """Return the observed distances among ``objects[rows]`` (NaN where missing).
-
-    Only the pairs inside the block are kept: no ``n_objects x n_objects``
-    matrix is formed.
-    """
-    values = _pair_values(pairs)
-    pair_rows, _ = _pair_index(pairs, values, objects)
-    y = _as_float(targets, "targets")
-    position = np.full(len(objects), -1)
-    position[rows] = np.arange(len(rows))
-    a, b = position[pair_rows[:, 0]], position[pair_rows[:, 1]]
-    keep = (a >= 0) & (b >= 0) & (a != b) & ~np.isnan(y)
-    m = len(rows)
-    flat = np.concatenate([a[keep] * m + b[keep], b[keep] * m + a[keep]])
-    sums = np.bincount(flat, np.concatenate([y[keep], y[keep]]), minlength=m * m)
-    counts = np.bincount(flat, minlength=m * m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (sums / counts).reshape(m, m)
-
-
-def observed_in_matrix(matrix, matrix_objects, ids):
-    """Return the user's distances among ``ids`` (NaN for an id the matrix lacks).
-
-    A learner may declare more objects than the user's ``distances`` cover.
-    """
-    lookup = ObjectIndex(matrix_objects).lookup
-    at = np.array([lookup.get(key, -1) for key in ids.tolist()], dtype=np.intp)
-    inside = np.maximum(at, 0)
-    return np.where((at[:, None] >= 0) & (at[None, :] >= 0),
-                    matrix[np.ix_(inside, inside)], np.nan)
-
-
 def loo_nearest_correct(distances, labels):
     """Whether each object's nearest other object (leave-one-out 1-NN) shares its label.
 
@@ -139,7 +105,17 @@ def loo_nearest_correct(distances, labels):
     return labels[np.argmin(D, axis=1)] == labels
 
 
-def neighbour_verdict(learned, observed, labels, *, sampled=False):
+def _paired_z(right, right_other):
+    """Return McNemar's statistic: the paired difference in standard errors.
+
+    Positive when ``right`` is right more often.
+    """
+    gains = int(np.sum(right & ~right_other))
+    losses = int(np.sum(right_other & ~right))
+    return (gains - losses) / np.sqrt(gains + losses) if gains + losses else 0.0
+
+
+def neighbour_verdict(learned, observed, labels, *, sampled=False, kept=None):
     """Leave-one-out 1-NN of the learned distances against the observed ones.
 
     Parameters
@@ -150,28 +126,34 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False):
     labels : ndarray of shape (m,)
     sampled : bool, default=False
         Whether the objects are a sample of the fit's (said in the warning).
+    kept : ndarray of shape (m, m), optional
+        The learned distances with the observed ones kept where given.
 
     Returns
     -------
     verdict : dict
-        ``learned`` and ``observed`` (accuracies; NaN without observed
-        distances, both NaN for fewer than two objects), ``n_objects``,
-        ``sampled`` (as given), ``z`` (the paired difference in standard
-        errors, positive when the learned kernel is better) and ``worse``
-        (``z < -WORSE_Z``).
+        ``learned``, ``observed`` and ``kept`` (accuracies; NaN without
+        those distances, all NaN for fewer than two objects), ``n_objects``,
+        ``sampled`` (as given), ``z`` (the learned against the observed
+        distances' paired difference in standard errors, positive when the
+        learned kernel is better), ``worse`` (``z < -WORSE_Z``) and
+        ``keep_given`` (keeping the given distances is more accurate than the
+        learned kernel alone).
     """
-    out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
-           "z": np.nan, "worse": False, "sampled": bool(sampled)}
+    out = {"learned": np.nan, "observed": np.nan, "kept": np.nan, "n_objects": len(labels),
+           "z": np.nan, "worse": False, "keep_given": False, "sampled": bool(sampled)}
     if len(labels) < 2:  # no other object to be a neighbor
         return out
     right = loo_nearest_correct(learned, labels)
     out["learned"] = float(right.mean())
+    if kept is not None:
+        right_kept = loo_nearest_correct(kept, labels)
+        out.update(kept=float(right_kept.mean()),
+                   keep_given=bool(_paired_z(right_kept, right) > 0))
     if observed is None:
         return out
     right_observed = loo_nearest_correct(observed, labels)
-    gains = int(np.sum(right & ~right_observed))
-    losses = int(np.sum(right_observed & ~right))
-    z = (gains - losses) / np.sqrt(gains + losses) if gains + losses else 0.0
+    z = _paired_z(right, right_observed)
     out.update(observed=float(right_observed.mean()), z=float(z),
                worse=bool(z < -WORSE_Z))
     return out

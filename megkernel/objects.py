@@ -43,7 +43,7 @@ import os
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
-from sklearn.utils._param_validation import HasMethods
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
@@ -63,10 +63,13 @@ from ._objects_given import (
     _UNKNOWN_HINT,
     _UNKNOWN_HINT_GIVEN,
     MISSING_DISTANCE,
+    GivenSquaredDistances,
     _as_float,
     _converted,
     _given_matrix,
     _ids,
+    _pair_index,
+    _pair_values,
     _shown,
     _table_matrix,
     _user_kernel_scale,
@@ -83,9 +86,7 @@ from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     class_labels,
     neighbour_verdict,
-    observed_block,
     observed_distances_known,
-    observed_in_matrix,
     verdict_message,
     verdict_rows,
 )
@@ -282,6 +283,21 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``given_squared=True``.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
+    keep_given : {"auto", True, False}, default="auto"
+        With a ``learner`` taught distances (``pairs`` and ``targets`` of a
+        learner of distances, or ``distances``): ``True`` returns the given
+        distance for every pair that has one (the mean of repeats, in the
+        learned kernel's units as the learner reads its targets) and the
+        learned kernel's distance for the others; ``False`` the learned
+        kernel's everywhere. ``"auto"`` decides at :meth:`fit` from the class
+        labels a Pipeline passes: leave-one-out 1-NN accuracy on the fit
+        objects under both, ``True`` when keeping the given distances is more
+        accurate (``verdict_`` holds both figures); ``False`` without labels.
+        Where few pairs are given, a learned kernel can rank an object's
+        neighbours worse than the distances it was taught (it fits all the
+        pairs, mostly the large distances; 1-NN needs the small ones): the
+        given distances then carry the nearest neighbours, the kernel the
+        pairs nobody measured.
     memory : str, path, joblib.Memory or None, default=None
         On-disk cache of learned kernels: a folder (``~`` expanded, made
         absolute), or a ``joblib.Memory`` whose ``location`` is one
@@ -402,6 +418,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         "objects": ["array-like", None],
         "given_squared": ["boolean"],
         "squared": ["boolean"],
+        "keep_given": [StrOptions({"auto"}), "boolean"],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "new_pairs": ["array-like", None],
         "new_distances": ["array-like", None],
@@ -409,7 +426,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
 
     def __init__(self, *, kernel=None, learner=None, distances=None, pairs=None,
                  targets=None, objects=None, given_squared=False, squared=False,
-                 memory=None, new_pairs=None, new_distances=None):
+                 keep_given="auto", memory=None, new_pairs=None, new_distances=None):
         self.kernel = kernel
         self.learner = learner
         self.distances = distances
@@ -418,6 +435,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         self.objects = objects
         self.given_squared = given_squared
         self.squared = squared
+        self.keep_given = keep_given
         self.memory = memory
         self.new_pairs = new_pairs
         self.new_distances = new_distances
@@ -455,6 +473,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 f"not the class {self.learner.__name__}.")
         if self.learner is not None:
             _check_kernel_learner(self.learner)
+            if self.keep_given is True and not self._teaches_distances():
+                raise ValueError(
+                    f"keep_given=True keeps the distances a learner was taught, but "
+                    f"{type(self.learner).__name__} is given none to keep (its targets "
+                    "are no distances, or come as a stream): use keep_given='auto' or "
+                    "False.")
         kernel, given, objects, matrix = self._source()
         scale = (_user_kernel_scale(kernel, squared=self.squared,
                                     check_psd=self.kernel is not None)
@@ -462,8 +486,14 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
+        given_sq = self._given_squared_distances(index, matrix)
         verdict = (None if labels is None  # (no learner: no labels either)
-                   else self._verdict(kernel, scale, objects, rows, labels, matrix))
+                   else self._verdict(kernel, scale, rows, labels, given_sq))
+        keeps_given = given_sq is not None and (
+            self.keep_given is True
+            or (self.keep_given == "auto" and verdict is not None and verdict["keep_given"]))
+        if verdict is not None:
+            verdict["keep_given"] = keeps_given
         if verdict is not None and verdict["worse"]:
             warn_user(verdict_message(type(self.learner).__name__, verdict),
                       NoImprovementWarning)
@@ -472,26 +502,64 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  n_features_in_=1, _index=index, _fit_rows=rows,
                                  _given=given, _given_is_squared=bool(self.given_squared),
                                  _kernel_scale=scale, verdict_=verdict,
+                                 keeps_given_=keeps_given,
+                                 _kept_given=given_sq if keeps_given else None,
                                  _extension=None)
             return self
 
-    def _verdict(self, kernel, scale, objects, rows, labels, matrix):
-        """Leave-one-out 1-NN on the fit objects: learned kernel against observed distances."""
+    def _verdict(self, kernel, scale, rows, labels, given_sq):
+        """Compare by leave-one-out 1-NN on the fit objects.
+
+        The learned kernel, the observed distances, and the learned kernel
+        with the given distances kept, compared as squared distances in the
+        kernel's units (1-NN ranks them as the distances).
+        """
         chosen = verdict_rows(len(rows))
         # each object once (a fit may repeat ids): copies are at distance 0
         unique_rows, copies = np.unique(rows[chosen], return_inverse=True)
         learned = kernel_distance_block(kernel, unique_rows, unique_rows, scale=scale,
-                                        squared=False)
-        observed = None
-        if matrix is not None:  # the user's distances, as _source validated them
-            observed = observed_in_matrix(*matrix, objects[unique_rows])
-        elif (not callable(self.pairs) or hasattr(self.pairs, "__array__")) and \
-                observed_distances_known(self.learner, self.targets):
-            observed = observed_block(self.pairs, self.targets, objects, unique_rows)
-        return neighbour_verdict(_with_copies(learned, copies),
-                                 None if observed is None else _with_copies(observed, copies),
-                                 np.asarray(labels)[chosen],
-                                 sampled=len(chosen) < len(rows))
+                                        squared=True)
+        observed = kept = None
+        if given_sq is not None:
+            observed = given_sq.block(unique_rows, unique_rows)
+            kept = np.where(np.isnan(observed), learned, observed)
+        return neighbour_verdict(
+            _with_copies(learned, copies),
+            None if observed is None else _with_copies(observed, copies),
+            np.asarray(labels)[chosen], sampled=len(chosen) < len(rows),
+            kept=None if kept is None else _with_copies(kept, copies))
+
+    def _teaches_distances(self):
+        """Whether the learner is taught distances (a matrix, or a table of them)."""
+        if self.distances is not None:
+            return True
+        streamed = callable(self.pairs) and not hasattr(self.pairs, "__array__")
+        return not streamed and observed_distances_known(self.learner, self.targets)
+
+    def _given_squared_distances(self, index, matrix):
+        """Return the squared distances the learner was taught, kept beside its kernel.
+
+        ``None`` without a learner, for a stream, or for targets that are no
+        distances (pair labels). ``matrix``: the user's validated distances
+        with their ids, when the learner was taught them.
+        """
+        if self.learner is None or not self._teaches_distances():
+            return None
+        if matrix is not None:
+            values, ids = matrix
+            sq = values if self.given_squared else values**2
+            upper = np.triu_indices(len(values), 1)
+            keep = ~np.isnan(sq[upper])
+            ids = np.asarray(ids, dtype=object)
+            return GivenSquaredDistances(len(index), index.rows(ids[upper[0][keep]]),
+                                         index.rows(ids[upper[1][keep]]), sq[upper][keep])
+        pairs, targets = _without_missing(self.learner, self.pairs, self.targets)
+        of = getattr(self.learner, "squared_distances_of", None)
+        sq = None if of is None else of(targets)
+        if sq is None:
+            return None
+        pair_rows, _ = _pair_index(pairs, _pair_values(pairs), index.objects)
+        return GivenSquaredDistances(len(index), pair_rows[:, 0], pair_rows[:, 1], sq)
 
     def transform(self, X):
         """Return the distances from the objects ``X`` to the fitted objects.
@@ -645,9 +713,15 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         if self._given is not None:
             return _converted(self._given[np.ix_(rows, cols)], self._given_is_squared,
                               self.squared)
-        return kernel_distance_block(self.kernel_, rows, cols,
-                                     scale=getattr(self, "_kernel_scale", 1.0),
-                                     squared=self.squared)
+        kept = getattr(self, "_kept_given", None)
+        block = kernel_distance_block(self.kernel_, rows, cols,
+                                      scale=getattr(self, "_kernel_scale", 1.0),
+                                      squared=self.squared or kept is not None)
+        if kept is None:
+            return block
+        given = kept.block(rows, cols)
+        block = np.where(np.isnan(given), block, given)
+        return block if self.squared else np.sqrt(block)
 
     def _source(self):
         """``(kernel, given, objects, matrix)``: read-only, validated, before any change.

@@ -20,12 +20,11 @@ from megkernel import (
     MEGKernelRegressor,
     NoImprovementWarning,
 )
-from megkernel._objects_given import _table_matrix
+from megkernel._objects_given import GivenSquaredDistances, _table_matrix
 from megkernel._objects_verdict import (
     WORSE_Z,
     loo_nearest_correct,
     neighbour_verdict,
-    observed_block,
 )
 from megkernel.objects import KernelLearnerMixin, clear_cache
 
@@ -111,16 +110,98 @@ def test_verdict_counts_the_objects_the_two_disagree_on():
     assert neighbour_verdict(one, good, labels)["worse"] == (np.sqrt(2) > WORSE_Z)
 
 
-def test_observed_block_is_the_table_matrix_restricted():
+def test_given_distances_block_is_the_table_matrix_restricted():
     ids, _, table = _clustered(30)
     doubled = pd.concat([table, table.rename(columns={"a": "b", "b": "a"})
                          .assign(sq=table["sq"] * 1.5)])  # repeated, reversed: averaged
     full, objects = _table_matrix(doubled[["a", "b"]], doubled["sq"], ids)
-    rows = np.array([3, 0, 17, 29, 8])
-    block = observed_block(doubled[["a", "b"]], doubled["sq"], objects, rows)
-    expected = full[np.ix_(rows, rows)]
-    np.fill_diagonal(expected, np.nan)
-    assert_allclose(block, expected, equal_nan=True)
+    position = {name: k for k, name in enumerate(objects)}
+    a = doubled["a"].map(position).to_numpy()
+    b = doubled["b"].map(position).to_numpy()
+    given = GivenSquaredDistances(len(objects), a, b, doubled["sq"].to_numpy())
+    rows, cols = np.array([3, 0, 17, 29, 8]), np.array([8, 1, 3, 3])
+    expected = full[np.ix_(rows, cols)]
+    expected[rows[:, None] == cols[None, :]] = np.nan  # no pair of one object
+    assert_allclose(given.block(rows, cols), expected, equal_nan=True)
+    assert given.n_pairs == len(doubled)
+
+
+def _learned_with_given(step, table, ids, squared):
+    """The naive hybrid: the learned kernel's squared distances, the table's where given."""
+    K = step.kernel_
+    position = {name: k for k, name in enumerate(step.objects_)}
+    diag = np.diag(K)
+    sq = diag[:, None] + diag[None, :] - 2.0 * K
+    sums, counts = np.zeros_like(sq), np.zeros_like(sq)
+    for a, b, value in table.itertuples(index=False):
+        i, j = position[a], position[b]
+        sums[i, j] += value
+        sums[j, i] += value
+        counts[i, j] += 1
+        counts[j, i] += 1
+    sq = np.where(counts > 0, sums / np.maximum(counts, 1), np.maximum(sq, 0.0))
+    rows = [position[name] for name in ids]
+    block = sq[np.ix_(rows, rows)]
+    return block if squared else np.sqrt(block)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_keep_given_returns_the_given_distances_where_given(squared):
+    ids, labels, table = _clustered()
+    table = pd.concat([table, table.iloc[:5].assign(sq=table["sq"].iloc[:5] * 2.0)])
+    learner = MEGKernelRegressor(objects=ids, random_state=0)
+    step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
+                           keep_given=True, squared=squared).fit(ids)
+    assert step.keeps_given_
+    assert_allclose(step.transform(ids), _learned_with_given(step, table, ids, squared),
+                    rtol=1e-9, atol=1e-9)
+    plain = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
+                            keep_given=False, squared=squared).fit(ids)
+    assert not plain.keeps_given_
+    given = ~np.isnan(_table_matrix(table[["a", "b"]], table["sq"], ids)[0])
+    np.fill_diagonal(given, False)
+    # the same kernel; only the given pairs differ
+    assert_allclose(plain.transform(ids)[~given], step.transform(ids)[~given], rtol=1e-12)
+    assert not np.allclose(plain.transform(ids)[given], step.transform(ids)[given])
+
+
+def test_keep_given_auto_follows_the_labels():
+    ids, labels, table = _clustered()
+    # the identity kernel knows nothing: keeping the given distances wins
+    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"])
+    with pytest.warns(NoImprovementWarning):
+        step.fit(ids, labels)
+    assert step.keeps_given_ and step.verdict_["keep_given"]
+    assert step.verdict_["kept"] > step.verdict_["learned"]
+    # a kernel as good as the distances: ties keep the learned kernel
+    good = KernelDistances(learner=MEGKernelRegressor(objects=ids, random_state=0),
+                           pairs=table[["a", "b"]], targets=table["sq"]).fit(ids, labels)
+    assert good.verdict_["learned"] == 1.0 and not good.keeps_given_
+    # no labels, no decision: the learned kernel
+    assert not KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                               targets=table["sq"]).fit(ids).keeps_given_
+
+
+def test_keep_given_true_without_distances_is_refused_before_any_change():
+    ids, labels, table = _clustered()
+    signs = np.where(table["sq"] < np.median(table["sq"]), 1, -1)
+    step = KernelDistances(learner=DefiniteBoostKernel(objects=ids), pairs=table[["a", "b"]],
+                           targets=signs, keep_given=True)
+    with pytest.raises(ValueError, match="keep_given=True keeps the distances"):
+        step.fit(ids, labels)
+    assert not hasattr(step, "objects_")
+    calls = []
+
+    def stream():  # a stream is read by the learner only: nothing to keep
+        calls.append(1)
+        yield table[["a", "b"]].to_numpy(), table["sq"].to_numpy()
+
+    step = KernelDistances(learner=MEGKernelRegressor(objects=ids, solver="online"),
+                           pairs=stream, keep_given=True)
+    with pytest.raises(ValueError, match="keep_given=True keeps the distances"):
+        step.fit(ids)
+    assert not calls  # refused before the stream was read, or anything learned
 
 
 def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
