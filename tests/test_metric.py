@@ -364,8 +364,9 @@ def test_pair_input_learners_are_the_point_learners_on_the_pairs_points(pair_cla
             points, inverse.reshape(-1, 2), pair_labels)
     np.testing.assert_allclose(model.get_mahalanobis_matrix(),
                                reference.get_mahalanobis_matrix(), rtol=1e-9, atol=1e-12)
-    distances = model.pair_score(pairs_of_points)
-    np.testing.assert_allclose(distances, reference.pair_sq_distances(X, pairs), rtol=1e-9)
+    distances = model.pair_distance(pairs_of_points)
+    np.testing.assert_allclose(distances**2, reference.pair_sq_distances(X, pairs), rtol=1e-9)
+    np.testing.assert_array_equal(model.pair_score(pairs_of_points), -distances)
     # the calibrated threshold is the best single cut on the training pairs
     accuracy = np.mean(model.predict(pairs_of_points) == pair_labels)
     for cut in np.unique(distances):

@@ -662,7 +662,8 @@ def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
 
 def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                    learner="The learner", safety_net="max_iter", classes=None):
+                    learner="The learner", safety_net="max_iter", classes=None,
+                    reference=None):
     """How long to train: cross-validated over the training points.
 
     Parameters
@@ -707,6 +708,13 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``points`` (returns the pairs, in rows of all training points, and
         their signs; or ``None``: the pairs among them). Each fold then
         learns from those pairs and is scored with the classes as labels.
+    reference : callable or None, default=None
+        ``reference(scorer)``: a fold's per-item scores under a reference
+        metric other than the checkpoint 0 (e.g. the Euclidean metric where
+        the learner starts from another, learned prior). The chosen length
+        is then also compared with it, paired over the same held-out items:
+        ``"gain_is_real"`` says that the chosen metric's gain over the
+        reference is real (and, past the prior, its gain over the prior).
 
     Returns
     -------
@@ -723,7 +731,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``"stopped"`` (``"patience"``, or ``"max_length"`` when the
         checkpoints ran out), ``"length_scale"``; with the k-NN score also ``"accuracies"``,
         the held-out 1-NN accuracy (share of positive margins) per
-        checkpoint.
+        checkpoint; with ``reference``, ``"reference_score"`` (its mean),
+        ``"gain_over_reference"`` and ``"worse_than_reference"`` (the
+        chosen length's paired gain over it, or loss, beyond ``z`` standard
+        errors).
     """
     redraw = classes is not None
     labels = classes.codes if redraw else pair_components(n_objects, pairs, signs)
@@ -758,6 +769,19 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
     best, log["scores"], log["gain_is_real"] = choose_checkpoint(
         log["checkpoints"], table, z=z, n_repeats=n_repeats, elasticity=elasticity)
     log["chosen"] = best
+    if reference is not None:  # the chosen row against the reference, item by item
+        usable = [scorer for scorer in scorers if scorer.usable]
+        reference_items = [reference(scorer) for scorer in usable]
+        chosen_items = table[log["checkpoints"].index(best)]
+        log["reference_score"] = float(np.mean([_fold_mean(item)
+                                                for item in reference_items]))
+        log["gain_over_reference"] = gain_is_real(chosen_items, reference_items, z,
+                                                  n_repeats)
+        log["worse_than_reference"] = gain_is_real(reference_items, chosen_items, z,
+                                                   n_repeats)
+        # real: over the reference, and over the prior where learning went past it
+        log["gain_is_real"] = log["gain_over_reference"] and (
+            best == 0 or log["gain_is_real"])
     if labels is not None:  # a margin is positive exactly where 1-NN is right
         log["accuracies"] = [float(np.mean([np.mean(item > 0) for item in row]))
                              for row in table]

@@ -8,7 +8,10 @@ for classes), MEGMetric's soft-neighbour metric when its validated gain is
 real (:func:`~megkernel._solvers.metric_meg_fit.fit_meg_metric`). The number
 of greedy sweeps is validated by the one loop of
 :mod:`megkernel._solvers.holdout`, each fold scored along one run
-(:class:`SweepPath`).
+(:class:`SweepPath`) and against the Euclidean metric on the same held-out
+points: a gain is real only over both the prior and the Euclidean metric,
+and a metric that scores significantly worse than the Euclidean one there
+gives way to it.
 """
 
 from __future__ import annotations
@@ -236,7 +239,8 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
                                 rng=np.random.default_rng(seed),
                                 learner="DefiniteBoostMetric",
                                 safety_net=f"the sweeps ({MAX_PASSES})",
-                                classes=classes if drew_pairs else None)
+                                classes=classes if drew_pairs else None,
+                                reference=lambda scorer: scorer.score(centred))
     if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
         best = 1.0
     return (0 if best == 0 else max(1, int(round(best * len(pairs))))), log
@@ -321,6 +325,8 @@ def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, k
         max_iter, validation = _validated_max_iter(
             centred, start, init, prior, trace, pairs, signs, classes,
             drew_pairs=drew_pairs, options=options)
+        if validation.get("worse_than_reference", False):  # held out: Euclidean is better
+            start, init, max_iter = centred, "euclidean", 0
     log = None
     with warnings.catch_warnings():
         if drew_pairs:  # pairs it drew itself: dropping some is no news

@@ -32,7 +32,7 @@ from .._pair_estimator import check_class_labels, transactional
 from .._progress import detail as progress_detail
 from .._solvers.metric_pairs import resolve_from_labels
 from .._solvers.metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
-from .._warnings import warn_user
+from .._warnings import NoImprovementWarning, warn_user
 from ._pairs import draw_pairs, neighbor_pairs
 
 __all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
@@ -55,6 +55,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         "random_state": ["random_state"],
         "method": [UPDATE_METHOD_CONSTRAINT],
         "verbose": ["verbose"],
+        "preprocessor": ["array-like", callable, None],
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -86,6 +87,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             The fitted estimator.
         """
         check_class_labels(y)  # a missing label or a mix of kinds, named
+        X = self._points(X)
         X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=float)
         check_classification_targets(y)
         n_classes = np.unique(y).size
@@ -131,7 +133,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self : object
             The fitted estimator.
         """
-        X = validate_data(self, X, ensure_min_samples=2, dtype=float)
+        X = validate_data(self, self._points(X), ensure_min_samples=2, dtype=float)
         pairs = check_pair_indices(pairs, len(X), name="pairs", min_pairs=1)
         # one check of pair labels for fit, fit_pairs and partial_fit
         pair_labels = check_pair_labels(pair_labels, pairs, name="pair_labels")
@@ -150,6 +152,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         its own objective.
         """
         self.mean_, self.components_ = result.mean, result.components
+        self.preprocessor_ = self.preprocessor
         self.pairs_, self.pair_labels_ = result.pairs, result.signs
         self.from_labels_, self.validation_ = result.from_labels, result.validation
         self.gamma_, self.gamma_dissimilar_ = result.gamma, result.gamma_dissimilar
@@ -166,6 +169,10 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "thresholds may be jointly "
                 "infeasible (see the module docs of megkernel.metric).",
                 UserWarning)
+        if self.validation_ is not None and not self.validation_["gain_is_real"]:
+            prior_is_euclidean = getattr(self, "init_", "euclidean") == "euclidean"
+            warn_user(f"{name}: {_no_gain_message(self.validation_, prior_is_euclidean)}",
+                      NoImprovementWarning)
         if self.verbose:
             progress_detail(f"[{name}] {self._fit_summary()}; rank "
                             f"{self.components_.shape[0]}: {self._loss_name} "
@@ -208,8 +215,110 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             ``(X - mean_) @ components_.T``.
         """
         check_is_fitted(self, "components_")
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = validate_data(self, self._points(X), reset=False, dtype=float)
         return (X - self.mean_) @ self.components_.T
+
+    def _points(self, X):
+        """Return ``X``, or the points its indices name through ``preprocessor``.
+
+        With a preprocessor, a 1-D ``X`` holds indices (metric-learn's
+        convention): an array preprocessor is indexed by them, a callable one
+        is called with them. A 2-D ``X`` is taken as the points themselves.
+        """
+        if getattr(self, "preprocessor", None) is None or np.ndim(X) != 1:
+            return X
+        return _preprocessed(self.preprocessor, X, "X")
+
+    def _pairs_of_points(self, pairs):
+        """Return pairs as points, shape (n_pairs, 2, n_features), checked for the fit.
+
+        ``pairs`` holds the two points of each pair, or, with ``preprocessor``,
+        the two indices of each pair (shape (n_pairs, 2)).
+        """
+        if getattr(self, "preprocessor", None) is not None and np.ndim(pairs) == 2:
+            pairs = _preprocessed(self.preprocessor, pairs, "pairs")
+        return _check_pairs_of_points(pairs, getattr(self, "n_features_in_", None))
+
+    def pair_distance(self, pairs):
+        """Return the learned distance of each pair (metric-learn's ``pair_distance``).
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` the two
+            indices of each pair.
+
+        Returns
+        -------
+        distances : ndarray of shape (n_pairs,)
+            ``||L (x - x')||`` with ``L = components_`` (not squared).
+        """
+        check_is_fitted(self, "components_")
+        pairs_of_points = self._pairs_of_points(pairs)
+        difference = (pairs_of_points[:, 0] - pairs_of_points[:, 1]) @ self.components_.T
+        return np.sqrt(np.einsum("ij,ij->i", difference, difference))
+
+    def pair_score(self, pairs):
+        """Return the similarity score of each pair: minus its learned distance.
+
+        metric-learn's sign convention: larger means more similar.
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_pairs,)
+            ``-pair_distance(pairs)``.
+        """
+        return -self.pair_distance(pairs)
+
+    def score_pairs(self, pairs):
+        """Return the learned distance of each pair: deprecated, as in metric-learn.
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
+
+        Returns
+        -------
+        distances : ndarray of shape (n_pairs,)
+            :meth:`pair_distance` (a ``FutureWarning`` says to use it, or
+            :meth:`pair_score` for similarity scores).
+        """
+        warn_user("score_pairs is deprecated (as in metric-learn 0.7) and will be removed "
+                  "in megkernel 0.3: use pair_score for similarity scores (larger: more "
+                  "similar) or pair_distance for distances.", FutureWarning)
+        return self.pair_distance(pairs)
+
+    def get_metric(self):
+        """Return the learned distance as a function of two points.
+
+        The function is independent of the estimator (a later fit does not
+        change it), as metric-learn's; usable as scikit-learn's ``metric=``.
+
+        Returns
+        -------
+        metric_fun : callable
+            ``metric_fun(u, v, squared=False)``: the learned distance between
+            two 1-D points (its square with ``squared=True``).
+        """
+        check_is_fitted(self, "components_")
+        components_T = self.components_.T.copy()
+
+        def metric_fun(u, v, squared=False):
+            u, v = np.asarray(u, dtype=float), np.asarray(v, dtype=float)
+            if u.ndim != 1 or v.ndim != 1:
+                raise ValueError(f"u and v must be 1-D points, got shapes {u.shape} "
+                                 f"and {v.shape}.")
+            difference = (u - v) @ components_T
+            sq_distance = float(difference @ difference)
+            return sq_distance if squared else float(np.sqrt(sq_distance))
+
+        return metric_fun
 
     def get_mahalanobis_matrix(self):
         """Return the Mahalanobis matrix of the learned metric.
@@ -280,6 +389,82 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return tags
 
 
+def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
+    """Refuse calibration parameters metric-learn refuses, naming them."""
+    if strategy not in ("accuracy", "f_beta", "max_tpr", "max_tnr"):
+        raise ValueError("strategy must be 'accuracy', 'f_beta', 'max_tpr' or 'max_tnr', "
+                         f"got {strategy!r}.")
+    if strategy in ("max_tpr", "max_tnr") and not (
+            isinstance(min_rate, Real) and not isinstance(min_rate, bool)
+            and 0 <= min_rate <= 1):
+        raise ValueError(f"min_rate must be a number in [0, 1] for strategy={strategy!r}, "
+                         f"got {min_rate!r}.")
+    if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)):
+        raise ValueError(f"beta must be a real number, got {beta!r}.")
+
+
+def _cumulative_counts(distances, similar):
+    """Candidate thresholds and the similar / dissimilar pairs at or below each.
+
+    The cuts are every distinct distance and one below the smallest (nothing
+    accepted), so that a threshold never splits equal distances.
+    """
+    order = np.argsort(distances, kind="stable")
+    ordered, similar = distances[order], similar[order]
+    last = np.r_[ordered[1:] != ordered[:-1], True]  # the last of each run of ties
+    tp = np.cumsum(similar)[last]
+    fp = np.cumsum(~similar)[last]
+    return (np.r_[ordered[0] - 1.0, ordered[last]], np.r_[0, tp].astype(float),
+            np.r_[0, fp].astype(float))
+
+
+def _preprocessed(preprocessor, indices, name):
+    """Return the points ``indices`` name, ``preprocessor[indices]`` or ``(indices)``."""
+    if callable(preprocessor):
+        points = np.asarray(preprocessor(indices), dtype=float)
+    else:
+        table = np.asarray(preprocessor, dtype=float)
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            raise ValueError(f"With an array preprocessor, {name} must hold integer indices "
+                             f"into it, got dtype {indices.dtype}.")
+        if indices.size and (indices.min() < -len(table) or indices.max() >= len(table)):
+            raise ValueError(f"{name} holds indices outside the preprocessor's "
+                             f"{len(table)} rows.")
+        points = table[indices]
+    if points.shape[:np.ndim(indices)] != np.shape(indices):
+        raise ValueError(f"The preprocessor must give one point per index of {name}: "
+                         f"{np.shape(indices)} indices gave shape {points.shape}.")
+    return points
+
+
+def _no_gain_message(log, prior_is_euclidean=True):
+    """Say what a validation without a real gain kept, with its held-out scores."""
+    what = {"knn": "1-NN margin of held-out points", "auc": "ROC AUC of held-out pairs"}[
+        log["score"]]
+    folds = f"{log['n_folds']} folds x {log['n_repeats']}"
+    if log["chosen"] is None:
+        return (f"no validation fold could be scored ({folds}: no held-out point with a "
+                "labelled reference, or no held-out pair of each kind), so the length "
+                "learned is a default one, without a verdict. Give more points or pairs, "
+                "or fix the length (n_epochs / max_iter).")
+    if log.get("worse_than_reference", False):
+        return (f"the learned metric scored worse than the Euclidean metric on held-out "
+                f"data ({what} {log['scores'][log['checkpoints'].index(log['chosen'])]:.4g} "
+                f"against {log['reference_score']:.4g}, {folds}), so the Euclidean "
+                "metric is kept.")
+    if log["chosen"] == 0 and prior_is_euclidean:
+        learned = max(log["scores"][1:], default=log["scores"][0])
+        return (f"no validated gain over the Euclidean metric beyond noise ({what}: "
+                f"Euclidean {log['scores'][0]:.4g}, best learned {learned:.4g}, {folds}), "
+                "so the Euclidean metric is kept; the data may carry no signal the "
+                "metric can use.")
+    chosen = log["scores"][log["checkpoints"].index(log["chosen"])]
+    return (f"the learned metric's held-out {what} ({chosen:.4g}) is within noise of the "
+            f"Euclidean metric's ({log['reference_score']:.4g}, {folds}): no real gain "
+            "is claimed (validation_['gain_is_real'] is False).")
+
+
 def _check_trace(centred):
     """Return the centered features' sum of squares, if squared distances stay finite."""
     largest = float(np.abs(centred).max())
@@ -314,108 +499,108 @@ def _check_pairs_of_points(X, n_features=None):
 
 
 class _PairInput:
-    """Pairs of points as ``X`` with pair labels as ``y``.
+    """Pairs of points as ``X`` with pair labels as ``y`` (metric-learn's pair learners).
 
-    ``X`` has shape (n_pairs, 2, n_features), metric-learn's convention, so
-    that scikit-learn's cross-validation splits the pairs: ``fit``,
-    ``decision_function``, ``predict``, ``score`` (ROC AUC) and
-    ``calibrate_threshold`` on pairs; ``transform`` embeds single points as
-    for the supervised learner.
+    ``X`` has shape (n_pairs, 2, n_features), or (n_pairs, 2) indices with a
+    ``preprocessor``, so that scikit-learn's cross-validation splits the
+    pairs: ``fit``, ``decision_function``, ``predict``, ``score`` (ROC AUC)
+    and ``calibrate_threshold`` on pairs; ``transform`` embeds single points
+    as for the supervised learner. As in metric-learn, ``threshold_`` is a
+    distance (not squared), :meth:`decision_function` is
+    :meth:`~_FeatureMetric.pair_score` (minus the distance, larger for more
+    similar pairs) and a pair is predicted similar when its distance is at
+    most ``threshold_``.
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
     @transactional
-    def fit(self, X, y):
+    def fit(self, X, y, calibration_params=None):
         """Learn from labeled pairs of points, then calibrate ``threshold_``.
 
         Parameters
         ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
+        X : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
         y : array-like of shape (n_pairs,)
             ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` / ``False``
             dissimilar.
+        calibration_params : dict or None, default=None
+            Keyword arguments of :meth:`calibrate_threshold` (``strategy``,
+            ``min_rate``, ``beta``), checked before the fit; ``None``:
+            the accuracy on the training pairs.
 
         Returns
         -------
         self : object
             The fitted estimator.
         """
-        pairs_of_points = self._check_pairs(X, reset=True)
+        calibration_params = dict(calibration_params or {})
+        _check_calibration_params(**calibration_params)
+        if hasattr(self, "n_features_in_"):  # a refit: the pairs may have other features
+            del self.n_features_in_
+        pairs_of_points = self._pairs_of_points(X)
         n_pairs, _, n_features = pairs_of_points.shape
         points, inverse = np.unique(pairs_of_points.reshape(-1, n_features), axis=0,
                                     return_inverse=True)
         pairs = inverse.reshape(n_pairs, 2)
-        signs = check_pair_labels(y, pairs, name="y").astype(int)
+        signs = check_pair_labels(y, len(pairs), name="y").astype(int)
+        same = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
+        if same.any():  # no metric can set two copies of a point apart
+            warn_user(f"{int(same.sum())} dissimilar pairs join a point to itself (first: "
+                      f"pair {int(np.argmax(same))}); no metric can set them apart, so the "
+                      "metric is learned without them (they still count in the "
+                      "threshold's calibration).", UserWarning)
         if len(points) < 2:
             raise ValueError("The pairs hold fewer than 2 distinct points.")
-        self._fit_pairs(points, pairs, signs)
+        if same.all():
+            raise ValueError("Every pair is a dissimilar pair of a point with itself.")
+        self._fit_pairs(points, pairs[~same], signs[~same])
+        self.n_features_in_ = n_features
         self.classes_ = np.array([-1, 1])
-        return self.calibrate_threshold(X, y)
-
-    def _check_pairs(self, X, *, reset):
-        pairs_of_points = _check_pairs_of_points(X, None if reset else self.n_features_in_)
-        if reset:
-            self.n_features_in_ = pairs_of_points.shape[2]
-        return pairs_of_points
-
-    def pair_score(self, X):
-        """Learned squared distances of pairs of points.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
-
-        Returns
-        -------
-        sq_distances : ndarray of shape (n_pairs,)
-            The learned squared distance of each pair.
-        """
-        check_is_fitted(self, "components_")
-        pairs_of_points = self._check_pairs(X, reset=False)
-        difference = (pairs_of_points[:, 0] - pairs_of_points[:, 1]) @ self.components_.T
-        return np.einsum("ij,ij->i", difference, difference)
+        return self.calibrate_threshold(pairs_of_points, signs, **calibration_params)
 
     def decision_function(self, X):
-        """Score pairs: ``threshold_`` minus their learned squared distance.
+        """Score pairs as metric-learn does: minus their learned distance.
 
         Parameters
         ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
+        X : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
 
         Returns
         -------
         scores : ndarray of shape (n_pairs,)
-            Positive for the pairs called similar.
+            :meth:`pair_score`: larger for more similar pairs; a pair is
+            predicted similar when ``-score <= threshold_``.
         """
-        check_is_fitted(self, "threshold_")
-        return self.threshold_ - self.pair_score(X)
+        return self.pair_score(X)
 
     def predict(self, X):
-        """Predict pair labels from the learned squared distances.
+        """Predict pair labels: similar where the learned distance is at most ``threshold_``.
 
         Parameters
         ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
+        X : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
 
         Returns
         -------
         y_pred : ndarray of shape (n_pairs,)
-            ``+1`` (similar) where the squared distance is ``<= threshold_``,
-            else ``-1``.
+            ``+1`` (similar) or ``-1``.
         """
-        return np.where(self.decision_function(X) >= 0, 1, -1)
+        check_is_fitted(self, "components_")
+        if "threshold_" not in vars(self):
+            raise AttributeError("A threshold for this estimator has not been set: call "
+                                 "its set_threshold or calibrate_threshold method.")
+        return np.where(-self.decision_function(X) <= self.threshold_, 1, -1)
 
     def score(self, X, y):
         """ROC AUC of :meth:`decision_function` on labeled pairs (metric-learn's).
 
         Parameters
         ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
+        X : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
         y : array-like of shape (n_pairs,)
             Pair labels: ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
             ``False`` dissimilar.
@@ -425,40 +610,78 @@ class _PairInput:
         score : float
             The area under the ROC curve, 1 for pairs perfectly ordered.
         """
-        check_is_fitted(self, "threshold_")
-        signs = check_pair_labels(y, len(np.asarray(X)), name="y")
-        return float(roc_auc_score(signs, self.decision_function(X)))
+        scores = self.decision_function(X)
+        signs = check_pair_labels(y, len(scores), name="y")
+        return float(roc_auc_score(signs, scores))
 
-    def calibrate_threshold(self, X, y, *, strategy="accuracy"):
-        """Set ``threshold_`` to the squared distance that best separates the pairs.
+    def set_threshold(self, threshold):
+        """Set ``threshold_``, the distance up to which a pair is predicted similar.
 
         Parameters
         ----------
-        X : array-like of shape (n_pairs, 2, n_features)
-            The two points of each pair.
+        threshold : float
+            A distance (not squared), as metric-learn's.
+
+        Returns
+        -------
+        self : object
+            The estimator.
+        """
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, Real):
+            raise ValueError(f"threshold must be a real number, got {type(threshold)}.")
+        self.threshold_ = float(threshold)
+        return self
+
+    def calibrate_threshold(self, X, y, *, strategy="accuracy", min_rate=None, beta=1.0):
+        """Set ``threshold_`` to the distance that best separates labeled pairs.
+
+        The criteria of metric-learn's ``calibrate_threshold``, computed here
+        from the sorted distances (ties between equal distances are never
+        split).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2, n_features) or (n_pairs, 2)
+            The two points of each pair, or with ``preprocessor`` their indices.
         y : array-like of shape (n_pairs,)
             Pair labels.
-        strategy : {"accuracy"}, default="accuracy"
-            Maximize the accuracy of :meth:`predict` on ``(X, y)``; ties go
-            to the midpoint between neighboring distances.
+        strategy : {"accuracy", "f_beta", "max_tpr", "max_tnr"}, default="accuracy"
+            Maximise the accuracy of :meth:`predict` on ``(X, y)``; the
+            F-beta score of the similar pairs; the true positive rate with a
+            true negative rate of at least ``min_rate``; the true negative
+            rate with a true positive rate of at least ``min_rate``. Ties go
+            to the first (the smallest threshold).
+        min_rate : float in [0, 1] or None, default=None
+            For ``"max_tpr"`` and ``"max_tnr"``.
+        beta : float, default=1.0
+            For ``"f_beta"``.
 
         Returns
         -------
         self : object
             The fitted estimator.
         """
-        if strategy != "accuracy":
-            raise ValueError(f"strategy must be 'accuracy', got {strategy!r}.")
-        distances = self.pair_score(X)
+        _check_calibration_params(strategy, min_rate, beta)
+        distances = self.pair_distance(X)
         signs = check_pair_labels(y, len(distances), name="y")
-        order = np.argsort(distances, kind="stable")
-        ordered, similar = distances[order], signs[order] > 0
-        # threshold between ordered[k - 1] and ordered[k]: the k closest are similar
-        correct = (np.r_[0, np.cumsum(similar)]
-                   + np.r_[np.cumsum((~similar)[::-1])[::-1], 0])
-        k = int(np.argmax(correct))
-        edges = np.r_[ordered[0] - 1.0, ordered, ordered[-1] + 1.0]
-        self.threshold_ = float(0.5 * (edges[k] + edges[k + 1]))
+        cuts, tp, fp = _cumulative_counts(distances, signs > 0)
+        n_pos, n_neg = tp[-1], fp[-1]
+        tpr = tp / max(n_pos, 1)
+        tnr = 1.0 - fp / max(n_neg, 1)
+        if strategy == "accuracy":
+            criterion = (tp + (n_neg - fp)) / len(distances)
+        elif strategy == "f_beta":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
+                f_beta = ((1 + beta**2) * precision * tpr) / (beta**2 * precision + tpr)
+            criterion = np.nan_to_num(f_beta, nan=0.0)
+        elif strategy == "max_tpr":
+            criterion = np.where(tnr >= min_rate, tpr, -np.inf)
+        else:
+            criterion = np.where(tpr >= min_rate, tnr, -np.inf)
+        if not np.any(np.isfinite(criterion)):
+            raise ValueError(f"No threshold reaches min_rate={min_rate} for {strategy!r}.")
+        self.threshold_ = float(cuts[int(np.argmax(criterion))])
         return self
 
     def __sklearn_tags__(self):

@@ -123,6 +123,11 @@ class DefiniteBoostMetric(_FeatureMetric):
     verbose : int, default=0
         Nonzero: lines on stderr after fitting, naming the prior chosen and
         how well the metric meets the pairs against its prior.
+    preprocessor : array-like, callable or None, default=None
+        The preprocessor of metric-learn: with one, points may be given as
+        1-D indices and pairs as (n_pairs, 2) indices, resolved as
+        ``preprocessor[indices]`` (an array of shape (n_samples,
+        n_features)) or ``preprocessor(indices)`` (a callable).
 
     Attributes
     ----------
@@ -177,6 +182,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     constraint_loss_, prior_constraint_loss_ : float
         Deprecated aliases of ``violated_fraction_`` and
         ``prior_violated_fraction_`` (a ``FutureWarning``; removed in 0.3).
+    preprocessor_ : array-like, callable or None
+        The preprocessor used (metric-learn's attribute).
     n_features_in_ : int
 
     See Also
@@ -211,7 +218,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
                  max_iter="auto", tol=1e-2, projection="approximate", n_folds="auto",
                  from_labels="auto", n_neighbors=5, n_constraints=None, init="auto",
-                 random_state=None, method="auto", verbose=0):
+                 random_state=None, method="auto", verbose=0, preprocessor=None):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.slack = slack
@@ -226,6 +233,7 @@ class DefiniteBoostMetric(_FeatureMetric):
         self.random_state = random_state
         self.method = method
         self.verbose = verbose
+        self.preprocessor = preprocessor
 
     def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
         """Make the one solver call of a batch fit (:func:`fit_definiteboost_metric`)."""
@@ -304,6 +312,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         Engine of each projection, as in :class:`DefiniteBoostMetric`.
     verbose : int, default=0
         As in :class:`DefiniteBoostMetric`.
+    preprocessor : array-like, callable or None, default=None
+        As in :class:`DefiniteBoostMetric`: pairs may be given as (n_pairs, 2) indices.
 
     Attributes
     ----------
@@ -327,6 +337,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         As in :class:`DefiniteBoostMetric`.
     constraint_loss_, prior_constraint_loss_ : float
         Deprecated aliases, as in :class:`DefiniteBoostMetric`.
+    preprocessor_ : array-like, callable or None
+        The preprocessor used (metric-learn's attribute).
     n_features_in_ : int
 
     See Also

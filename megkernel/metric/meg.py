@@ -147,6 +147,11 @@ class MEGMetric(_FeatureMetric):
         Nonzero: a line on stderr after fitting, saying what was learned
         and for how long, and how well the metric meets the pairs against
         its prior.
+    preprocessor : array-like, callable or None, default=None
+        The preprocessor of metric-learn: with one, points may be given as
+        1-D indices and pairs as (n_pairs, 2) indices, resolved as
+        ``preprocessor[indices]`` (an array of shape (n_samples,
+        n_features)) or ``preprocessor(indices)`` (a callable).
 
     Attributes
     ----------
@@ -229,6 +234,8 @@ class MEGMetric(_FeatureMetric):
     constraint_loss_, prior_constraint_loss_ : float
         Deprecated aliases of ``pair_mse_`` and ``prior_pair_mse_`` (a
         ``FutureWarning``; removed in 0.3).
+    preprocessor_ : array-like, callable or None
+        The preprocessor used (metric-learn's attribute).
     n_features_in_ : int
 
     See Also
@@ -266,7 +273,7 @@ class MEGMetric(_FeatureMetric):
                  learning_rate="auto", n_epochs="auto", max_iter=MAX_PASSES,
                  batch_size="auto", n_folds="auto", shuffle=True, from_labels="auto",
                  n_neighbors=5, temperature="auto", n_constraints=None,
-                 random_state=None, method="auto", verbose=0):
+                 random_state=None, method="auto", verbose=0, preprocessor=None):
         self.gamma = gamma
         self.gamma_dissimilar = gamma_dissimilar
         self.loss = loss
@@ -283,6 +290,7 @@ class MEGMetric(_FeatureMetric):
         self.random_state = random_state
         self.method = method
         self.verbose = verbose
+        self.preprocessor = preprocessor
 
     # -- batch -----------------------------------------------------------------
 

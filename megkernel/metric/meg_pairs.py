@@ -61,6 +61,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
         Deprecated and ignored, as in :class:`MEGMetric`.
     verbose : int, default=0
         As in :class:`MEGMetric`.
+    preprocessor : array-like, callable or None, default=None
+        As in :class:`MEGMetric`: pairs may be given as (n_pairs, 2) indices.
 
     Attributes
     ----------
@@ -86,6 +88,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
         As in :class:`MEGMetric`.
     constraint_loss_, prior_constraint_loss_ : float
         Deprecated aliases, as in :class:`MEGMetric`.
+    preprocessor_ : array-like, callable or None
+        The preprocessor used (metric-learn's attribute).
     n_features_in_ : int
 
     See Also

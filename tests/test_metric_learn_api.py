@@ -1,0 +1,248 @@
+"""metric-learn's API contracts, checked on our four metric learners.
+
+Written from metric-learn's documented API (``BaseMetricLearner``,
+``MahalanobisMixin``, ``_PairsClassifierMixin``): ``preprocessor``,
+``get_metric``, ``pair_distance``, ``pair_score`` (minus the distance),
+``score_pairs`` (deprecated), the pair learners' ``decision_function``,
+``predict``, ``set_threshold``, ``calibrate_threshold`` and
+``calibration_params``. Each calibration strategy is checked against a brute
+force over every threshold.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_iris
+from sklearn.metrics import fbeta_score
+from sklearn.preprocessing import StandardScaler
+
+from megkernel import (
+    DefiniteBoostMetric,
+    DefiniteBoostPairMetric,
+    MEGMetric,
+    MEGPairMetric,
+    draw_pairs,
+)
+
+#: Short fixed lengths: the contracts, not the validation, are under test.
+FAST = {MEGMetric: {"n_epochs": 1, "from_labels": "random"},
+        MEGPairMetric: {"n_epochs": 1},
+        DefiniteBoostMetric: {"max_iter": 30, "init": "euclidean"},
+        DefiniteBoostPairMetric: {"max_iter": 30, "init": "euclidean"}}
+LEARNERS = list(FAST)
+PAIR_LEARNERS = [MEGPairMetric, DefiniteBoostPairMetric]
+
+
+def _data():
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    pairs, signs = draw_pairs(y, 60, random_state=0)
+    return X, y, pairs, signs
+
+
+def _fit(Learner, **params):
+    """Return a fitted learner and the data: points and labels, or pairs of points."""
+    X, y, pairs, signs = _data()
+    model = Learner(random_state=0, **FAST[Learner], **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if Learner in PAIR_LEARNERS:
+            model.fit(X[pairs], signs)
+        else:
+            model.fit(X, y)
+    return model, X, pairs, signs
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_pair_distance_score_and_get_metric_agree(Learner):
+    model, X, pairs, _ = _fit(Learner)
+    Z = model.transform(X)
+    expected = np.linalg.norm(Z[pairs[:, 0]] - Z[pairs[:, 1]], axis=1)
+    distances = model.pair_distance(X[pairs])
+    np.testing.assert_allclose(distances, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(model.pair_score(X[pairs]), -distances)
+    M = model.get_mahalanobis_matrix()
+    diffs = X[pairs[:, 0]] - X[pairs[:, 1]]
+    np.testing.assert_allclose(distances**2, np.einsum("ij,jk,ik->i", diffs, M, diffs),
+                               rtol=1e-9)
+    metric = model.get_metric()
+    for (a, b), d in zip(pairs[:10], distances[:10]):
+        assert metric(X[a], X[b]) == pytest.approx(d, rel=1e-10, abs=1e-12)
+        assert metric(X[a], X[b], squared=True) == pytest.approx(d**2, rel=1e-10, abs=1e-12)
+    with pytest.raises(ValueError, match="1-D"):
+        metric(X[:2], X[2:4])
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_get_metric_is_independent_of_a_later_fit(Learner):
+    model, X, pairs, _ = _fit(Learner)
+    metric = model.get_metric()
+    before = metric(X[0], X[1])
+    model.components_ = 2 * model.components_  # as a refit would change them
+    assert metric(X[0], X[1]) == before
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_score_pairs_is_deprecated_for_pair_distance(Learner):
+    model, X, pairs, _ = _fit(Learner)
+    with pytest.warns(FutureWarning, match="pair_score.*pair_distance"):
+        scores = model.score_pairs(X[pairs])
+    np.testing.assert_array_equal(scores, model.pair_distance(X[pairs]))
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_transform_is_the_linear_map_of_components(Learner):
+    """transform(x) = (x - mean_) @ components_.T: differences of embeddings are
+    metric-learn's linear map of the differences (the shift is documented)."""
+    model, X, pairs, _ = _fit(Learner)
+    Z = model.transform(X)
+    np.testing.assert_allclose(Z[pairs[:, 0]] - Z[pairs[:, 1]],
+                               (X[pairs[:, 0]] - X[pairs[:, 1]]) @ model.components_.T,
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+@pytest.mark.parametrize("kind", ["array", "callable"])
+def test_preprocessor_resolves_indices_as_the_points_themselves(Learner, kind):
+    X, y, pairs, signs = _data()
+    preprocessor = X if kind == "array" else (lambda indices: X[indices])
+    plain = Learner(random_state=0, **FAST[Learner])
+    indexed = Learner(random_state=0, preprocessor=preprocessor, **FAST[Learner])
+    assert "preprocessor" in indexed.get_params()
+    assert clone(indexed).get_params()["preprocessor"] is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if Learner in PAIR_LEARNERS:
+            plain.fit(X[pairs], signs)
+            indexed.fit(pairs, signs)
+        else:
+            plain.fit(X, y)
+            indexed.fit(np.arange(len(X)), y)
+    np.testing.assert_array_equal(indexed.components_, plain.components_)
+    assert indexed.preprocessor_ is preprocessor
+    np.testing.assert_array_equal(indexed.pair_distance(pairs), plain.pair_distance(X[pairs]))
+    np.testing.assert_array_equal(indexed.transform(np.arange(5)), plain.transform(X[:5]))
+    np.testing.assert_array_equal(indexed.transform(X[:5]), plain.transform(X[:5]))
+    if Learner in PAIR_LEARNERS:
+        np.testing.assert_array_equal(indexed.predict(pairs), plain.predict(X[pairs]))
+        assert indexed.score(pairs, signs) == plain.score(X[pairs], signs)
+
+
+def test_an_array_preprocessor_refuses_indices_outside_it():
+    X, y, _, _ = _data()
+    model = MEGMetric(preprocessor=X, **FAST[MEGMetric])
+    with pytest.raises(ValueError, match="outside the preprocessor's 150 rows"):
+        model.fit(np.array([0, 1, 150]), [0, 1, 1])
+    with pytest.raises(ValueError, match="integer indices"):
+        model.fit(np.array([0.5, 1.0, 2.0]), [0, 1, 1])
+    assert not hasattr(model, "components_")
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_pair_decision_function_predict_and_set_threshold(Learner):
+    model, X, pairs, signs = _fit(Learner)
+    scores = model.decision_function(X[pairs])
+    np.testing.assert_array_equal(scores, model.pair_score(X[pairs]))
+    np.testing.assert_array_equal(model.predict(X[pairs]),
+                                  np.where(-scores <= model.threshold_, 1, -1))
+    assert set(np.unique(model.predict(X[pairs]))) <= {-1, 1}
+    median = float(np.median(-scores))
+    assert model.set_threshold(median) is model and model.threshold_ == median
+    assert np.mean(model.predict(X[pairs]) == 1) >= 0.5
+    model.set_threshold(-1.0)  # below every distance: nothing similar
+    assert np.all(model.predict(X[pairs]) == -1)
+    for bad in ["0.5", None, [1.0]]:
+        with pytest.raises(ValueError, match="threshold must be a real number"):
+            model.set_threshold(bad)
+    del model.threshold_
+    with pytest.raises(AttributeError, match="set_threshold or calibrate_threshold"):
+        model.predict(X[pairs])
+
+
+def _brute_force(distances, signs, criterion):
+    """Best value of ``criterion(predicted, signs)`` over every threshold."""
+    cuts = np.r_[distances.min() - 1.0, np.unique(distances)]
+    return max(criterion(np.where(distances <= cut, 1, -1), signs) for cut in cuts)
+
+
+def _rates(predicted, signs):
+    tpr = np.mean(predicted[signs > 0] == 1)
+    tnr = np.mean(predicted[signs < 0] == -1)
+    return tpr, tnr
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+@pytest.mark.parametrize("strategy, params", [
+    ("accuracy", {}), ("f_beta", {"beta": 1.0}), ("f_beta", {"beta": 0.3}),
+    ("max_tpr", {"min_rate": 0.8}), ("max_tnr", {"min_rate": 0.9})])
+def test_calibrate_threshold_maximises_its_criterion(Learner, strategy, params):
+    model, X, pairs, signs = _fit(Learner)
+    rng = np.random.default_rng(1)
+    noisy = np.where(rng.random(len(signs)) < 0.15, -signs, signs)  # not separable
+    model.calibrate_threshold(X[pairs], noisy, strategy=strategy, **params)
+    distances = model.pair_distance(X[pairs])
+    predicted = model.predict(X[pairs])
+    if strategy == "accuracy":
+        def criterion(p, s):
+            return np.mean(p == s)
+    elif strategy == "f_beta":
+        def criterion(p, s):
+            return fbeta_score(s, p, beta=params["beta"], zero_division=0.0)
+    elif strategy == "max_tpr":
+        def criterion(p, s):
+            tpr, tnr = _rates(p, s)
+            return tpr if tnr >= params["min_rate"] else -np.inf
+    else:
+        def criterion(p, s):
+            tpr, tnr = _rates(p, s)
+            return tnr if tpr >= params["min_rate"] else -np.inf
+    assert criterion(predicted, noisy) == pytest.approx(
+        _brute_force(distances, noisy, criterion), abs=1e-12)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_calibration_params_in_fit_are_calibrate_threshold_after_fit(Learner):
+    params = {"strategy": "max_tnr", "min_rate": 0.7}
+    X, _, pairs, signs = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = Learner(random_state=0, **FAST[Learner]).fit(
+            X[pairs], signs, calibration_params=params)
+        reference = Learner(random_state=0, **FAST[Learner]).fit(X[pairs], signs)
+    reference.calibrate_threshold(X[pairs], signs, **params)
+    assert model.threshold_ == reference.threshold_
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+@pytest.mark.parametrize("params, message", [
+    ({"strategy": "roc"}, "strategy must be"),
+    ({"strategy": "max_tpr"}, "min_rate must be a number in"),
+    ({"strategy": "max_tnr", "min_rate": 1.5}, "min_rate must be a number in"),
+    ({"strategy": "f_beta", "beta": "one"}, "beta must be a real number")])
+def test_bad_calibration_params_are_refused_before_the_fit(Learner, params, message):
+    X, _, pairs, signs = _data()
+    model = Learner(**FAST[Learner])
+    with pytest.raises(ValueError, match=message):
+        model.fit(X[pairs], signs, calibration_params=params)
+    assert not hasattr(model, "components_")
+    model, X, pairs, signs = _fit(Learner)
+    with pytest.raises(ValueError, match=message):
+        model.calibrate_threshold(X[pairs], signs, **params)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_a_dissimilar_pair_of_identical_points_is_left_out_with_a_warning(Learner):
+    X, _, pairs, signs = _data()
+    pairs_of_points = X[pairs]
+    pairs_of_points[0, 1] = pairs_of_points[0, 0]
+    signs = signs.copy()
+    signs[0] = -1
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dropped")
+        warnings.filterwarnings("ignore", category=UserWarning,
+                                message="(?!1 dissimilar pairs join)")
+        with pytest.warns(UserWarning, match="1 dissimilar pairs join a point to itself"):
+            model = Learner(random_state=0, **FAST[Learner]).fit(pairs_of_points, signs)
+    assert model.predict(pairs_of_points[:1])[0] == 1  # distance 0: as similar as can be

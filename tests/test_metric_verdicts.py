@@ -1,0 +1,143 @@
+"""Honest verdicts of the metric learners, on sets where the truth is known.
+
+No signal (a claimed gain would be false), signal in 2 of 20 features (a gain
+must be found and claimed), noisy pair labels (a claim must hold on held-out
+points); and the verdict's statistics against a reference metric other than
+the prior (DefiniteBoostMetric from its soft-neighbour prior).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.neighbors import KNeighborsClassifier
+
+from megkernel import DefiniteBoostMetric, MEGMetric, draw_pairs
+from megkernel._solvers.holdout import validate_length
+from megkernel._warnings import NoImprovementWarning
+
+LEARNERS = [MEGMetric, DefiniteBoostMetric]
+
+
+def _one_nn(model, X, y, X_test, y_test):
+    if model is not None:
+        X, X_test = model.transform(X), model.transform(X_test)
+    return KNeighborsClassifier(1).fit(X, y).score(X_test, y_test)
+
+
+def _no_signal(seed=0, n=300, d=20):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), rng.integers(0, 3, n)
+
+
+def _signal_in_two_of_twenty(seed=0, n=300, d=20):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int) + 2 * (X[:, 0] - X[:, 1] > 1)
+    return X, y
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_no_signal_keeps_the_euclidean_metric_and_says_so(Learner):
+    X, y = _no_signal()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = Learner(random_state=0).fit(X[::2], y[::2])
+    assert not model.validation_["gain_is_real"]
+    said = [str(w.message) for w in caught if issubclass(w.category, NoImprovementWarning)]
+    assert len(said) == 1 and "no validated gain over the Euclidean metric" in said[0]
+    assert "so the Euclidean metric is kept" in said[0]
+    pairs = np.argwhere(np.ones((6, 6), bool))
+    new = np.random.default_rng(1).normal(size=(6, 20))
+    euclidean = np.sum((new[pairs[:, 0]] - new[pairs[:, 1]]) ** 2, axis=1)
+    np.testing.assert_allclose(model.pair_sq_distances(new, pairs), euclidean,
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_signal_in_two_of_twenty_features_is_learned_and_claimed(Learner):
+    X, y = _signal_in_two_of_twenty()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = Learner(random_state=0).fit(X[::2], y[::2])
+    assert model.validation_["gain_is_real"]
+    assert not [w for w in caught if issubclass(w.category, NoImprovementWarning)]
+    learned = _one_nn(model, X[::2], y[::2], X[1::2], y[1::2])
+    assert learned > _one_nn(None, X[::2], y[::2], X[1::2], y[1::2]) + 0.1
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_gain_claimed_from_noisy_pair_labels_holds_on_held_out_points(Learner, seed):
+    """A fifth of the pair labels flipped: whatever is claimed must not be worse
+    than the Euclidean metric on new points; nothing claimed, nothing learned."""
+    X, y = _signal_in_two_of_twenty(seed)
+    pairs, signs = draw_pairs(y[::2], 300, random_state=seed)
+    flip = np.random.default_rng(seed).random(len(signs)) < 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = Learner(random_state=seed).fit_pairs(X[::2], pairs,
+                                                     np.where(flip, -signs, signs))
+    learned = _one_nn(model, X[::2], y[::2], X[1::2], y[1::2])
+    euclidean = _one_nn(None, X[::2], y[::2], X[1::2], y[1::2])
+    if model.validation_["gain_is_real"]:
+        assert learned >= euclidean - 0.02
+    else:
+        assert model.n_iter_ == 0 and learned == euclidean
+
+
+class _FixedPath:
+    """A fold path whose per-item scores are given: ``scores[checkpoint]`` + noise."""
+
+    def __init__(self, scorer, scores, rng):
+        self.n, self.scores = len(scorer.queries), scores
+        self.noise = rng.normal(scale=0.01, size=self.n)
+
+    def score_at(self, length):
+        return self.scores[length] + self.noise
+
+
+def _reference_validation(prior, learned, reference):
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 100)
+    pairs, signs = draw_pairs(labels, 50, random_state=0)
+
+    class Classes:  # the pairs were drawn from these labels
+        codes = labels
+
+        @staticmethod
+        def draw(points, seed):
+            return None
+
+    def make_path(scorer):
+        return _FixedPath(scorer, {0.0: prior, 1.0: learned, 2.0: learned}, rng)
+
+    def reference_scores(scorer):
+        return np.full(len(scorer.queries), reference)
+
+    _, log = validate_length(len(labels), pairs, signs, make_path,
+                             checkpoints=[0.0, 1.0, 2.0], n_folds=2, rng=rng,
+                             classes=Classes(), reference=reference_scores)
+    return log
+
+
+def test_a_learned_prior_worse_than_the_reference_is_no_real_gain():
+    """The chosen length beats its prior but scores below the reference on the same
+    held-out points: no real gain, and the log says it is worse."""
+    log = _reference_validation(prior=0.1, learned=0.2, reference=0.4)
+    assert log["chosen"] == 1.0 and not log["gain_is_real"]
+    assert log["worse_than_reference"] and not log["gain_over_reference"]
+    assert log["reference_score"] == pytest.approx(0.4)
+
+
+def test_a_prior_above_the_reference_is_a_real_gain_even_if_kept():
+    """Learning past the prior gains nothing, but the (learned) prior itself beats
+    the reference: the kept metric's gain is real."""
+    log = _reference_validation(prior=0.3, learned=0.3, reference=0.1)
+    assert log["chosen"] == 0.0 and log["gain_is_real"] and log["gain_over_reference"]
+
+
+def test_within_noise_of_the_reference_claims_nothing():
+    log = _reference_validation(prior=0.1, learned=0.3, reference=0.3)
+    assert log["chosen"] == 1.0 and not log["gain_is_real"]
+    assert not log["worse_than_reference"]
