@@ -110,3 +110,35 @@ def knn_accuracy(model, ids, labels):
     diag = np.diag(K)
     return _split_accuracy(np.maximum(diag[:, None] + diag[None, :] - 2 * K, 0.0),
                            labels)
+
+
+def planted_partition_hops(n_objects=500, n_blocks=8, degree_in=6.0, degree_out=2.0, seed=0):
+    """Nodes of a planted-partition graph and their hop counts (shortest paths).
+
+    Each node links to about ``degree_in`` nodes of its own block and
+    ``degree_out`` of the others; the distance of two nodes is the number of
+    edges on a shortest path between them (one more than the largest for
+    nodes in different components), the kind of distance a graph user has.
+
+    Returns
+    -------
+    ids : ndarray of str, shape (n_objects,)
+    labels : ndarray of int, shape (n_objects,)
+        The planted blocks.
+    distances : ndarray of shape (n_objects, n_objects)
+        Hop counts.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    rng = np.random.default_rng(seed)
+    labels = np.sort(rng.integers(0, n_blocks, size=n_objects))
+    size = n_objects / n_blocks
+    same = labels[:, None] == labels[None, :]
+    p = np.where(same, degree_in / size, degree_out / (n_objects - size))
+    edges = np.triu(rng.random((n_objects, n_objects)) < p, 1)
+    hops = shortest_path(csr_matrix(edges | edges.T), unweighted=True, directed=False)
+    reachable = np.isfinite(hops)
+    hops[~reachable] = hops[reachable].max() + 1.0
+    ids = np.array([f"node{k:05d}" for k in rng.permutation(n_objects)])
+    return ids, labels, hops

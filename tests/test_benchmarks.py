@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy.testing import assert_array_equal
 from sklearn.datasets import load_iris
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -169,6 +170,45 @@ def test_own_data_grid_quick(bench_own_data, capsys):
     raw, meg, db = (float(cell) for cell in rows[0].strip("|").split("|")[3:6])
     assert all(0.0 < a <= 1.0 for a in (raw, meg, db))
     assert "MEG: >= raw on" in out and "DB: >= raw on" in out
+
+
+def test_own_data_sparse_quick(bench_own_data, capsys):
+    """``--sparse --quick``: a family and a graph table, both learners, every
+    accuracy a fraction, the summary counting both tables."""
+    bench_own_data.main(["--sparse", "--quick", "--learners", "MEG", "DB"])
+    out = capsys.readouterr().out
+    rows = [line.strip("|").split("|") for line in out.splitlines()
+            if line.startswith(("| family |", "| graph |"))]
+    assert [row[0].strip() for row in rows] == ["family", "graph"]
+    for row in rows:
+        accuracies = [float(row[k]) for k in (4, 5, 6, 7, 10, 11)]
+        assert all(0.0 <= a <= 1.0 for a in accuracies)
+        assert float(row[8]) > 0 and float(row[12]) > 0  # fit times
+    assert "MEG: default >= observed on" in out and "of 2 tables" in out
+    assert "DB: default >= observed on" in out
+
+
+def test_planted_partition_hops_are_shortest_paths():
+    """The graph task's distances: hop counts of its own edges (a BFS by hand)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from _family_data import planted_partition_hops
+
+    ids, labels, hops = planted_partition_hops(40, n_blocks=2, seed=3)
+    assert hops.shape == (40, 40) and len(set(ids)) == 40
+    assert_array_equal(hops, hops.T)
+    assert (np.diag(hops) == 0).all() and set(np.unique(labels)) == {0, 1}
+    edges = hops == 1
+    start = 5  # breadth-first from one node
+    seen, frontier, depth = {start: 0}, [start], 0
+    while frontier:
+        depth += 1
+        frontier = [j for i in frontier for j in np.flatnonzero(edges[i]) if j not in seen]
+        frontier = list(dict.fromkeys(frontier))
+        seen.update({j: depth for j in frontier})
+    reachable = np.array(sorted(seen))
+    assert_array_equal(hops[start, reachable], [seen[j] for j in reachable])
+    unreachable = np.setdiff1d(np.arange(40), reachable)
+    assert (hops[start, unreachable] == hops[np.isfinite(hops)].max()).all()
 
 
 def test_own_data_verdict_quick(bench_own_data, capsys, monkeypatch):
