@@ -7,6 +7,8 @@ Estimators with ``verbose`` and the command line draw their progress here:
   on, and shown as ``?`` until a later update: the first chunk of work pays
   for numba's compilation (seconds, once) and would otherwise give an ETA of
   hours at the first refresh;
+- :class:`ToleranceBar`: a bar that counts towards a run's tolerance (the
+  share of the way on a log scale), for fits that end by a stopping rule;
 - :func:`detail`: one line above the bars (``verbose=2``'s per-checkpoint
   detail), on stderr;
 - :func:`note_compiling`: one line, "compiling the numba kernels (first run
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from tqdm import tqdm
 
 from ._engines import ENGINES
 
-__all__ = ["bar", "detail", "note_compiling", "numba_cache_cold"]
+__all__ = ["bar", "detail", "note_compiling", "numba_cache_cold", "tolerance_share",
+           "ToleranceBar"]
 
 #: Engines whose compile note was printed in this process.
 _NOTED = set()
@@ -48,6 +52,9 @@ class _NoBar:
         pass
 
     def set_postfix_str(self, s="", refresh=True):
+        pass
+
+    def reset(self, total=None):
         pass
 
     def close(self):
@@ -111,7 +118,7 @@ class _WarmingBar(tqdm):
         return values
 
 
-def bar(*, total, desc, unit, enabled=True, leave=True, clock=None):
+def bar(*, total, desc, unit, enabled=True, leave=True, clock=None, bar_format=None):
     """Return a tqdm progress bar on stderr (a no-op stand-in when not ``enabled``).
 
     Parameters
@@ -126,6 +133,8 @@ def bar(*, total, desc, unit, enabled=True, leave=True, clock=None):
         Keep the finished bar on screen.
     clock : callable, optional
         Time source of the bar (tests: a fake clock).
+    bar_format : str, optional
+        tqdm's ``bar_format`` (default: tqdm's).
 
     Returns
     -------
@@ -138,7 +147,76 @@ def bar(*, total, desc, unit, enabled=True, leave=True, clock=None):
         return _NO_BAR
     return _WarmingBar(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,
                        file=sys.stderr, dynamic_ncols=True, mininterval=0.2, smoothing=0.1,
-                       clock=clock)
+                       clock=clock, bar_format=bar_format)
+
+
+def tolerance_share(first, current, goal):
+    """Share of the way from ``first`` down to ``goal`` on a log scale, in ``[0, 1]``.
+
+    For a quantity that falls geometrically towards its tolerance (the
+    largest violation of a run of projections): ``log(first / current) /
+    log(first / goal)``; 1 at or below ``goal``, 0 above ``first``.
+    """
+    if current <= goal:
+        return 1.0
+    if not (goal > 0 and np.isfinite(first) and first > goal):  # no scale to go by
+        return 0.0
+    return float(min(max(np.log(first / current) / np.log(first / goal), 0.0), 1.0))
+
+
+class ToleranceBar:
+    """A bar that counts towards a run's tolerance, not towards ``max_iter``.
+
+    A run that stops when its largest violation reaches a tolerance ends by
+    that rule, long before ``max_iter`` as a rule: a bar of iterations out of
+    ``max_iter`` would show a false ETA. This one shows the percentage of the
+    way from the first violation to the tolerance on a log scale (its best so
+    far, so the bar never runs back), the ETA to the tolerance at that pace,
+    and the iterations made and the current violation in its postfix.
+
+    Parameters
+    ----------
+    desc : str
+        The bar's label.
+    enabled : bool, default=True
+        ``False``: nothing drawn.
+    clock : callable, optional
+        Time source of the bar (tests: a fake clock).
+    """
+
+    def __init__(self, desc, *, enabled=True, clock=None):
+        self.bar = bar(total=100, desc=desc, unit="%", enabled=enabled, clock=clock,
+                       bar_format=("{desc}: {percentage:3.0f}% of the way to tol|{bar}| "
+                                   "[{elapsed}<{remaining}{postfix}]"))
+        self.first = self.best = None
+        self.iterations = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        return False
+
+    def update(self, iterations, excess, goal):
+        """Show the run after ``iterations``: ``excess`` above 0, ``goal`` the tolerance.
+
+        ``excess`` is the largest violation in units where the run stops at
+        ``excess <= goal`` (``goal > 0``). Fewer ``iterations`` than at the
+        last call start a new run (the next ``gamma`` tried, the refit): the
+        bar starts again.
+        """
+        if self.first is None or iterations < self.iterations:  # a new run: afresh
+            if self.first is not None:
+                self.bar.reset()
+            self.first = self.best = excess
+        self.iterations = iterations
+        self.best = min(self.best, excess)
+        share = int(100 * tolerance_share(self.first, self.best, goal))
+        if share > self.bar.n:
+            self.bar.update(share - self.bar.n)
+        self.bar.set_postfix_str(f"iter {iterations}, violation {excess - goal:.3g}",
+                                 refresh=False)
 
 
 def detail(message):

@@ -567,19 +567,17 @@ def _progress(verbose, method, projection, state, max_iter, n_constraints=None):
         return
     progress.note_compiling([update_engine(method, state, n_constraints, projection)])
     every = max(1, max_iter // 20)
-    # no total: convergence (every constraint within tol), not max_iter, ends an
-    # ordinary fit, so a bar counting towards max_iter would show a false ETA;
-    # the postfix shows the largest violation falling towards the tolerance
-    with progress.bar(total=None, desc="DefiniteBoostKernel",
-                      unit="iter") as iterations:
+    # convergence (every constraint within tol), not max_iter, ends an ordinary
+    # fit: the bar counts towards the tolerance (a bar towards max_iter would
+    # show a false ETA)
+    with progress.ToleranceBar("DefiniteBoostKernel") as towards_tol:
         def callback(t, record):
-            iterations.update(t - iterations.n)
+            margin = record.get("margin", 0.0)
+            towards_tol.update(t, record["violation"] + margin, margin)
             if verbose >= 2 and (t % every == 0 or t == 1):
                 progress.detail(f"[DefiniteBoostKernel] iter {t}: largest violation "
                                 f"{record['violation']:.4g}, dual objective "
                                 f"{record['dual_objective']:.6g} (bound "
                                 f"{record['dual_bound']:.6g})")
-            iterations.set_postfix_str(f"violation {record['violation']:.3g}",
-                                       refresh=False)
 
         yield callback

@@ -59,9 +59,35 @@ def test_definiteboost_verbose_bar(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("DefiniteBoostKernel") >= 1
-    assert f"{model.n_iter_}iter [" in captured.err  # the iterations made, no total
-    assert "iter/s" in captured.err
+    # the bar counts towards the tolerance; its postfix has the iterations made
+    assert "of the way to tol" in captured.err
+    assert f"iter {model.n_iter_}," in captured.err
     del wine
+
+
+def test_tolerance_share_is_the_log_scale_way_to_the_goal():
+    share = _progress.tolerance_share
+    assert share(100.0, 100.0, 1.0) == 0.0
+    assert share(100.0, 10.0, 1.0) == pytest.approx(0.5)  # one decade of two
+    assert share(100.0, 1.0, 1.0) == 1.0 and share(100.0, 0.5, 1.0) == 1.0
+    assert share(100.0, 200.0, 1.0) == 0.0  # above the start: no negative share
+    assert share(100.0, 10.0, 0.0) == 0.0  # no positive goal: no scale to go by
+
+
+def test_tolerance_bar_never_runs_back_and_restarts_for_a_new_run():
+    clock = iter(np.arange(0.0, 1000.0, 0.5)).__next__
+    bar = _progress.ToleranceBar("DB", clock=clock)
+    bar.update(1, 100.0, 1.0)
+    bar.update(2, 10.0, 1.0)
+    assert bar.bar.n == 50
+    bar.update(3, 50.0, 1.0)  # a constraint violated again: the bar stays
+    assert bar.bar.n == 50
+    assert "iter 3, violation 49" in str(bar.bar)
+    bar.update(1, 30.0, 1.0)  # the next run starts from its own first violation
+    assert bar.bar.n == 0
+    bar.update(2, 1.0, 1.0)
+    assert bar.bar.n == 100
+    bar.__exit__(None, None, None)
 
 
 def test_compile_note_once_and_only_when_cold(monkeypatch, capsys):
@@ -168,4 +194,7 @@ def test_batch_bars_show_no_false_eta(capsys):
             if "MEGKernelRegressor (batch)" in line or line.startswith("DefiniteBoostKernel")]
     assert bars
     assert not any("/1000" in line or "/5000" in line for line in bars), bars
-    assert not any("<" in line for line in bars), bars  # tqdm's "elapsed<remaining"
+    meg_bars = [line for line in bars if "MEGKernelRegressor (batch)" in line]
+    assert not any("<" in line for line in meg_bars), bars  # tqdm's "elapsed<remaining"
+    # DefiniteBoost's ETA, if any, is towards the tolerance
+    assert all("of the way to tol" in line for line in bars if line.startswith("Definite"))

@@ -124,7 +124,8 @@ def fit_from_labels(pairs, signs, *, prior, trace, gamma, gamma_dissimilar, max_
     train, held_out, reason = _split(pairs, signs, prior.n_objects, validation_fraction,
                                      random_state)
     n_train = len(pairs) if train is None else len(train)
-    max_iter = auto_max_iter(n_train) if max_iter == "auto" else max_iter
+    max_iter = (auto_max_iter(n_train, prior.n_objects) if max_iter == "auto"
+                else max_iter)
     log = _run(prior, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
                trace=trace, max_iter=max_iter, options=options, progress=progress,
                train=train, held_out=held_out)
@@ -225,7 +226,8 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     constrained = pairs[chosen]
     train, held_out, reason = _split(constrained, signs, prior.n_objects,
                                      validation_fraction, random_state)
-    max_iter = auto_max_iter(len(chosen)) if max_iter == "auto" else max_iter
+    max_iter = (auto_max_iter(len(chosen), prior.n_objects) if max_iter == "auto"
+                else max_iter)
     run = dict(gamma=gamma, gamma_dissimilar=gamma_dissimilar, max_iter=max_iter,
                options=options, progress=progress)
     make_prior = dict(prior=prior, data_prior=data_prior, init_trace=init_trace, trace=trace,

@@ -245,6 +245,13 @@ def run_lazy(constraints, state, settings, callback=None):
                     converged = True
                     break
             if t == settings.max_iter or infeasible:
+                if not scan and settings.keep == "best":
+                    # the last iterate against the best of the scans: without this
+                    # look a run stopped between two scans returns the prior
+                    values = oracle.scan(constraints)
+                    best = kept_best(best, settings,
+                                     choose(values, multipliers, cap, settings)[1],
+                                     float(values.max()), state)
                 break
             limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
             alpha, lam_max, lam_min = step(constraints, state, j, violation, direction,

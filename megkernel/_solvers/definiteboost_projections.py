@@ -290,10 +290,14 @@ class ChosenCount(int):
     """``max_iter`` that megkernel chose for ``max_iter="auto"`` (an int).
 
     The warnings about a run that reached it say so: the user did not set
-    the number.
+    the number. ``reason`` (optional) says how it was chosen, for those
+    warnings (e.g. the budget of a run over many objects).
     """
 
-    __slots__ = ()
+    def __new__(cls, value, reason=""):
+        count = super().__new__(cls, value)
+        count.reason = reason
+        return count
 
 
 #: A run whose projected time to ``max_iter`` exceeds this many seconds says
@@ -473,6 +477,11 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                     converged = True
                     break
             if t == settings.max_iter or infeasible:
+                if not scan and settings.keep == "best":  # the last iterate counts too
+                    values = constraints.values(state)
+                    best = kept_best(best, settings,
+                                     choose(values, multipliers, cap, settings)[1],
+                                     float(values.max()), state)
                 break
             limit = multipliers[j] if direction < 0 else cap[j] - multipliers[j]
             alpha, lam_max, lam_min = step(constraints, state, j, violation, direction,
@@ -521,6 +530,7 @@ def _warn_outcome(log, max_iter, units="", hint=""):
         met = n_constraints - log["n_violated"]
         share = f" ({100.0 * met / n_constraints:.1f} %)" if n_constraints else ""
         reached = (f"the {max_iter} iterations max_iter='auto' chose"
+                   + (f" ({max_iter.reason})" if max_iter.reason else "")
                    if isinstance(max_iter, ChosenCount) else f"{max_iter} iterations")
         warn_user(
             f"DefiniteBoost did not converge in {reached}: {met} of {n_constraints} "

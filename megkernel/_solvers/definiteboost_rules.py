@@ -301,7 +301,8 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
         user_callback = callback
 
         def callback(t, record):
-            user_callback(t, {**record, "violation": record["violation"] * trace - margin})
+            user_callback(t, {**record, "violation": record["violation"] * trace - margin,
+                              "margin": margin})
 
     log = run_definiteboost(constraints, state, settings, method=method,
                             callback=callback, callback_at=callback_at)
@@ -502,6 +503,16 @@ DEFAULT_GAMMA_FRACTION = 0.1
 #: figures are on the benchmarks page, ``docs/benchmarks.rst``).
 ITERATIONS_PER_CONSTRAINT, MIN_AUTO_MAX_ITER = 25, 2000
 
+#: ``max_iter="auto"``'s budget on many objects: at most this many
+#: projections times objects per run (a projection's cost grows about
+#: linearly with the objects: a few milliseconds at 1000-2000 objects), so a
+#: run ends in under a minute there, 4000 projections at 2000 objects. The
+#: held-out 1-NN of family data stops changing after a few thousand
+#: projections at 1000-2000 objects while convergence to ``tol`` takes
+#: hundreds of thousands (the figures are on the benchmarks page). A
+#: count, not a clock: the same data gives the same kernel on any machine.
+AUTO_BUDGET = 8_000_000
+
 
 def prior_trace(init, init_factor):
     """``trace="auto"``: the trace of the prior as the user gave it.
@@ -564,13 +575,23 @@ def dense_state(state):
     return state.dense() if isinstance(state, SubspaceState) else state
 
 
-def auto_max_iter(n_constraints):
-    """``max_iter="auto"``: :data:`ITERATIONS_PER_CONSTRAINT` per constraint.
+def auto_max_iter(n_constraints, n_objects=None):
+    """``max_iter="auto"``: :data:`ITERATIONS_PER_CONSTRAINT` per constraint, within a budget.
 
-    A :class:`~.definiteboost_projections.ChosenCount`: the warnings of a
-    run that reaches it say that ``"auto"`` chose it.
+    At least :data:`MIN_AUTO_MAX_ITER`; over ``n_objects`` objects at most
+    ``AUTO_BUDGET / n_objects`` (:data:`AUTO_BUDGET`; the budget never goes
+    below :data:`MIN_AUTO_MAX_ITER` either). A
+    :class:`~.definiteboost_projections.ChosenCount`: the warnings of a run
+    that reaches it say that ``"auto"`` chose it, and when the budget did.
     """
-    return ChosenCount(max(MIN_AUTO_MAX_ITER, ITERATIONS_PER_CONSTRAINT * int(n_constraints)))
+    count = max(MIN_AUTO_MAX_ITER, ITERATIONS_PER_CONSTRAINT * int(n_constraints))
+    if n_objects:
+        budget = max(MIN_AUTO_MAX_ITER, AUTO_BUDGET // int(n_objects))
+        if budget < count:
+            return ChosenCount(budget, f"the budget for {int(n_objects)} objects, "
+                                       f"{AUTO_BUDGET:.0e} / objects; give max_iter to "
+                                       "run longer")
+    return ChosenCount(count)
 
 
 def prior_pair_summary(state, pairs, signs, trace):
