@@ -68,8 +68,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 from sklearn.base import clone, is_regressor
 
+from ._numerics.extension import grown_kernel
 from ._numerics.validation import check_n_trials, check_pair_indices
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
@@ -80,7 +82,8 @@ from ._pair_estimator import (
 )
 from ._solvers.meg import auto_learning_rate
 
-__all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "PairStream"]
+__all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "PairStream",
+           "new_ids_and_kernel"]
 
 #: The methods ``KernelDistances`` calls on its learner.
 PROTOCOL_METHODS = ("learn_kernel", "check_stream", "learn_kernel_stream",
@@ -477,3 +480,67 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
             a, b = best_pair if best_pair is not None else (empty, empty)
             fixed["learning_rate"] = float(auto_learning_rate(state, a, b))
         return fixed
+
+
+def new_ids_and_kernel(index, kernel, X, sq_targets, *, own):
+    """Grow a kernel by the ids of pairs ``X`` that are not in ``index``.
+
+    The rule of ``MEGKernelRegressor(grow_objects=True)``: each new object
+    gets the row and column of the out-of-sample extension
+    (:func:`megkernel._numerics.extension.grown_kernel`) from its given
+    squared distances ``sq_targets`` (the kernel's units) to known objects in
+    the same table; the kernel over the known objects is unchanged; each new
+    object has a private part of squared norm at least ``own`` (the kernel
+    stays positive definite, its logarithm finite). Pairs of two new ids
+    are left to the trials that follow.
+
+    Returns
+    -------
+    (new_ids, grown) or None
+        The new ids (an object array, in the order met) and the grown
+        kernel (known objects first); ``None`` when every id is known.
+
+    Raises
+    ------
+    ValueError
+        A new id without a given distance to a known object, named.
+    """
+    values = X.to_numpy(dtype=object) if isinstance(X, pd.DataFrame) else np.array(
+        X, dtype=object)
+    if values.ndim != 2 or values.shape[1] != 2:
+        return None  # the estimator's own validation explains the shape
+    lookup = index.lookup
+    at = np.array([lookup.get(key, -1) if _hashable(key) else -1
+                   for key in values.ravel().tolist()], dtype=np.intp).reshape(values.shape)
+    unknown = at < 0
+    if not unknown.any():
+        return None
+    new_ids = list(dict.fromkeys(values[unknown].tolist()))
+    position = {key: i for i, key in enumerate(new_ids)}
+    rows, sq = [[] for _ in new_ids], [[] for _ in new_ids]
+    for t in np.flatnonzero(unknown[:, 0] != unknown[:, 1]):
+        new, old = (0, 1) if unknown[t, 0] else (1, 0)
+        i = position[values[t, new]]
+        rows[i].append(at[t, old])
+        sq[i].append(sq_targets[t])
+    lonely = next((key for key, given in zip(new_ids, rows) if not given), None)
+    if lonely is not None:
+        raise ValueError(
+            f"The pairs name the new object {lonely!r} (not among objects_) but pair it "
+            "with no known object: grow_objects places a new object from its distances "
+            "to known ones, in the same partial_fit call.")
+    order = [np.lexsort((np.asarray(s), np.asarray(r))) for r, s in zip(rows, sq)]
+    grown = grown_kernel(kernel, [np.asarray(r, dtype=np.intp)[o] for r, o in zip(rows, order)],
+                         [np.asarray(s, dtype=float)[o] for s, o in zip(sq, order)], own=own)
+    ids = np.empty(len(new_ids), dtype=object)
+    for i, key in enumerate(new_ids):
+        ids[i] = key
+    return ids, grown
+
+
+def _hashable(key):
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True

@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._engines import METHOD_CONSTRAINT
-from ._kernel_learner import MEGKernelLearnerMixin
+from ._kernel_learner import MEGKernelLearnerMixin, new_ids_and_kernel
 from ._numerics.state import ExponentState
 from ._numerics.validation import (
     MAX_STEP,
@@ -26,7 +26,6 @@ from ._numerics.validation import (
     check_squared_distances,
     squares_of_distances,
 )
-from ._objects_grow import new_ids_and_kernel
 from ._pair_estimator import (
     ObjectIndex,
     PairKernelEstimator,
@@ -233,7 +232,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         object keeps at least the kernel's smallest eigenvalue as a part of
         its own; ``W`` of trace one, ``trace_`` grown by the new diagonal
         entries so the units stay), then the call's trials run over the
-        larger set. See :mod:`megkernel._objects_grow`.
+        larger set. See :func:`megkernel._kernel_learner.new_ids_and_kernel`.
 
     Attributes
     ----------

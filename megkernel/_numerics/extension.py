@@ -272,3 +272,59 @@ def placed_sq_distances(basis, placement, cols):
         sq[i] = weights @ u  # bits whatever else is placed in the call
     sq = placement.sq_norms[:, None] + basis.sq_norms[cols][None, :] - sq
     return np.maximum(sq, 0.0) * basis.scale
+
+
+def grown_kernel(kernel, rows, sq_distances, *, own=0.0, max_rank=DEFAULT_MAX_RANK,
+                 noise=DEFAULT_NOISE):
+    r"""Return the kernel over the known objects and new ones placed from their distances.
+
+    The known block is ``kernel`` itself; each new object is the point
+    ``p_x = mu + y + o_x`` (``mu`` the known objects' mean, ``y`` its
+    placement in the centred eigenbasis, ``o_x`` its own part, orthogonal
+    to everything else, of squared norm ``max(t - ||y||^2, own)``), so the
+    result is the Gram matrix of actual vectors: positive semidefinite, and
+    definite when ``kernel`` is and ``own > 0``. With ``r_i`` the row means
+    of ``kernel``, ``s`` their mean and ``g = V^T (r - s 1)``:
+
+    .. math:: K_{xi} = z_i^\top y + u^\top g + r_i, \qquad
+              K_{xx'} = y^\top y' + u^\top g + u'^\top g + s + [x = x'] |o_x|^2.
+
+    Parameters
+    ----------
+    kernel : ndarray of shape (n, n)
+        Symmetric positive semidefinite kernel over the known objects.
+    rows : list of ndarray of int
+        For each new object, the known objects it has distances to.
+    sq_distances : list of ndarray of float
+        Their squared distances, in the kernel's units.
+    own : float, default=0.0
+        Least squared norm of each new object's own part (kernel units).
+    max_rank, noise : see :func:`extension_basis`.
+
+    Returns
+    -------
+    ndarray of shape (n + k, n + k)
+        The known objects first, then the new ones in the order given.
+    """
+    kernel = np.asarray(kernel, dtype=float)
+    basis = extension_basis(kernel, max_rank=max_rank, noise=noise)
+    placement = place_objects(basis, rows, sq_distances)
+    scale = basis.scale
+    unit = kernel / scale
+    means = unit.mean(axis=1)
+    grand = float(means.mean())
+    vectors = basis.weights / (2.0 * basis.eigenvalues) if basis.rank else basis.weights
+    g = vectors.T @ (means - grand)
+    u = placement.coefficients
+    y_sq = np.einsum("ij,ij->i", u * basis.eigenvalues, u)
+    own_sq = np.maximum(placement.sq_norms - y_sq, own / scale)
+    shift = u @ g
+    n, k = len(kernel), len(u)
+    out = np.empty((n + k, n + k))
+    out[:n, :n] = unit
+    cross = 0.5 * u @ basis.weights.T + shift[:, None] + means[None, :]
+    out[n:, :n] = cross
+    out[:n, n:] = cross.T
+    out[n:, n:] = (u * basis.eigenvalues) @ u.T + shift[:, None] + shift[None, :] + grand
+    out[n:, n:] += np.diag(own_sq)
+    return out * scale
