@@ -166,6 +166,10 @@ def verdict_message(learner_name, verdict):
             f"{learner_name} kernel's leave-one-out 1-NN accuracy is "
             f"{verdict['learned']:.3f} against {verdict['observed']:.3f} for the observed "
             f"distances it was given ({-verdict['z']:.1f} standard errors below): it did "
-            "not beat them here. Compare both in the same grid, e.g. "
+            "not beat them here. "
+            + (f"The step keeps the given distance for every pair that has one "
+               f"(keep_given; leave-one-out {verdict['kept']:.3f}) and the learned one for "
+               "the others. " if verdict.get("keep_given") else "")
+            + "Compare with the observed distances in the same grid, e.g. "
             "{'<step>__learner': [None, learner]} (None: the observed distances), and "
             "see KernelDistances.verdict_.")

@@ -214,6 +214,14 @@ def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
     v = step.verdict_
     assert v["worse"] and v["observed"] == 1.0 and v["learned"] < 0.5
     assert v["n_objects"] == len(ids)
+    # the step kept the given distances, and the warning says so
+    with pytest.warns(NoImprovementWarning, match=r"keeps the given distance .*"
+                      r"leave-one-out 1\.000"):
+        step.fit(ids, labels)
+    with pytest.warns(NoImprovementWarning) as caught:
+        step.set_params(keep_given=False).fit(ids, labels)
+    assert "keeps the given" not in str(caught[0].message)
+    step.set_params(keep_given="auto")
     # a Pipeline passes the labels: one warning per fit of a split
     pipe = Pipeline([("kernel", step), ("knn", KNeighborsClassifier(1, metric="precomputed"))])
     with pytest.warns(NoImprovementWarning) as caught:
