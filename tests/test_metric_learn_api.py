@@ -246,3 +246,43 @@ def test_a_dissimilar_pair_of_identical_points_is_left_out_with_a_warning(Learne
         with pytest.warns(UserWarning, match="1 dissimilar pairs join a point to itself"):
             model = Learner(random_state=0, **FAST[Learner]).fit(pairs_of_points, signs)
     assert model.predict(pairs_of_points[:1])[0] == 1  # distance 0: as similar as can be
+
+
+@pytest.mark.parametrize("Learner", [DefiniteBoostMetric, DefiniteBoostPairMetric])
+def test_definiteboost_init_options_of_metric_learn(Learner):
+    """'identity' is the Euclidean prior; 'covariance', 'random' and an array start
+    from their linear map L: with the prior kept (max_iter=1 barely moves it),
+    the learned distances are close to ||L (x - x')||, and exactly L's when no
+    projection runs (a fold validation choosing 0 is not needed: compare at 1)."""
+    X, y, pairs, signs = _data()
+    centred = X - X.mean(axis=0)
+    U, s, Vt = np.linalg.svd(centred, full_matrices=False)
+    covariance_map = np.sqrt(len(X) - 1) * Vt / s[:, None]
+    given = np.random.default_rng(5).normal(size=(3, 4))
+    fits = {}
+    for init in ["euclidean", "identity", "covariance", "random", given]:
+        model = Learner(init=init, max_iter=1, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if Learner is DefiniteBoostPairMetric:
+                model.fit(X[pairs], signs)
+            else:
+                model.fit(X, y)
+        key = init if isinstance(init, str) else "given"
+        fits[key] = model
+        assert model.init_ == ("euclidean" if key == "identity" else key)
+    np.testing.assert_array_equal(fits["identity"].components_, fits["euclidean"].components_)
+    new = np.random.default_rng(2).normal(size=(8, 4))
+    all_pairs = np.argwhere(np.ones((8, 8), bool))
+    for key, linear in [("covariance", covariance_map), ("given", given)]:
+        # the projections keep the trace: compare the distances' shape, up to a scale
+        learned = fits[key].pair_distance(new[all_pairs])
+        expected = np.linalg.norm((new[all_pairs[:, 0]] - new[all_pairs[:, 1]]) @ linear.T,
+                                  axis=1)
+        ratio = learned[expected > 0] / expected[expected > 0]
+        assert np.std(ratio) / np.mean(ratio) < 0.2  # one projection: close to L's metric
+    assert fits["given"].n_components_ <= 3
+    with pytest.raises(ValueError, match=r"init as an array is the prior's linear map"):
+        DefiniteBoostMetric(init=np.ones((2, 3))).fit(X, y)
+    with pytest.raises(ValueError, match="init contains NaN"):
+        DefiniteBoostMetric(init=np.full((2, 4), np.nan)).fit(X, y)

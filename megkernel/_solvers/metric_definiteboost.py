@@ -62,7 +62,7 @@ class DefiniteBoostMetricOptions:
     n_folds: object = "auto"
     n_constraints: object = None
     n_neighbors: int = N_NEIGHBORS
-    init: str = "auto"
+    init: object = "auto"
     random_state: object = None
     method: str = "auto"
 
@@ -159,7 +159,7 @@ def _pair_classes(centred, pairs, signs, init):
     lower-dimensional subset would drop the other directions for every
     point).
     """
-    if init != "auto":
+    if not (isinstance(init, str) and init == "auto"):
         return None
     components = pair_components(len(centred), pairs, signs)
     if components is None or (np.linalg.matrix_rank(centred[components >= 0])
@@ -176,24 +176,49 @@ def _soft_neighbor_fit(points, codes, options):
                               options=options)
 
 
-def _prior(centred, classes, options):
-    """Return the prior's embedding of the training points, ``init_`` and the fit tried.
+def _linear_prior(centred, init, random_state):
+    """Return the linear map ``L`` of a prior given by name or as an array (metric-learn's).
 
-    From labels with ``init="auto"`` (and at most 4000 points), the
-    soft-neighbour metric of MEGMetric when its validated gain is real;
-    otherwise the centred points (the Euclidean metric).
+    ``"covariance"``: the inverse covariance's square root, ``sqrt(n - 1)
+    S^-1 V^T`` of the centred points ``U S V^T`` (the Mahalanobis metric of
+    the training points' covariance); ``"random"``: a standard normal
+    ``d x d`` matrix drawn from ``random_state``; an array: ``L`` itself.
     """
+    if not isinstance(init, str):
+        return np.asarray(init, dtype=float)
+    if init == "covariance":
+        _, s, Vt = np.linalg.svd(centred, full_matrices=False)
+        keep = s > s[0] * 1e-10
+        return np.sqrt(max(len(centred) - 1, 1)) * Vt[keep] / s[keep, None]
+    rng = np.random.default_rng(derived_seed(random_state))
+    return rng.standard_normal((centred.shape[1], centred.shape[1]))
+
+
+def _prior(centred, classes, options):
+    """Return the prior's embedding of the training points, ``init_``, the fit tried, ``L``.
+
+    ``init="auto"`` from labels (and at most 4000 points): the soft-neighbour
+    metric of MEGMetric when its validated gain is real, otherwise the
+    centred points (the Euclidean metric); ``"euclidean"`` or ``"identity"``:
+    the centred points; ``"covariance"``, ``"random"`` or an array: the
+    centred points under the linear map ``L`` (:func:`_linear_prior`, the
+    last item; ``None`` for the others).
+    """
+    init = options.init
+    if not isinstance(init, str) or init in ("covariance", "random"):
+        linear = _linear_prior(centred, init, options.random_state)
+        return centred @ linear.T, "given" if not isinstance(init, str) else init, None, linear
     labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
-    if (options.init != "auto" or classes is None
+    if (init != "auto" or classes is None
             or np.unique(classes.codes[labelled]).size < 2
             or not (resolve_n_folds(options.n_folds, len(labelled)) <= len(labelled)
                     <= SOFT_NEIGHBORS_MAX_POINTS)):
-        return centred, "euclidean", None
+        return centred, "euclidean", None, None
     fit = _soft_neighbor_fit(centred[labelled], classes.codes[labelled], MEGMetricOptions(
         n_folds=options.n_folds, random_state=derived_seed(options.random_state)))
     if not (fit.validation or {}).get("gain_is_real", False):
-        return centred, "euclidean", fit
-    return centred @ fit.components.T, "soft-neighbors", fit
+        return centred, "euclidean", fit, None
+    return centred @ fit.components.T, "soft-neighbors", fit, fit.components
 
 
 def _fold_prior(centred, classes, train, prior):
@@ -230,8 +255,8 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
     checkpoints = doubling_checkpoints(MAX_PASSES)
 
     def make_path(scorer):
-        fold_start = (start if init == "euclidean"
-                      else _fold_prior(centred, classes, scorer.references, prior))
+        fold_start = (_fold_prior(centred, classes, scorer.references, prior)
+                      if init == "soft-neighbors" else start)
         return SweepPath(scorer, fold_start, trace, checkpoints, options)
 
     best, log = validate_length(len(centred), pairs, signs, make_path,
@@ -319,14 +344,14 @@ def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, k
     centred = X - mean
     if not drew_pairs:
         classes = _pair_classes(centred, pairs, signs, options.init)
-    start, init, prior = _prior(centred, classes, options)
+    start, init, prior, linear = _prior(centred, classes, options)
     validation, max_iter = None, options.max_iter
     if max_iter == "auto":
         max_iter, validation = _validated_max_iter(
             centred, start, init, prior, trace, pairs, signs, classes,
             drew_pairs=drew_pairs, options=options)
         if validation.get("worse_than_reference", False):  # held out: Euclidean is better
-            start, init, max_iter = centred, "euclidean", 0
+            start, init, max_iter, linear = centred, "euclidean", 0, None
     log = None
     with warnings.catch_warnings():
         if drew_pairs:  # pairs it drew itself: dropping some is no news
@@ -337,7 +362,7 @@ def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, k
                 state, signs, gamma=options.gamma, gamma_dissimilar=options.gamma_dissimilar,
                 trace=trace)
             satisfiable_pairs(state, pairs, signs, thresholds, trace)  # warns
-            components = (prior.components.copy() if init != "euclidean"
+            components = (linear.copy() if linear is not None
                           else np.linalg.svd(centred, full_matrices=False)[2][:state.size])
         else:
             if options.max_iter == "auto":  # stopping early is the validated choice
@@ -352,5 +377,4 @@ def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, k
         validation=validation, log=log, pairs=pairs, signs=signs,
         from_labels=classes.from_labels if drew_pairs else None,
         loss=_violated_fraction(centred @ components.T, **thresholds),
-        prior_loss=_violated_fraction(
-            centred if init == "euclidean" else centred @ prior.components.T, **thresholds))
+        prior_loss=_violated_fraction(start, **thresholds))

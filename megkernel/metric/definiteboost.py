@@ -97,8 +97,13 @@ class DefiniteBoostMetric(_FeatureMetric):
     n_constraints : int, default=None
         Pairs of each kind for ``from_labels="random"``; ``None``:
         ``20 * n_classes**2``.
-    init : {"auto", "euclidean"}, default="auto"
-        The prior the projections start from. ``"euclidean"``: the
+    init : str or array-like of shape (n_components, n_features), default="auto"
+        The prior the projections start from: ``"auto"``, ``"euclidean"``,
+        or metric-learn's options:
+        ``"identity"`` is ``"euclidean"``; ``"covariance"``, the Mahalanobis
+        metric of the training points' inverse covariance; ``"random"``, a
+        random linear map (drawn from ``random_state``); an array, the linear
+        map ``L`` of the prior metric ``||L (x - x')||``. ``"euclidean"``: the
         Euclidean metric of the centred features (the paper's identity
         prior). ``"auto"``: from labels (:meth:`fit`, at most 4000 points),
         :class:`MEGMetric`'s soft-neighbour metric of the same labels
@@ -132,7 +137,8 @@ class DefiniteBoostMetric(_FeatureMetric):
     Attributes
     ----------
     init_ : str
-        The prior used: ``"soft-neighbors"`` or ``"euclidean"``.
+        The prior used: ``"soft-neighbors"``, ``"euclidean"``,
+        ``"covariance"``, ``"random"`` or ``"given"`` (an array).
     prior_components_ : ndarray of shape (rank, n_features) or None
         The soft-neighbour metric tried as the prior (``init="auto"`` from
         labels, or from given pairs whose components stand in for classes):
@@ -212,7 +218,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         "tol": [Interval(Real, 0, None, closed="left")],
         "projection": [StrOptions({"approximate", "exact"})],
         "from_labels": [StrOptions({"auto", "neighbors", "random"})],  # pairs only
-        "init": [StrOptions({"auto", "euclidean"})],
+        "init": [StrOptions({"auto", "euclidean", "identity", "covariance", "random"}),
+                 "array-like"],
     }
 
     def __init__(self, *, gamma="auto", gamma_dissimilar="auto", slack=_LOG_2,
@@ -237,6 +244,14 @@ class DefiniteBoostMetric(_FeatureMetric):
 
     def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
         """Make the one solver call of a batch fit (:func:`fit_definiteboost_metric`)."""
+        if not isinstance(self.init, str):  # a linear map L: (k, n_features), finite
+            linear = np.asarray(self.init, dtype=float)
+            if linear.ndim != 2 or linear.shape[1] != X.shape[1] or len(linear) == 0:
+                raise ValueError(f"init as an array is the prior's linear map, of shape "
+                                 f"(n_components, {X.shape[1]}) for X's {X.shape[1]} "
+                                 f"features; got shape {linear.shape}.")
+            if not np.all(np.isfinite(linear)):
+                raise ValueError("init contains NaN or infinite values.")
         options = DefiniteBoostMetricOptions(
             gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
             max_iter=self.max_iter, tol=self.tol, projection=self.projection,
@@ -301,7 +316,7 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         Unused: the pairs are given.
     n_constraints : int, default=None
         Unused: the pairs are given.
-    init : {"auto", "euclidean"}, default="auto"
+    init : str or array-like of shape (n_components, n_features), default="auto"
         The prior, as in :meth:`~DefiniteBoostMetric.fit_pairs`: with
         ``"auto"``, the soft-neighbour metric of the similar pairs'
         components where those stand in for classes, else the Euclidean
