@@ -9,7 +9,10 @@ ones}) and is classified by 1-NN among the known objects
 
 * (a) the observed distances alone (``learner=None``: its ``m`` given
   distances; the other known objects missing, never a neighbour);
-* new: the learned kernel's out-of-sample extension (``new_pairs=``);
+* new: the learned kernel's out-of-sample extension (``new_pairs=``), at
+  ``KernelDistances``' defaults (``keep_given="auto"``: the given distances
+  kept beside the kernel when the fit's labels say that ranks neighbours
+  better), and the kernel only (``keep_given="never"``);
 * (b) transductive: the same objects and their same ``m`` distances in the
   fit (the kernel learned with them), 1-NN under the learned kernel.
 
@@ -102,17 +105,20 @@ def evaluate(ids, labels, distances, *, fraction=0.2, seed=0):
         new_pairs = pd.DataFrame(pairs, columns=["new", "known"])
         test_ids, test_labels = ids[new_rows], labels[new_rows]
         scores = {}
-        for name, learner in (("observed (a)", None), ("new", MEGKernelRegressor(
-                random_state=0, squared=False))):
+        meg = MEGKernelRegressor(random_state=0, squared=False)
+        for name, learner, keep in (("observed (a)", None, "auto"), ("new", meg, "auto"),
+                                    ("new, kernel only", meg, "never")):
             step = KernelDistances(learner=learner, pairs=fit_table[["a", "b"]],
                                    targets=fit_table["d"], new_pairs=new_pairs,
-                                   new_distances=new_d)
+                                   new_distances=new_d, keep_given=keep)
             pipe = make_pipeline(step, KNeighborsClassifier(1, metric="precomputed"))
             start = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 pipe.fit(known_ids, known_labels)
                 scores[name] = float(pipe.score(test_ids, test_labels))
+            if name == "new":
+                scores["new kept"] = float(pipe[0].keeps_given_ != "never")
             scores[name + " s"] = time.perf_counter() - start
         transductive = pd.concat([fit_table, pd.DataFrame(
             {"a": new_pairs["new"], "b": new_pairs["known"], "d": new_d})])
@@ -123,6 +129,7 @@ def evaluate(ids, labels, distances, *, fraction=0.2, seed=0):
             warnings.simplefilter("ignore")
             pipe.fit(known_ids, known_labels)
             scores["transductive (b)"] = float(pipe.score(test_ids, test_labels))
+            scores["keeps given"] = float(pipe[0].keeps_given_ != "never")
         out["all" if m is None else m] = scores
     return out
 
@@ -171,13 +178,17 @@ def main():
                 for key, value in scores.items():
                     rows.setdefault((m, key), []).append(value)
         print(f"\n{task} ({len(seeds)} seeds): 1-NN accuracy of held-out objects")
-        print(f"{'m':>5} {'observed (a)':>13} {'new':>8} {'transductive (b)':>17} "
-              f"{'new-(a)':>8} {'new/(b)':>8}  fit+place s (a / new)")
+        print(f"{'m':>5} {'observed (a)':>13} {'new':>8} {'kernel only':>12} "
+              f"{'transductive (b)':>17} {'new-(a)':>8} {'new/(b)':>8}  kept given (new, b)"
+              "  fit+place s (a / new)")
         for m in (5, 20, "all"):
             a = np.mean(rows[(m, "observed (a)")])
             new = np.mean(rows[(m, "new")])
+            only = np.mean(rows[(m, "new, kernel only")])
             b = np.mean(rows[(m, "transductive (b)")])
-            print(f"{m!s:>5} {a:13.3f} {new:8.3f} {b:17.3f} {new - a:+8.3f} {new / b:8.3f}"
+            print(f"{m!s:>5} {a:13.3f} {new:8.3f} {only:12.3f} {b:17.3f} {new - a:+8.3f} "
+                  f"{new / b:8.3f}  {np.mean(rows[(m, 'new kept')]):.2f}, "
+                  f"{np.mean(rows[(m, 'keeps given')]):.2f}"
                   f"  {np.mean(rows[(m, 'observed (a) s')]):.2f} / "
                   f"{np.mean(rows[(m, 'new s')]):.2f}")
     basis, known, new = timing()

@@ -594,7 +594,7 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     Per table: 1-NN over ``ShuffleSplit(n_splits, 0.5)`` of the objects in
     the Pipeline ``KernelDistances -> KNeighborsClassifier(1)`` under the
     observed distances alone, the full matrix, each learner's kernel alone
-    (``keep_given=False``) and the default step (``keep_given="auto"``:
+    (``keep_given="never"``) and the default step (``keep_given="auto"``:
     the labels of each split's training half choose), with the first
     (cache-filling) fit's wall time and the warnings it gave. The user's
     plain distances go to ``KernelDistances`` as they are (its defaults).
@@ -637,7 +637,7 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                         seconds = time.perf_counter() - start
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
-                            alone = score(KernelDistances(learner=learner, keep_given=False,
+                            alone = score(KernelDistances(learner=learner, keep_given="never",
                                                           **side))
                             default = score(KernelDistances(learner=learner, **side))
                         warned = sorted({type(w.message).__name__ for w in caught})

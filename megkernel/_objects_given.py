@@ -276,6 +276,7 @@ class GivenSquaredDistances:
         self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()
         self._counts = coo_matrix((np.ones(rows.size), (rows, cols)), shape).tocsr()
         self.n_pairs = int(keep.sum())
+        self.largest = float(sq.max(initial=0.0))
 
     def block(self, rows, cols):
         """Return the given squared distances between ``rows`` and ``cols`` (NaN: none)."""

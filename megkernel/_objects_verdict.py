@@ -115,7 +115,38 @@ def _paired_z(right, right_other):
     return (gains - losses) / np.sqrt(gains + losses) if gains + losses else 0.0
 
 
-def neighbour_verdict(learned, observed, labels, *, sampled=False, kept=None):
+#: The ways ``KernelDistances(keep_given=...)`` combines the learned kernel
+#: with the distances it was taught, in the order a tie prefers them.
+KEEP_GIVEN_MODES = ("never", "where_given", "first")
+
+
+def with_given(learned_sq, given_sq, mode, offset):
+    """Combine learned and given squared distances as ``keep_given=mode`` says.
+
+    Parameters
+    ----------
+    learned_sq, given_sq : ndarray of the same shape
+        The learned kernel's squared distances; the given ones (NaN where
+        none was given).
+    mode : {"never", "where_given", "first"}
+        ``"where_given"``: the given distance where there is one;
+        ``"first"``: that, and the learned ones beyond every given one
+        (``offset`` added), so a measured pair is nearer than any other.
+    offset : float
+        The largest given squared distance.
+
+    Returns
+    -------
+    ndarray
+        Squared distances.
+    """
+    if mode == "never":
+        return learned_sq
+    missing = np.isnan(given_sq)
+    return np.where(missing, learned_sq + (offset if mode == "first" else 0.0), given_sq)
+
+
+def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None):
     """Leave-one-out 1-NN of the learned distances against the observed ones.
 
     Parameters
@@ -126,30 +157,36 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, kept=None):
     labels : ndarray of shape (m,)
     sampled : bool, default=False
         Whether the objects are a sample of the fit's (said in the warning).
-    kept : ndarray of shape (m, m), optional
-        The learned distances with the observed ones kept where given.
+    combined : dict, optional
+        The learned distances combined with the observed ones, by
+        ``keep_given`` mode (:func:`with_given`).
 
     Returns
     -------
     verdict : dict
-        ``learned``, ``observed`` and ``kept`` (accuracies; NaN without
-        those distances, all NaN for fewer than two objects), ``n_objects``,
-        ``sampled`` (as given), ``z`` (the learned against the observed
-        distances' paired difference in standard errors, positive when the
-        learned kernel is better), ``worse`` (``z < -WORSE_Z``) and
-        ``keep_given`` (keeping the given distances is more accurate than the
-        learned kernel alone).
+        ``learned``, ``observed`` and each mode of ``combined`` (accuracies;
+        NaN without those distances, all NaN for fewer than two objects),
+        ``n_objects``, ``sampled`` (as given), ``z`` (the learned against
+        the observed distances' paired difference in standard errors,
+        positive when the learned kernel is better), ``worse`` (``z <
+        -WORSE_Z``) and ``keep_given``: the most accurate mode (``"never"``:
+        the learned kernel alone; a tie keeps the earlier of
+        :data:`KEEP_GIVEN_MODES`).
     """
-    out = {"learned": np.nan, "observed": np.nan, "kept": np.nan, "n_objects": len(labels),
-           "z": np.nan, "worse": False, "keep_given": False, "sampled": bool(sampled)}
+    out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
+           "z": np.nan, "worse": False, "keep_given": "never", "sampled": bool(sampled)}
+    out.update({mode: np.nan for mode in KEEP_GIVEN_MODES[1:]})
     if len(labels) < 2:  # no other object to be a neighbor
         return out
     right = loo_nearest_correct(learned, labels)
     out["learned"] = float(right.mean())
-    if kept is not None:
-        right_kept = loo_nearest_correct(kept, labels)
-        out.update(kept=float(right_kept.mean()),
-                   keep_given=bool(_paired_z(right_kept, right) > 0))
+    best = right
+    for mode in KEEP_GIVEN_MODES[1:]:
+        if combined is not None and mode in combined:
+            right_mode = loo_nearest_correct(combined[mode], labels)
+            out[mode] = float(right_mode.mean())
+            if _paired_z(right_mode, best) > 0:
+                best, out["keep_given"] = right_mode, mode
     if observed is None:
         return out
     right_observed = loo_nearest_correct(observed, labels)
@@ -157,6 +194,14 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, kept=None):
     out.update(observed=float(right_observed.mean()), z=float(z),
                worse=bool(z < -WORSE_Z))
     return out
+
+
+_MODE_WORDS = {
+    "where_given": "keeps the given distance for every pair that has one and the learned "
+                   "one for the others",
+    "first": "keeps the given distance for every pair that has one and places the others "
+             "beyond them (a measured pair is always nearer)",
+}
 
 
 def verdict_message(learner_name, verdict):
@@ -167,9 +212,10 @@ def verdict_message(learner_name, verdict):
             f"{verdict['learned']:.3f} against {verdict['observed']:.3f} for the observed "
             f"distances it was given ({-verdict['z']:.1f} standard errors below): it did "
             "not beat them here. "
-            + (f"The step keeps the given distance for every pair that has one "
-               f"(keep_given; leave-one-out {verdict['kept']:.3f}) and the learned one for "
-               "the others. " if verdict.get("keep_given") else "")
+            + (f"The step {_MODE_WORDS[verdict['keep_given']]} (keep_given="
+               f"{verdict['keep_given']!r}: leave-one-out "
+               f"{verdict[verdict['keep_given']]:.3f}). "
+               if verdict.get("keep_given", "never") != "never" else "")
             + "Compare with the observed distances in the same grid, e.g. "
             "{'<step>__learner': [None, learner]} (None: the observed distances), and "
             "see KernelDistances.verdict_.")

@@ -84,11 +84,13 @@ from ._objects_new import (
 )
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
+    KEEP_GIVEN_MODES,
     class_labels,
     neighbour_verdict,
     observed_distances_known,
     verdict_message,
     verdict_rows,
+    with_given,
 )
 from ._pair_estimator import ObjectIndex, ShortReprMixin, unchanged_on_error
 from ._warnings import NoImprovementWarning, warn_user
@@ -283,21 +285,26 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``given_squared=True``.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
-    keep_given : {"auto", True, False}, default="auto"
+    keep_given : {"auto", "never", "where_given", "first"}, default="auto"
         With a ``learner`` taught distances (``pairs`` and ``targets`` of a
-        learner of distances, or ``distances``): ``True`` returns the given
-        distance for every pair that has one (the mean of repeats, in the
-        learned kernel's units as the learner reads its targets) and the
-        learned kernel's distance for the others; ``False`` the learned
-        kernel's everywhere. ``"auto"`` decides at :meth:`fit` from the class
-        labels a Pipeline passes: leave-one-out 1-NN accuracy on the fit
-        objects under both, ``True`` when keeping the given distances is more
-        accurate (``verdict_`` holds both figures); ``False`` without labels.
-        Where few pairs are given, a learned kernel can rank an object's
-        neighbours worse than the distances it was taught (it fits all the
-        pairs, mostly the large distances; 1-NN needs the small ones): the
-        given distances then carry the nearest neighbours, the kernel the
-        pairs nobody measured.
+        learner of distances, or ``distances``), whether the distances it
+        was given are kept beside its kernel. ``"never"``: the learned
+        kernel's distances everywhere. ``"where_given"``: the given distance
+        for every pair that has one (the mean of repeats, in the learned
+        kernel's units as the learner reads its targets), the learned one
+        for the others. ``"first"``: as ``"where_given"``, with the learned
+        distances placed beyond every given one (the largest given squared
+        distance added), so that a measured pair is nearer than any other:
+        the observed distances' neighbours, completed by the kernel.
+        ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
+        passes: leave-one-out 1-NN accuracy on the fit objects under each,
+        the most accurate kept (a tie keeps the earlier in this list;
+        ``verdict_`` holds the figures, ``keeps_given_`` the choice);
+        ``"never"`` without labels. Where few pairs are given, a learned
+        kernel can rank an object's neighbours worse than the distances it
+        was taught (it fits all the pairs, mostly the large distances; 1-NN
+        needs the small ones): the given distances then carry the nearest
+        neighbours, the kernel the pairs nobody measured.
     memory : str, path, joblib.Memory or None, default=None
         On-disk cache of learned kernels: a folder (``~`` expanded, made
         absolute), or a ``joblib.Memory`` whose ``location`` is one
@@ -334,8 +341,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         missing). Rows of two known or two new ids are left out. Set it
         with the new objects' table before ``predict`` (``set_params
         (<step>__new_pairs=..., <step>__new_distances=...)``, no refit);
-        it changes no fitted kernel and is not part of the cache key. See
-        the user guide's page "New objects after the fit".
+        it changes no fitted kernel and is not part of the cache key. When
+        ``keeps_given_``, a new object's given distances are kept too, as
+        the known objects' are. See the user guide's page "New objects
+        after the fit".
     new_distances : array-like of shape (n_new_pairs,), default=None
         The distances of ``new_pairs`` (NaN where missing), squared or not
         as ``given_squared`` says, in the fit's units: those of the
@@ -418,7 +427,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         "objects": ["array-like", None],
         "given_squared": ["boolean"],
         "squared": ["boolean"],
-        "keep_given": [StrOptions({"auto"}), "boolean"],
+        "keep_given": [StrOptions({"auto", *KEEP_GIVEN_MODES})],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
         "new_pairs": ["array-like", None],
         "new_distances": ["array-like", None],
@@ -473,12 +482,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 f"not the class {self.learner.__name__}.")
         if self.learner is not None:
             _check_kernel_learner(self.learner)
-            if self.keep_given is True and not self._teaches_distances():
+            if self.keep_given in KEEP_GIVEN_MODES[1:] and not self._teaches_distances():
                 raise ValueError(
-                    f"keep_given=True keeps the distances a learner was taught, but "
-                    f"{type(self.learner).__name__} is given none to keep (its targets "
-                    "are no distances, or come as a stream): use keep_given='auto' or "
-                    "False.")
+                    f"keep_given={self.keep_given!r} keeps the distances a learner was "
+                    f"taught, but {type(self.learner).__name__} is given none to keep (its "
+                    "targets are no distances, or come as a stream): use "
+                    "keep_given='auto' or 'never'.")
         kernel, given, objects, matrix = self._source()
         scale = (_user_kernel_scale(kernel, squared=self.squared,
                                     check_psd=self.kernel is not None)
@@ -489,9 +498,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         given_sq = self._given_squared_distances(index, matrix)
         verdict = (None if labels is None  # (no learner: no labels either)
                    else self._verdict(kernel, scale, rows, labels, given_sq))
-        keeps_given = given_sq is not None and (
-            self.keep_given is True
-            or (self.keep_given == "auto" and verdict is not None and verdict["keep_given"]))
+        if given_sq is None:
+            keeps_given = "never"
+        elif self.keep_given == "auto":
+            keeps_given = "never" if verdict is None else verdict["keep_given"]
+        else:
+            keeps_given = self.keep_given
         if verdict is not None:
             verdict["keep_given"] = keeps_given
         if verdict is not None and verdict["worse"]:
@@ -503,7 +515,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  _given=given, _given_is_squared=bool(self.given_squared),
                                  _kernel_scale=scale, verdict_=verdict,
                                  keeps_given_=keeps_given,
-                                 _kept_given=given_sq if keeps_given else None,
+                                 _kept_given=None if keeps_given == "never" else given_sq,
                                  _extension=None)
             return self
 
@@ -519,15 +531,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         unique_rows, copies = np.unique(rows[chosen], return_inverse=True)
         learned = kernel_distance_block(kernel, unique_rows, unique_rows, scale=scale,
                                         squared=True)
-        observed = kept = None
+        observed, combined = None, None
         if given_sq is not None:
             observed = given_sq.block(unique_rows, unique_rows)
-            kept = np.where(np.isnan(observed), learned, observed)
+            combined = {mode: _with_copies(with_given(learned, observed, mode,
+                                                      given_sq.largest), copies)
+                        for mode in KEEP_GIVEN_MODES[1:]}
         return neighbour_verdict(
             _with_copies(learned, copies),
             None if observed is None else _with_copies(observed, copies),
-            np.asarray(labels)[chosen], sampled=len(chosen) < len(rows),
-            kept=None if kept is None else _with_copies(kept, copies))
+            np.asarray(labels)[chosen], sampled=len(chosen) < len(rows), combined=combined)
 
     def _teaches_distances(self):
         """Whether the learner is taught distances (a matrix, or a table of them)."""
@@ -626,6 +639,14 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                         fitted_units="squared in the kernel's units")
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
+        if getattr(self, "_kept_given", None) is not None:  # keeps_given_: as known objects
+            for i, (at, given) in enumerate(zip(rows, given_sq)):
+                known, where = np.unique(at, return_inverse=True)  # repeats: their mean
+                mean = np.bincount(where, given) / np.bincount(where)
+                kept = np.full(len(self.objects_), np.nan)
+                kept[known] = mean  # as the known objects' kept distances: as given
+                kept = kept[self._fit_rows]
+                sq[i] = with_given(sq[i], kept, self.keeps_given_, self._kept_given.largest)
         return sq if self.squared else np.sqrt(sq)
 
     def _extension_state(self):
@@ -719,8 +740,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                       squared=self.squared or kept is not None)
         if kept is None:
             return block
-        given = kept.block(rows, cols)
-        block = np.where(np.isnan(given), block, given)
+        block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest)
         return block if self.squared else np.sqrt(block)
 
     def _source(self):

@@ -126,8 +126,9 @@ def test_given_distances_block_is_the_table_matrix_restricted():
     assert given.n_pairs == len(doubled)
 
 
-def _learned_with_given(step, table, ids, squared):
-    """The naive hybrid: the learned kernel's squared distances, the table's where given."""
+def _learned_with_given(step, table, ids, squared, first=False):
+    """The naive hybrid: the learned kernel's squared distances, the table's where given
+    (``first``: the others beyond the largest given one)."""
     K = step.kernel_
     position = {name: k for k, name in enumerate(step.objects_)}
     diag = np.diag(K)
@@ -139,29 +140,36 @@ def _learned_with_given(step, table, ids, squared):
         sums[j, i] += value
         counts[i, j] += 1
         counts[j, i] += 1
-    sq = np.where(counts > 0, sums / np.maximum(counts, 1), np.maximum(sq, 0.0))
+    offset = table["sq"].max() if first else 0.0
+    sq = np.where(counts > 0, sums / np.maximum(counts, 1), np.maximum(sq, 0.0) + offset)
     rows = [position[name] for name in ids]
     block = sq[np.ix_(rows, rows)]
     return block if squared else np.sqrt(block)
 
 
 @pytest.mark.parametrize("squared", [False, True])
-def test_keep_given_returns_the_given_distances_where_given(squared):
+@pytest.mark.parametrize("mode", ["where_given", "first"])
+def test_keep_given_returns_the_given_distances_where_given(squared, mode):
     ids, labels, table = _clustered()
     table = pd.concat([table, table.iloc[:5].assign(sq=table["sq"].iloc[:5] * 2.0)])
     learner = MEGKernelRegressor(objects=ids, random_state=0)
     step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
-                           keep_given=True, squared=squared).fit(ids)
-    assert step.keeps_given_
-    assert_allclose(step.transform(ids), _learned_with_given(step, table, ids, squared),
+                           keep_given=mode, squared=squared).fit(ids)
+    assert step.keeps_given_ == mode
+    assert_allclose(step.transform(ids),
+                    _learned_with_given(step, table, ids, squared, first=mode == "first"),
                     rtol=1e-9, atol=1e-9)
     plain = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
-                            keep_given=False, squared=squared).fit(ids)
-    assert not plain.keeps_given_
+                            keep_given="never", squared=squared).fit(ids)
+    assert plain.keeps_given_ == "never"
     given = ~np.isnan(_table_matrix(table[["a", "b"]], table["sq"], ids)[0])
     np.fill_diagonal(given, False)
-    # the same kernel; only the given pairs differ
-    assert_allclose(plain.transform(ids)[~given], step.transform(ids)[~given], rtol=1e-12)
+    if mode == "where_given":  # the same kernel; only the given pairs differ
+        assert_allclose(plain.transform(ids)[~given], step.transform(ids)[~given],
+                        rtol=1e-12)
+    else:  # every given pair nearer than every other
+        assert step.transform(ids)[given].max() <= step.transform(ids)[~given & ~np.eye(
+            len(ids), dtype=bool)].min()
     assert not np.allclose(plain.transform(ids)[given], step.transform(ids)[given])
 
 
@@ -172,23 +180,23 @@ def test_keep_given_auto_follows_the_labels():
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning):
         step.fit(ids, labels)
-    assert step.keeps_given_ and step.verdict_["keep_given"]
-    assert step.verdict_["kept"] > step.verdict_["learned"]
+    assert step.keeps_given_ == step.verdict_["keep_given"] != "never"
+    assert step.verdict_[step.keeps_given_] > step.verdict_["learned"]
     # a kernel as good as the distances: ties keep the learned kernel
     good = KernelDistances(learner=MEGKernelRegressor(objects=ids, random_state=0),
                            pairs=table[["a", "b"]], targets=table["sq"]).fit(ids, labels)
-    assert good.verdict_["learned"] == 1.0 and not good.keeps_given_
+    assert good.verdict_["learned"] == 1.0 and good.keeps_given_ == "never"
     # no labels, no decision: the learned kernel
-    assert not KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
-                               targets=table["sq"]).fit(ids).keeps_given_
+    assert KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+                           targets=table["sq"]).fit(ids).keeps_given_ == "never"
 
 
 def test_keep_given_true_without_distances_is_refused_before_any_change():
     ids, labels, table = _clustered()
     signs = np.where(table["sq"] < np.median(table["sq"]), 1, -1)
     step = KernelDistances(learner=DefiniteBoostKernel(objects=ids), pairs=table[["a", "b"]],
-                           targets=signs, keep_given=True)
-    with pytest.raises(ValueError, match="keep_given=True keeps the distances"):
+                           targets=signs, keep_given="where_given")
+    with pytest.raises(ValueError, match="keep_given='where_given' keeps the distances"):
         step.fit(ids, labels)
     assert not hasattr(step, "objects_")
     calls = []
@@ -198,8 +206,8 @@ def test_keep_given_true_without_distances_is_refused_before_any_change():
         yield table[["a", "b"]].to_numpy(), table["sq"].to_numpy()
 
     step = KernelDistances(learner=MEGKernelRegressor(objects=ids, solver="online"),
-                           pairs=stream, keep_given=True)
-    with pytest.raises(ValueError, match="keep_given=True keeps the distances"):
+                           pairs=stream, keep_given="first")
+    with pytest.raises(ValueError, match="keep_given='first' keeps the distances"):
         step.fit(ids)
     assert not calls  # refused before the stream was read, or anything learned
 
@@ -219,7 +227,7 @@ def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
                       r"leave-one-out 1\.000"):
         step.fit(ids, labels)
     with pytest.warns(NoImprovementWarning) as caught:
-        step.set_params(keep_given=False).fit(ids, labels)
+        step.set_params(keep_given="never").fit(ids, labels)
     assert "keeps the given" not in str(caught[0].message)
     step.set_params(keep_given="auto")
     # a Pipeline passes the labels: one warning per fit of a split

@@ -229,3 +229,23 @@ def test_a_failed_transform_changes_nothing():
         step.transform(["n2"])
     step.set_params(new_distances=given)
     np.testing.assert_array_equal(step.transform(["n2"]), before)
+
+
+def test_kept_given_distances_are_kept_for_new_objects_too():
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=6)
+    out = {}
+    for keep in ("where_given", "never"):
+        step = KernelDistances(learner=MEGKernelRegressor(squared=False, random_state=0),
+                               pairs=pairs, targets=targets, keep_given=keep,
+                               new_pairs=new_pairs, new_distances=new_distances)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out[keep] = step.fit(ids[:60]).transform(["n3"])[0]
+    given = new_pairs["new"] == "n3"
+    columns = [list(ids[:60]).index(key) for key in new_pairs["known"][given]]
+    np.testing.assert_allclose(out["where_given"][columns], new_distances[given], rtol=1e-9)
+    others = np.setdiff1d(np.arange(60), columns)
+    np.testing.assert_array_equal(out["where_given"][others], out["never"][others])
+    assert not np.allclose(out["never"][columns], new_distances[given], rtol=1e-6)

@@ -168,8 +168,8 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     names = np.array([f"w{i:02d}" for i in range(30)])
     learner = MEGKernelRegressor(solver="online", objects=names)
     side = dict(pairs=np.c_[names[a], names[b]], targets=1e3 * y)
-    # keep_given=False: the distances are the kernel's alone, compared below
-    pipe = Pipeline([("distances", KernelDistances(learner=learner, keep_given=False, **side)),
+    # keep_given="never": the distances are the kernel's alone, compared below
+    pipe = Pipeline([("distances", KernelDistances(learner=learner, keep_given="never", **side)),
                      ("knn", KNeighborsClassifier(metric="precomputed"))])
     grid = {"distances__learner__learning_rate": [0.5, 5.0], "knn__n_neighbors": [1, 3]}
     cv = ShuffleSplit(10, test_size=0.5, random_state=0)
