@@ -1,9 +1,11 @@
 """ITML side of ``bench_itml.py``; runs in the benchmark's own environment.
 
-Usage: ``python _itml_worker.py RESULTS.json CONSTRAINTS.npz [...]``. Fits
-metric-learn's ``ITML`` (defaults) on the saved constraints of each file and
-writes the held-out k-NN accuracies and fit times as JSON. Imports nothing
-from megkernel: this interpreter has scikit-learn 1.5 and metric-learn 0.7.
+Usage: ``python _itml_worker.py [--labels] RESULTS.json CONSTRAINTS.npz [...]``.
+Fits metric-learn's ``ITML`` (defaults) on the saved constraints of each file
+(with ``--labels`` also metric-learn's ``LMNN`` and ``NCA`` from the training
+labels, at their defaults) and writes the held-out k-NN accuracies and fit
+times as JSON, one entry per method. Imports nothing from megkernel: this
+interpreter has scikit-learn 1.5 and metric-learn 0.7.
 """
 
 import json
@@ -11,28 +13,39 @@ import sys
 import time
 
 import numpy as np
-from metric_learn import ITML
+from metric_learn import ITML, LMNN, NCA
 from sklearn.neighbors import KNeighborsClassifier
 
 
-def evaluate(path):
-    data = np.load(path)
-    X_train, X_test = data["X_train"], data["X_test"]
-    pairs = X_train[data["pairs"]]
+def _fit(learner, fit_args, data):
     start = time.perf_counter()
-    itml = ITML(random_state=0).fit(pairs, data["pair_labels"])
+    learner.fit(*fit_args)
     seconds = time.perf_counter() - start
-    Z_train, Z_test = itml.transform(X_train), itml.transform(X_test)
+    Z_train, Z_test = learner.transform(data["X_train"]), learner.transform(data["X_test"])
     accuracy = {
         str(k): KNeighborsClassifier(n_neighbors=k).fit(Z_train, data["y_train"])
         .score(Z_test, data["y_test"])
         for k in (1, 3)
     }
-    return {"fit_seconds": seconds, "accuracy": accuracy, "n_iter": int(itml.n_iter_)}
+    return {"fit_seconds": seconds, "accuracy": accuracy}
 
 
-def main(out, *paths):
-    results = {path: evaluate(path) for path in paths}
+def evaluate(path, labels=False):
+    data = np.load(path)
+    X_train = data["X_train"]
+    results = {"ITML": _fit(ITML(random_state=0), (X_train[data["pairs"]],
+                                                   data["pair_labels"]), data)}
+    if labels:
+        for name, learner in (("LMNN (metric-learn)", LMNN(random_state=0)),
+                              ("NCA (metric-learn)", NCA(random_state=0))):
+            results[name] = _fit(learner, (X_train, data["y_train"]), data)
+    return results
+
+
+def main(*args):
+    labels = args[0] == "--labels"
+    out, *paths = args[1:] if labels else args
+    results = {path: evaluate(path, labels) for path in paths}
     with open(out, "w") as handle:
         json.dump(results, handle)
 

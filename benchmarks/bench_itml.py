@@ -11,8 +11,9 @@ defaults were never tried on):
 default configuration; the score is the 1-NN and 3-NN accuracy on the held-out
 half (new points, embedded by ``transform``), against the Euclidean metric.
 
-metric-learn 0.7.0 does not run with scikit-learn >= 1.8, so ITML runs in a
-virtual environment of its own (scikit-learn 1.5.2, metric-learn 0.7.0,
+metric-learn 0.7.0 does not run with scikit-learn >= 1.8, so ITML (and with
+``--labels`` metric-learn's LMNN and NCA, from the labels) runs in a virtual
+environment of its own (scikit-learn 1.5.2, metric-learn 0.7.0,
 numpy < 2) that this script creates under ``--cache-dir`` on first use
 (``pip`` needs the package index), via ``_itml_worker.py`` in a subprocess.
 metric-learn is not a dependency of megkernel.
@@ -471,14 +472,20 @@ def at_choice(model):
     return settings
 
 
-def run_itml(python, paths, out):
+def run_itml(python, paths, out, *, labels=False):
+    """metric-learn's peers on the saved splits, in their own environment.
+
+    ITML on the pairs; with ``labels`` also metric-learn's LMNN and NCA from
+    the training labels. Returns ``{file name: {method: result}}``.
+    """
     worker = Path(__file__).with_name("_itml_worker.py")
-    subprocess.run([str(python), str(worker), str(out), *map(str, paths)], check=True,
-                   env={**ISOLATED, **ONE_THREAD})
+    subprocess.run([str(python), str(worker), *(["--labels"] if labels else []), str(out),
+                    *map(str, paths)], check=True, env={**ISOLATED, **ONE_THREAD})
     with open(out) as handle:
-        return {Path(key).name: {"accuracy": value["accuracy"],
-                                 "fit_seconds": value["fit_seconds"]}
-                for key, value in json.load(handle).items()}
+        return {Path(key).name: {method: {"accuracy": value["accuracy"],
+                                          "fit_seconds": value["fit_seconds"]}
+                                 for method, value in methods.items()}
+                for key, methods in json.load(handle).items()}
 
 
 def warm_up():
@@ -646,9 +653,10 @@ def main(argv=None):
                                 kernelise=name.endswith("+nystroem"))
             per_split = [run_ours(path, labels=args.labels) for path in paths]
             if python is not None:
-                itml = run_itml(python, paths, args.cache_dir / f"itml_{name}.json")
+                itml = run_itml(python, paths, args.cache_dir / f"itml_{name}.json",
+                                labels=args.labels)
                 for path, result in zip(paths, per_split):
-                    result["ITML"] = itml[path.name]
+                    result.update(itml[path.name])
             summaries[name] = summarise(per_split)
             print(f"{name}: done", file=sys.stderr, flush=True)
         if not summaries:

@@ -32,6 +32,7 @@ from .definiteboost_fit import fit_from_labels
 from .definiteboost_rules import nothing_learned_message
 from .holdout import (
     MAX_PASSES,
+    PATIENCE_FROM,
     doubling_checkpoints,
     pair_components,
     resolve_n_folds,
@@ -44,9 +45,12 @@ from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 __all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
            "fit_definiteboost_metric"]
 
-#: A fold's first run goes this far (in sweeps); a longer length asked for
-#: later runs again from the prior to ``_LOOKAHEAD`` times that length.
-_FIRST_HORIZON, _LOOKAHEAD = 4.0, 4.0
+#: A fold's first run goes this far (in sweeps): the checkpoint where the
+#: validation's patience ends when nothing beats the prior (two checkpoints
+#: from one pass on); a longer length asked for later runs again from the
+#: prior to ``_LOOKAHEAD`` times that length (the runs' trajectories are the
+#: same however far they go, so the horizon changes only the time).
+_FIRST_HORIZON, _LOOKAHEAD = 2.0 * PATIENCE_FROM, 4.0
 
 
 @dataclass(frozen=True)
