@@ -134,7 +134,10 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     max_iter : int or "auto", default="auto"
         Largest number of projections (for each ``gamma`` tried).
         ``"auto"``: 25 per training constraint, at least 2000 (the greedy
-        run projects on each constraint about 10 times).
+        run projects on each constraint about 10 times), and at most
+        ``8e6 / d`` for ``d`` objects (4000 at 2000 objects): a budget that
+        ends a run in about a minute there; a run that reaches it warns what
+        it reached and returns its last iterate.
     tol : float, default=1e-2
         The fit aims at the constraints tightened by ``tol * gamma / 2``
         (squared-distance units of the kernel) and stops when those hold

@@ -318,22 +318,30 @@ class SlowRunNote:
     Called with the number of iterations done; after :data:`SLOW_RUN_AFTER`
     seconds, if the pace so far takes more than :data:`SLOW_RUN_SECONDS` to
     reach ``max_iter``, it warns with the estimate and the ways to shorten
-    the run (``max_iter``, ``slack``, ``tol``).
+    the run (``max_iter``, ``slack``, ``tol``). The pace is that of the
+    projections since the first one: the setup before it (a first ``eigh``,
+    seconds at thousands of objects) is paid once, not per projection.
     """
 
     def __init__(self, max_iter, n_constraints):
         self.max_iter = max_iter  # a ChosenCount kept as such, for the message
         self.n_constraints = int(n_constraints)
         self.start = clock()
+        self.first = None  # (time, done) at the first call
         self.said = False
 
     def __call__(self, done):
         if self.said or done <= 0:
             return
-        elapsed = clock() - self.start
-        if elapsed < SLOW_RUN_AFTER:
+        now = clock()
+        if self.first is None:
+            self.first = (now, done)
             return
-        projected = elapsed * self.max_iter / done
+        elapsed = now - self.start
+        if elapsed < SLOW_RUN_AFTER or done <= self.first[1]:
+            return
+        pace = (now - self.first[0]) / (done - self.first[1])
+        projected = (self.first[0] - self.start) + pace * (self.max_iter - self.first[1])
         if projected <= SLOW_RUN_SECONDS:
             return
         self.said = True
@@ -535,7 +543,9 @@ def _warn_outcome(log, max_iter, units="", hint=""):
         warn_user(
             f"DefiniteBoost did not converge in {reached}: {met} of {n_constraints} "
             f"constraints met{share}; {log['n_violated']} constraints still violated "
-            f"(largest violation {log['max_violation']:.3g}{units}); returning the iterate with "
-            "the smallest largest violation. Increase max_iter or tol." + hint,
+            f"(largest violation {log['max_violation']:.3g}{units}); returning "
+            + ("the last iterate (the lowest dual objective)" if log.get("keep") == "last"
+               else "the iterate with the smallest largest violation")
+            + ". Increase max_iter or tol." + hint,
             ConvergenceWarning,
         )

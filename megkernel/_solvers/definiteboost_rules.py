@@ -279,11 +279,22 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     kept = np.flatnonzero(_satisfiable(
         state, pairs, signs, thresholds, trace, target,
         gamma_dissimilar=gamma_dissimilar if explicit is None else None))
+    # under a budget the greedy run's ties (under I / d every similar pair is as
+    # violated as the next) go in a fixed scrambled order, not the table's: in
+    # the table's (pairs of object 0 first, ...) a run stopped by the budget has
+    # moved only the first objects
+    budget = bool(getattr(max_iter, "reason", ""))
+    if budget:
+        kept = kept[np.random.default_rng(0).permutation(kept.size)]
     constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
                                   target[kept], state)
     hard = slack is None
     if keep is None:
-        keep = "best" if hard else "last"
+        # a budget stops a run long before the largest violation falls (under I / d
+        # every similar pair starts equally violated: until each is projected on, the
+        # largest stays the prior's): the last iterate, of the lowest dual objective,
+        # is then the run's progress
+        keep = "best" if hard and not budget else "last"
     if not hard:
         slack = check_positive(slack, "slack")
         with np.errstate(divide="ignore", over="ignore"):  # ||v|| = 0: never binding
@@ -310,7 +321,10 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     log["violation"] = log["violation"] * trace - margin
     log["max_violation"] = log["max_violation"] * trace - margin
     log["constraint"] = kept[log["constraint"]]
-    log.update(kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
+    if budget:  # back in the table's order
+        by_row = np.argsort(kept)
+        kept, log["multipliers"] = kept[by_row], np.asarray(log["multipliers"])[by_row]
+    log.update(keep=keep, kept=kept, dropped=np.setdiff1d(np.arange(len(pairs)), kept),
                gamma=gamma, gamma_dissimilar=gamma_dissimilar, margin=margin,
                thresholds=thresholds)
     # the warning's remedy: with hard constraints, name contradicting labels or offer slack
@@ -637,7 +651,10 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     algorithm, so this continues one run and the path costs about one fit at
     the smallest ``gamma``. The path stops after a ``gamma`` whose fit does
     not converge (infeasible, or ``max_iter`` reached): a smaller ``gamma``
-    only tightens the similar pairs' constraints (infeasible too, or slower).
+    only tightens the similar pairs' constraints (infeasible too, or slower);
+    it also stops at a ``gamma`` that scores below an earlier one (pruned
+    early: the path has passed its best, and the smaller ones, the costliest
+    fits, are not tried).
     Without held-out pairs: :data:`DEFAULT_GAMMA_FRACTION`.
 
     The candidates are fitted on the pairs ``train`` (indices into
@@ -689,6 +706,8 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
         if best is None or scores[-1] > best[0]:
             best = (scores[-1], log, state.copy())
         if not log["converged"]:  # a smaller gamma only tightens what failed here
+            break
+        if scores[-1] < best[0]:  # past the best: a smaller gamma goes on away from it
             break
     validation_score, log, chosen = best
     if train is None:
