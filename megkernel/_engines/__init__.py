@@ -276,6 +276,24 @@ AUTO_LANCZOS_MARGIN = 2.0
 #: tends to make it decline nearly all of them.
 AUTO_MAX_DECLINED = 4
 
+#: Calls of fewer trials than this keep ``"auto"``'s choice between calls
+#: (on the state, :attr:`~megkernel._numerics.state.ExponentState.engine_memo`):
+#: the choice looks at the state (``k``, the spread, the exponent's
+#: non-zeros) at about the cost of a rank-one trial at small ``d``, which a
+#: stream of one-pair ``partial_fit`` calls would pay at every call. It is
+#: made again when the calls change kind (their length class, or the state's
+#: size or form) and after :data:`AUTO_MEMO_TRIALS` trials under it (the
+#: spectrum drifts as the stream goes on).
+AUTO_MEMO_BELOW = 256
+AUTO_MEMO_TRIALS = 1024
+
+
+def _call_kind(state, n):
+    """Return what an ``"auto"`` choice for a short call depends on besides the spectrum."""
+    length = 0 if n <= 1 else (1 if n <= 16 else 2)
+    return (state.size, state.basis is None, length)
+
+
 #: Calls of fewer trials leave the BLAS threads as they are: setting and
 #: restoring a limit costs about as much as a few small trials.
 PIN_FROM_TRIALS = 8
@@ -435,6 +453,15 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     # "auto" on a dense state chooses again after each segment of the call
     plan = (method == "auto" and state.basis is None and state.size >= RANK_ONE_FROM)
     engine = None if plan else select(method, state, n_trials=n)
+    if plan and n < AUTO_MEMO_BELOW:  # a short call: the stream's choice, kept
+        kind = _call_kind(state, n)
+        memo = state.engine_memo
+        if memo is None or memo[1] != kind or memo[2] >= AUTO_MEMO_TRIALS:
+            memo = (auto_plan(state, a, b, n)[0], kind, 0)
+        engine, plan = ENGINES[memo[0]], False
+        state.engine_memo = (memo[0], kind, memo[2] + n)
+        if stats is not None:
+            stats.setdefault("auto_segments", []).append((memo[0], n))
     predictions = np.empty(n)
     t = declined = 0
     # pinning the BLAS threads costs about as much as a few small trials

@@ -62,7 +62,13 @@ class ExponentState:
 
     #: The fields of a state; :meth:`copy` and :meth:`assign` go through them.
     FIELDS = ("exponent", "basis", "eigenvalues", "eigenvectors",
-              "updates_since_refresh", "partition_anchor")
+              "updates_since_refresh", "partition_anchor", "engine_memo")
+
+    #: The engine ``method="auto"`` chose for short calls on this state, and
+    #: for which kind of call (:func:`megkernel._engines.run_pair_trials`),
+    #: or None: a stream of small calls keeps its choice instead of paying
+    #: for a new one at every call.
+    engine_memo = None
 
     def __init__(self, exponent, *, basis=None):
         #: Symmetric exponent ``A`` (r x r), kept exactly.

@@ -1,0 +1,72 @@
+"""method="auto" in a stream of small calls: the choice is kept between calls."""
+
+import numpy as np
+import pytest
+
+import megkernel._engines as engines
+from megkernel import MEGKernelRegressor
+from megkernel._engines import run_pair_trials
+from megkernel._numerics.state import ExponentState
+from megkernel.datasets import distance_triples, load_wine_kernel
+
+
+@pytest.fixture
+def stream():
+    wine = load_wine_kernel(30, random_state=0)
+    pairs, y = distance_triples(wine.kernel / np.trace(wine.kernel), 3000, random_state=0)
+    return pairs, y
+
+
+def _counting(monkeypatch):
+    calls = []
+    plan = engines.auto_plan
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(engines, "auto_plan", counted)
+    return calls
+
+
+def test_small_calls_keep_the_choice_until_the_calls_change_kind(monkeypatch, stream):
+    pairs, y = stream
+    calls = _counting(monkeypatch)
+    state = ExponentState.identity(30)
+    a, b = pairs[:, 0], pairs[:, 1]
+    for t in range(200):  # one-pair calls: one choice
+        run_pair_trials(state, a[t:t + 1], b[t:t + 1], y[t:t + 1], learning_rate=0.5)
+    assert len(calls) == 1
+    assert state.engine_memo[1:] == ((30, True, 0), 200)
+    run_pair_trials(state, a[200:210], b[200:210], y[200:210], learning_rate=0.5)
+    assert len(calls) == 2  # calls of another length class: chosen again
+    for t in range(210, 210 + 10 * engines.AUTO_MEMO_TRIALS // 10 + 10, 10):
+        run_pair_trials(state, a[t % 2900:t % 2900 + 10], b[t % 2900:t % 2900 + 10],
+                        y[t % 2900:t % 2900 + 10], learning_rate=0.5)
+    assert len(calls) == 3  # after AUTO_MEMO_TRIALS trials under it: looked at again
+    copy = state.copy()
+    assert copy.engine_memo == state.engine_memo  # a copy carries it
+
+
+def test_the_kept_choice_gives_the_engines_result(stream):
+    pairs, y = stream
+    results = {}
+    for method in ("auto", "rank-one", "eigh"):
+        model = MEGKernelRegressor(solver="online", n_objects=30, trace=1.0,
+                                   learning_rate=0.5, method=method)
+        for t in range(300):
+            model.partial_fit(pairs[t:t + 1], y[t:t + 1])
+        results[method] = model.kernel_
+    np.testing.assert_allclose(results["auto"], results["rank-one"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(results["auto"], results["eigh"], rtol=0, atol=1e-10)
+
+
+def test_long_calls_still_plan_in_segments(monkeypatch, stream):
+    pairs, y = stream
+    calls = _counting(monkeypatch)
+    state = ExponentState.identity(30)
+    stats = {}
+    run_pair_trials(state, pairs[:2000, 0], pairs[:2000, 1], y[:2000], learning_rate=0.5,
+                    stats=stats)
+    assert len(calls) == len(stats["auto_segments"]) >= 1
+    assert state.engine_memo is None
