@@ -70,3 +70,36 @@ def test_long_calls_still_plan_in_segments(monkeypatch, stream):
                     stats=stats)
     assert len(calls) == len(stats["auto_segments"]) >= 1
     assert state.engine_memo is None
+
+
+def _clustered(d, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = 3.0 * rng.standard_normal((3, 5))
+    X = centers[rng.integers(0, 3, d)] + rng.standard_normal((d, 5))
+    X -= X.mean(axis=0)
+    K = X @ X.T
+    return K / np.trace(K)
+
+
+def test_rank_one_on_a_clustered_spectrum_names_its_cost_once():
+    import warnings
+
+    d = 500
+    pairs, y = distance_triples(_clustered(d), 3000, random_state=0)
+    a, b = pairs[:, 0], pairs[:, 1]
+    fresh = ExponentState.identity(d)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_pair_trials(fresh, a[:5], b[:5], y[:5], learning_rate=0.5, method="rank-one")
+    assert not caught  # from I / d almost every eigenpair deflates: cheap
+    state = ExponentState.identity(d)
+    run_pair_trials(state, a[:2500], b[:2500], y[:2500], learning_rate=0.5)
+    with pytest.warns(UserWarning, match=r"method='rank-one' on this state costs about .* "
+                                         r"times the lanczos engine's"):
+        run_pair_trials(state, a[2500:2530], b[2500:2530], y[2500:2530],
+                        learning_rate=0.5, method="rank-one")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_pair_trials(state, a[2530:2535], b[2530:2535], y[2530:2535],
+                        learning_rate=0.5, method="rank-one")
+    assert not caught  # once per state

@@ -53,6 +53,7 @@ import numpy as np
 from sklearn.utils._param_validation import Options, StrOptions
 
 from .._numerics.threads import blas_threads
+from .._warnings import warn_user
 from . import _cost, _lanczos_kernels, _rank_one_kernels, eigh, lanczos, rank_one
 from ._distances import factor_rows_sq_distances, pair_sq_distances
 
@@ -288,6 +289,37 @@ AUTO_MEMO_BELOW = 256
 AUTO_MEMO_TRIALS = 1024
 
 
+#: ``method="rank-one"`` on a dense state of at least this many objects is
+#: checked against the cost model before its trials run: its updates cost
+#: ``O(d k^2)`` for the ``k`` eigenpairs that do not deflate, all of them once
+#: the trials have touched every object (clustered spectra included), 100 times
+#: Lanczos' trials at ``d = 500`` (the benchmarks page).
+SAY_COST_FROM = 200
+
+#: ... and a warning names the expected cost when it is this many times the
+#: cheapest engine's.
+SAY_COST_RATIO = 3.0
+
+
+def _say_cost(state, a, b, n):
+    """Warn once per state when ``method="rank-one"`` will cost many times another engine."""
+    _, _, seconds = auto_plan(state, a, b, n)
+    cheapest = min(seconds, key=seconds.get)
+    if seconds["rank-one"] <= SAY_COST_RATIO * seconds[cheapest]:
+        return
+    state.cost_said = True
+    total = seconds["rank-one"] * n
+    warn_user(
+        f"method='rank-one' on this state costs about {1e3 * seconds['rank-one']:.3g} ms "
+        f"per trial ({total:.3g} s for these {n} trials): its eigen-updates cost "
+        f"O(d k^2) for the k of the d = {state.size} eigenpairs that do not deflate "
+        "(most of them here), "
+        f"{seconds['rank-one'] / seconds[cheapest]:.0f} times the {cheapest} engine's "
+        f"{1e6 * seconds[cheapest]:.3g} us by the cost model. method='auto' or "
+        f"'{cheapest}' runs the same trials (the same result up to round-off).",
+        UserWarning)
+
+
 def _call_kind(state, n):
     """Return what an ``"auto"`` choice for a short call depends on besides the spectrum."""
     length = 0 if n <= 1 else (1 if n <= 16 else 2)
@@ -453,6 +485,9 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     # "auto" on a dense state chooses again after each segment of the call
     plan = (method == "auto" and state.basis is None and state.size >= RANK_ONE_FROM)
     engine = None if plan else select(method, state, n_trials=n)
+    if (method == "rank-one" and state.basis is None and state.size >= SAY_COST_FROM
+            and not state.cost_said):
+        _say_cost(state, a, b, n)
     if plan and n < AUTO_MEMO_BELOW:  # a short call: the stream's choice, kept
         kind = _call_kind(state, n)
         memo = state.engine_memo

@@ -62,13 +62,17 @@ class ExponentState:
 
     #: The fields of a state; :meth:`copy` and :meth:`assign` go through them.
     FIELDS = ("exponent", "basis", "eigenvalues", "eigenvectors",
-              "updates_since_refresh", "partition_anchor", "engine_memo")
+              "updates_since_refresh", "partition_anchor", "engine_memo", "cost_said")
 
     #: The engine ``method="auto"`` chose for short calls on this state, and
     #: for which kind of call (:func:`megkernel._engines.run_pair_trials`),
     #: or None: a stream of small calls keeps its choice instead of paying
     #: for a new one at every call.
     engine_memo = None
+
+    #: Whether a warning named the cost of the engine asked for on this state
+    #: (said once per state, not at every call of a stream).
+    cost_said = False
 
     def __init__(self, exponent, *, basis=None):
         #: Symmetric exponent ``A`` (r x r), kept exactly.
