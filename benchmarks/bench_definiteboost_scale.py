@@ -24,10 +24,20 @@ random ``5 d`` pairs labelled similar (same family) or dissimilar, as a user's
 0/1 table; the identity prior; the thresholds of
 ``megkernel._solvers.definiteboost_rules.pair_thresholds``; ``tol`` 1 % of gamma.
 
+``--defaults``: :class:`~megkernel.DefiniteBoostKernel` at its defaults as a
+user calls it, wall and CPU seconds and held-out 1-NN (``ShuffleSplit(10,
+test_size=0.5)`` over the objects, ``_family_data.knn_accuracy``): family data
+of ``d`` objects given as the 50-nearest-neighbour graph of their distances
+topped up with random pairs to ``50 d`` pairs (1e5 at 2000), from the same-family
+labels and from the distances; ``--user-tables`` adds a word list (600 words, an
+edit distance, 20 % of the pairs) and a survey (944 respondents, a Gower
+distance, 17 %) from ``_user_tables.py``, with MEG's batch fit on each.
+
 Usage::
 
     python benchmarks/bench_definiteboost_scale.py [--sizes 500 1000 2000]
         [--iterations 1500] [--converge]
+    python benchmarks/bench_definiteboost_scale.py --defaults --sizes 2000 [--user-tables]
 """
 
 from __future__ import annotations
@@ -97,14 +107,92 @@ def loo_accuracy(state, labels):
     return float(np.mean(labels[np.argmin(distances, axis=1)] == labels))
 
 
+def knn_table(d, n_pairs=None, n_neighbors=50, seed=0):
+    """Family data as a user's table: the ``n_neighbors``-NN graph of the
+    objects' distances topped up with random pairs to ``n_neighbors d`` pairs
+    (``n_pairs``), string ids, the distances and the same-family labels."""
+    import pandas as pd
+
+    ids, labels, distances = family_sequences(n_objects=d, n_families=8, length=300,
+                                              seed=seed)
+    n_neighbors = min(n_neighbors, d - 1)
+    n_pairs = min(n_neighbors * d if n_pairs is None else n_pairs, d * (d - 1) // 2)
+    ranked = distances + np.diag(np.full(d, np.inf))
+    near = np.argsort(ranked, axis=1)[:, :n_neighbors]
+    a, b = np.repeat(np.arange(d), n_neighbors), near.ravel()
+    keys = np.unique(np.minimum(a, b).astype(np.int64) * d + np.maximum(a, b))
+    rng = np.random.default_rng(seed)
+    ra, rb = rng.integers(0, d, size=(2, 2 * n_pairs))
+    other = ra != rb
+    more = np.minimum(ra, rb)[other].astype(np.int64) * d + np.maximum(ra, rb)[other]
+    keys = np.unique(np.r_[keys, more])[:n_pairs]
+    lo, hi = keys // d, keys % d
+    table = pd.DataFrame({"a": ids[lo], "b": ids[hi], "distance": distances[lo, hi]})
+    return ids, labels, table, np.where(labels[lo] == labels[hi], 1, -1)
+
+
+def timed_fit(model, X, y):
+    """Fit ``model``; return its wall and CPU seconds and the warnings' first words."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    notes = "; ".join(str(w.message)[:70] for w in caught)
+    return time.perf_counter() - wall, time.process_time() - cpu, notes
+
+
+def defaults_table(sizes, user_tables):
+    """DefiniteBoostKernel (and MEG's batch fit) at their defaults, as a user calls them."""
+    from _family_data import knn_accuracy, raw_knn_accuracy
+    from _user_tables import survey_table, word_table
+
+    from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+    print("\n| data | objects | pairs | learner | wall s | CPU s | 1-NN | iterations | "
+          "converged | notes |\n|---|---|---|---|---|---|---|---|---|---|")
+    cases = []
+    for d in sizes:
+        ids, labels, table, signs = knn_table(d)
+        cases.append(("families, k-NN graph, labels", ids, labels, table, signs))
+        cases.append(("families, k-NN graph, distances", ids, labels, table, None))
+    if user_tables:
+        for name, make in (("word list, edit distance", word_table),
+                           ("survey, Gower distance", survey_table)):
+            ids, labels, table = make()
+            cases.append((name, ids, labels, table, "meg"))
+            cases.append((name, ids, labels, table, None))
+    for name, ids, labels, table, signs in cases:
+        if isinstance(signs, str):
+            model = MEGKernelRegressor(objects=ids, random_state=0)
+            y, learner = table["distance"].to_numpy() ** 2, "MEG batch"
+        else:
+            model = DefiniteBoostKernel(objects=ids, random_state=0)
+            y = table["distance"] if signs is None else signs
+            learner = "DefiniteBoost"
+        wall, cpu, notes = timed_fit(model, table[["a", "b"]], y)
+        n_iter = getattr(model, "n_iter_", "")
+        converged = getattr(model, "converged_", "")
+        print(f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | {len(ids)} | "
+              f"{len(table)} | {learner} | {wall:.1f} | {cpu:.1f} | "
+              f"{knn_accuracy(model, ids, labels):.3f} | {n_iter} | {converged} | "
+              f"{notes[:150]} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--defaults", action="store_true",
+                        help="the estimators at their defaults on user-like tables instead")
+    parser.add_argument("--user-tables", action="store_true",
+                        help="with --defaults: also the word list and the survey")
     parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--window", type=int, default=250)
     parser.add_argument("--converge", action="store_true",
                         help="also run auto to convergence (up to 400,000 iterations)")
     args = parser.parse_args()
+    if args.defaults:
+        defaults_table(args.sizes, args.user_tables)
+        return
     print(f"{'d':>5} {'pairs':>6} {'method':>7}  iterations / s by window of {args.window}")
     for d in args.sizes:
         a, b, signs, labels = problem(d)

@@ -323,3 +323,22 @@ def test_speed_tables_run(bench_speed, capsys):
     out = capsys.readouterr().out
     assert "| ratio lean numpy loop / Lanczos |" in out
     assert "Same constraints chosen at every iteration: True" in out
+
+
+def test_definiteboost_defaults_benchmark_rows(capsys):
+    """bench_definiteboost_scale --defaults: the user-like tables and the k-NN
+    table are deterministic, and a row prints (tiny)."""
+    bench = _load("bench_definiteboost_scale")
+    _load("_user_tables")
+    tables = sys.modules["_user_tables"]
+    ids, labels, table, signs = bench.knn_table(40, n_neighbors=5)
+    again = bench.knn_table(40, n_neighbors=5)
+    assert len(table) == 200 and table.equals(again[2]) and set(signs) == {-1, 1}
+    assert tables.edit_distance("kitten", "sitting") == 3
+    words = tables.word_table(n_words=30, n_roots=3, fraction=0.5)
+    assert words[2].equals(tables.word_table(n_words=30, n_roots=3, fraction=0.5)[2])
+    survey = tables.survey_table(n_respondents=30, n_groups=2, fraction=0.5)
+    assert survey[2]["distance"].between(0, 1).all()
+    bench.defaults_table([60], user_tables=False)
+    out = capsys.readouterr().out
+    assert out.count("| DefiniteBoost |") == 2
