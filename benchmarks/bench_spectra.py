@@ -292,6 +292,77 @@ def run(sizes, plan, rank_one_trials, repeats, targets=TARGETS):
     return rows
 
 
+def streams(sizes, chunks=(1, 10, 100, 500), n_warm=3000, rounds=2):
+    """``partial_fit`` in chunks: every ``method`` of ``MEGKernelRegressor(solver="online")``
+    on the clustered target, CPU time per trial (best of ``rounds``), the lean eigh
+    loop and, for one-pair calls, scikit-learn's ``SGDRegressor.partial_fit`` per
+    call, all in this process."""
+    import copy
+    import warnings
+
+    from sklearn.linear_model import SGDRegressor
+
+    from megkernel import MEGKernelRegressor
+
+    methods = ["auto", *ENGINES]
+    print("\n### Streams: partial_fit in chunks, clustered target (trace one), "
+          "CPU time per trial\n")
+    print("| d | pairs per call | lean eigh loop | " + " | ".join(methods)
+          + " | auto / fastest | lean / auto |")
+    print("|---|---|---|" + "---|" * (len(methods) + 2))
+    for d in sizes:
+        K = clustered_target(d)
+        pairs, y = distance_triples(K, n_warm + 4000, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # rank-one names its cost on this spectrum
+            base = MEGKernelRegressor(solver="online", n_objects=d, trace=1.0,
+                                      learning_rate=LEARNING_RATE, method="lanczos")
+            base.partial_fit(pairs[:n_warm], y[:n_warm])
+            state = base.state_
+            lean = np.inf
+            with threadpool_limits(1):
+                for _ in range(rounds):
+                    start = clock()
+                    lean_eigh_trials(state.exponent, pairs[n_warm:n_warm + 100, 0],
+                                     pairs[n_warm:n_warm + 100, 1], y[n_warm:n_warm + 100])
+                    lean = min(lean, (clock() - start) / 100)
+            for chunk in chunks:
+                times = {}
+                for _ in range(rounds):
+                    for method in methods:
+                        slow = method in ("rank-one", "eigh") and d >= 200
+                        n = max(chunk, 20) if slow or method == "eigh" else max(4 * chunk, 200)
+                        model = copy.deepcopy(base).set_params(method=method)
+                        with threadpool_limits(1):
+                            start = clock()
+                            for first in range(n_warm, n_warm + n, chunk):
+                                model.partial_fit(pairs[first:first + chunk],
+                                                  y[first:first + chunk])
+                            times[method] = min(times.get(method, np.inf),
+                                                (clock() - start) / n)
+                fastest = min(times[m] for m in methods if m != "auto")
+                print(f"| {d} | {chunk} | {fmt_time(lean)} | "
+                      + " | ".join(fmt_time(times[m]) for m in methods)
+                      + f" | {times['auto'] / fastest:.2f} | {lean / times['auto']:.1f}× |",
+                      flush=True)
+        if d <= 100:  # one pair per call against scikit-learn's SGDRegressor, same process
+            features = np.random.default_rng(0).normal(size=(2000, 2))
+            sgd = SGDRegressor().partial_fit(features[:1], y[:1])
+            model = copy.deepcopy(base).set_params(method="auto")
+            with threadpool_limits(1):
+                start = clock()
+                for i in range(1, 2000):
+                    sgd.partial_fit(features[i:i + 1], y[i:i + 1])
+                per_sgd = (clock() - start) / 1999
+                start = clock()
+                for i in range(n_warm, n_warm + 2000):
+                    model.partial_fit(pairs[i:i + 1], y[i:i + 1])
+                per_call = (clock() - start) / 2000
+            print(f"\nd = {d}, one pair per call: MEGKernelRegressor.partial_fit "
+                  f"{fmt_time(per_call)} per call, SGDRegressor.partial_fit "
+                  f"{fmt_time(per_sgd)} ({per_call / per_sgd:.2f}×)\n", flush=True)
+
+
 def warm_up():
     """Load the compiled kernels (their cold start is not measured here)."""
     state = ExponentState.identity(4)
@@ -309,9 +380,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="process time on one BLAS thread (default) or wall clock")
+    parser.add_argument("--streams", action="store_true",
+                        help="only partial_fit in chunks of 1, 10, 100 and 500 pairs "
+                             "(d = 52 and 500, clustered target)")
     args = parser.parse_args()
     global CLOCK
     CLOCK = args.clock
+    if args.streams:
+        warm_up()
+        streams([52, 500], rounds=1 if args.quick else 2)
+        return
     plan = QUICK if args.quick else PLAN
     sizes = [s for s in (args.sizes or plan) if s in plan]
     repeats = args.repeats or (1 if args.quick else 3)

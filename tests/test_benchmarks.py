@@ -342,3 +342,13 @@ def test_definiteboost_defaults_benchmark_rows(capsys):
     bench.defaults_table([60], user_tables=False)
     out = capsys.readouterr().out
     assert out.count("| DefiniteBoost |") == 2
+
+
+def test_spectra_streams_rows(capsys):
+    """bench_spectra --streams: one row per chunk size, every method, the SGD line."""
+    bench = _load("bench_spectra")
+    bench.streams([12], chunks=(1, 5), n_warm=50, rounds=1)
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 12 |")]
+    assert len(rows) == 2 and all(line.count("|") == 10 for line in rows)
+    assert "SGDRegressor.partial_fit" in out
