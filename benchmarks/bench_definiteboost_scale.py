@@ -120,12 +120,13 @@ def knn_table(d, n_pairs=None, n_neighbors=50, seed=0):
     ranked = distances + np.diag(np.full(d, np.inf))
     near = np.argsort(ranked, axis=1)[:, :n_neighbors]
     a, b = np.repeat(np.arange(d), n_neighbors), near.ravel()
-    keys = np.unique(np.minimum(a, b).astype(np.int64) * d + np.maximum(a, b))
+    keys = np.unique(np.minimum(a, b).astype(np.int64) * d + np.maximum(a, b))[:n_pairs]
     rng = np.random.default_rng(seed)
     ra, rb = rng.integers(0, d, size=(2, 2 * n_pairs))
     other = ra != rb
     more = np.minimum(ra, rb)[other].astype(np.int64) * d + np.maximum(ra, rb)[other]
-    keys = np.unique(np.r_[keys, more])[:n_pairs]
+    more = rng.permutation(np.setdiff1d(more, keys))[:n_pairs - len(keys)]
+    keys = np.sort(np.r_[keys, more])  # every object's neighbours, random pairs over all
     lo, hi = keys // d, keys % d
     table = pd.DataFrame({"a": ids[lo], "b": ids[hi], "distance": distances[lo, hi]})
     return ids, labels, table, np.where(labels[lo] == labels[hi], 1, -1)
