@@ -320,8 +320,10 @@ def test_speed_tables_run(bench_speed, capsys):
     both ways choose the same constraints."""
     bench_speed.paper_and_exactness(600, 200, 100)
     bench_speed.definiteboost_step_table(60, 60, 5, 0)
+    bench_speed.paper_clustered(300, 50)
     out = capsys.readouterr().out
     assert "| ratio lean numpy loop / Lanczos |" in out
+    assert "clustered target" in out and "| lean numpy loop, eigh per trial |" in out
     assert "Same constraints chosen at every iteration: True" in out
 
 
