@@ -555,7 +555,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         if index is None or self.state_.basis is not None:
             raise ValueError("grow_objects=True adds objects named by id to a dense model: "
                              "name the objects by id (objects=[...] or ids in the pairs), "
-                             "with no init_factor.")
+                             "with no init_factor (a batch fit from 1500 objects on learns "
+                             "a subspace model, which cannot grow either).")
         self._require_targets(y)
         grown = new_ids_and_kernel(
             index, self.kernel_, X, self._squared_targets(y, len(X)),
