@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import standardised_halves
 
-from megkernel import MEGMetric
+from megkernel import MEGMetric, neighbor_pairs
 from megkernel._solvers.metric_meg import MetricExponent, embedding, whiten
 from megkernel._solvers.metric_soft_neighbors import (
     SoftNeighborAscent,
@@ -253,13 +253,13 @@ def test_the_validated_temperature_is_the_best_held_out_and_uses_the_same_folds(
 
     X, labels = _moons(seed=5, n=160)
     coordinates, prior, _ = _start(X, labels)
-    classes = ClassPairs(labels, "soft-neighbors", None, None, None)
-    pairs, signs = np.zeros((0, 2), dtype=int), np.zeros(0)
+    pairs, signs = neighbor_pairs(X, labels)  # the folds learn from their own points
+    classes = ClassPairs(labels, "soft-neighbors", None, pairs, signs)
     rng = np.random.default_rng(0)
     iterations, log = validate_soft_neighbors(coordinates, pairs, signs, prior,
                                               classes=classes, rng=rng, max_iter=64)
     table = log["temperatures"]
-    assert set(table) == {1.0, 0.5}
+    assert set(table) == {1.0, 0.5} and np.all(np.isfinite(list(table.values())))
     best = max(table, key=lambda t: (*table[t], t))  # ties: the broadest
     assert log["temperature"] == best
     alone_rng = np.random.default_rng(0)
@@ -360,3 +360,59 @@ def test_a_refit_at_the_validated_choice_is_the_same_metric_without_validating(m
                       temperature=model.temperature_, random_state=7).fit(X, y)
     np.testing.assert_allclose(refit.components_, model.components_, rtol=0, atol=1e-12)
     assert refit.temperature_ == model.temperature_ and refit.validation_ is None
+
+
+def _race(monkeypatch, n, temperatures):
+    """Validate the temperatures; return the log and the longest ascent of each."""
+    import megkernel._solvers.metric_validation as module
+    from megkernel._solvers.metric_pairs import ClassPairs
+
+    X, labels = _moons(seed=5, n=n)
+    coordinates, prior, _ = _start(X, labels)
+    pairs, signs = neighbor_pairs(X, labels)  # the folds learn from their own points
+    classes = ClassPairs(labels, "soft-neighbors", None, pairs, signs)
+    paths = []
+    real_init = module._SoftNeighborPath.__init__
+
+    def recording(self, scorer, coordinates, codes, prior, temperature=1.0):
+        real_init(self, scorer, coordinates, codes, prior, temperature)
+        paths.append((temperature, self))
+
+    monkeypatch.setattr(module._SoftNeighborPath, "__init__", recording)
+    iterations, log = module.validate_soft_neighbors(
+        coordinates, pairs, signs, prior, classes=classes, rng=np.random.default_rng(0),
+        max_iter=64, temperatures=temperatures)
+    reached = {}
+    for temperature, path in paths:
+        reached.setdefault(temperature, []).append(path.ascent.n_iter)
+    assert len({len(r) for r in reached.values()}) == 1  # one path per fold, never rebuilt
+    monkeypatch.undo()
+    alone, alone_log = module.validate_soft_neighbors(
+        coordinates, pairs, signs, prior, classes=classes, rng=np.random.default_rng(0),
+        max_iter=64, temperatures=(log["temperature"],))
+    assert alone == iterations and alone_log["scores"] == log["scores"]
+    return log, {temperature: max(r) for temperature, r in reached.items()}
+
+
+def test_a_temperature_race_continues_only_the_leader(monkeypatch):
+    """Successive halving: both temperatures run to RACE_ITERATIONS; only the
+    leader goes on, its validation the one it has alone."""
+    import megkernel._solvers.metric_validation as module
+
+    log, longest = _race(monkeypatch, 160, (1.0, 0.5))
+    dropped = 1.0 if log["temperature"] == 0.5 else 0.5
+    assert longest[dropped] <= module.RACE_ITERATIONS < longest[log["temperature"]]
+    # the dropped one's entry is its choice within the race
+    assert set(log["temperatures"]) == {1.0, 0.5}
+
+
+@pytest.mark.slow
+def test_a_clearly_worse_temperature_stops_at_the_race():
+    """300 noisy moons, temperatures 1 and 1/20: the broad one is the less
+    accurate at 4 iterations and stops there; the sharp one is kept."""
+    import megkernel._solvers.metric_validation as module
+
+    monkeypatch = pytest.MonkeyPatch()
+    log, longest = _race(monkeypatch, 300, (1.0, 0.05))
+    assert log["temperature"] == 0.05
+    assert longest[1.0] <= module.RACE_ITERATIONS < longest[0.05]

@@ -18,6 +18,7 @@ from .holdout import (
     _MIN_ITEMS,
     ELASTICITY,
     MAX_PASSES,
+    PATIENCE_FROM,
     doubling_checkpoints,
     validate_length,
 )
@@ -128,26 +129,41 @@ class _SoftNeighborPath:
         self.ascent = SoftNeighborAscent(
             coordinates[train], codes[train], prior,
             temperature * prior_temperature(coordinates[train], prior))
+        self.scores = {}  # a path met again (a race continued) does not recompute
 
     def score_at(self, iterations):
-        self.ascent.advance(int(iterations) - self.ascent.n_iter)
-        return self.scorer.score(embedding(self.coordinates, self.ascent.exponent))
+        if iterations not in self.scores:
+            self.ascent.advance(int(iterations) - self.ascent.n_iter)
+            self.scores[iterations] = self.scorer.score(
+                embedding(self.coordinates, self.ascent.exponent))
+        return self.scores[iterations]
+
+
+#: Iterations every temperature is validated to before only the leader goes on
+#: (successive halving): three checkpoints from one iteration on, one past where
+#: the patience of a validation that keeps the prior ends (a race to 2 changed
+#: the temperature kept too often: see the metrics page of the user guide).
+RACE_ITERATIONS = 4.0 * PATIENCE_FROM
 
 
 def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n_folds="auto",
                             max_iter=MAX_PASSES, patience=2, z=2.0,
                             elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                            temperatures=TEMPERATURES):
+                            temperatures=TEMPERATURES, race=RACE_ITERATIONS):
     """How many ascent iterations of the stochastic-neighbour objective, at which temperature.
 
     :func:`~megkernel._solvers.holdout.validate_length` with the
     folds of :class:`_SoftNeighborPath` over the checkpoints of
-    :func:`soft_neighbor_checkpoints`, once per temperature of
+    :func:`soft_neighbor_checkpoints`, for each temperature of
     ``temperatures`` (multiples of :func:`prior_temperature`) on the same
-    folds (a copy of ``rng`` each); kept is the temperature whose chosen
-    length has the highest held-out 1-NN accuracy, then margin (ties: the
-    first, the broadest). ``pairs`` (the neighbourhoods) only make the
-    folds as for the pair kinds.
+    folds (a copy of ``rng`` each). Successive halving: every temperature is
+    validated up to ``race`` iterations; only the one whose choice so far has
+    the highest held-out 1-NN accuracy, then margin (ties: the first, the
+    broadest), goes on, its fold trajectories continued where they stopped
+    (its validation is the one it has alone) and kept; ``race=None``: every
+    temperature validated in full, the best kept by the same rule.
+    ``pairs`` (the neighbourhoods) only make the folds as for the pair
+    kinds.
 
     Returns
     -------
@@ -155,26 +171,44 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     log : dict
         The kept temperature's, with ``"temperature"`` (the kept multiple)
         and ``"temperatures"`` (each multiple's held-out (1-NN accuracy,
-        margin) at its chosen length).
+        margin) at its chosen length; a multiple left in the race, at its
+        choice within the race).
     """
-    results = []
-    for temperature in temperatures:
-        fold_rng = copy.deepcopy(rng)
+    full = soft_neighbor_checkpoints(max_iter)
+    caches = [{} for _ in temperatures]  # per temperature: fold number -> path
 
-        def make_path(scorer, temperature=temperature):
-            return _SoftNeighborPath(scorer, coordinates, classes.codes, prior, temperature)
+    def run(index, checkpoints):
+        fold_rng, made = copy.deepcopy(rng), []
+
+        def make_path(scorer, temperature=temperatures[index]):
+            made.append(scorer)  # the folds come in the same order in every run
+            if len(made) not in caches[index]:
+                caches[index][len(made)] = _SoftNeighborPath(
+                    scorer, coordinates, classes.codes, prior, temperature)
+            return caches[index][len(made)]
 
         with warnings.catch_warnings(record=True) as caught:  # the kept one's only
             warnings.simplefilter("always")
             iterations, log = validate_length(
-                len(coordinates), pairs, signs, make_path,
-                checkpoints=soft_neighbor_checkpoints(max_iter), n_folds=n_folds,
-                rng=fold_rng, patience=patience, z=z, elasticity=elasticity,
-                min_items=min_items, learner="MEGMetric", classes=classes,
-                safety_net=f"max_iter (now {max_iter:g} iterations)")
-        results.append((_held_out_at_choice(log), iterations, log, fold_rng, temperature,
-                        caught))
-    best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
+                len(coordinates), pairs, signs, make_path, checkpoints=checkpoints,
+                n_folds=n_folds, rng=fold_rng, patience=patience, z=z,
+                elasticity=elasticity, min_items=min_items, learner="MEGMetric",
+                classes=classes, safety_net=f"max_iter (now {max_iter:g} iterations)")
+        return (_held_out_at_choice(log), iterations, log, fold_rng, temperatures[index],
+                caught)
+
+    def leader(results):
+        return max(range(len(results)), key=lambda i: (*results[i][0], -i))
+
+    short = [checkpoint for checkpoint in full if race is not None and checkpoint <= race]
+    if len(temperatures) > 1 and 1 < len(short) < len(full):
+        raced = [run(index, short) for index in range(len(temperatures))]
+        best = leader(raced)  # the others stop at the race's end
+        results = [run(best, full) if index == best else result
+                   for index, result in enumerate(raced)]
+    else:
+        results = [run(index, full) for index in range(len(temperatures))]
+        best = leader(results)
     _, iterations, log, fold_rng, temperature, caught = results[best]
     for record in caught:
         warn_user(str(record.message), record.category)
