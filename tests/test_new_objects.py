@@ -249,3 +249,15 @@ def test_kept_given_distances_are_kept_for_new_objects_too():
     others = np.setdiff1d(np.arange(60), columns)
     np.testing.assert_array_equal(out["where_given"][others], out["never"][others])
     assert not np.allclose(out["never"][columns], new_distances[given], rtol=1e-6)
+
+
+def test_a_copy_of_a_known_object_given_all_its_distances_is_placed_on_it():
+    ids, _, points, distances = _clusters()
+    kernel = points[:60] @ points[:60].T + 1.0
+    copy = pd.DataFrame({"new": ["copy of k7"] * 60, "known": ids[:60]})
+    step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=copy,
+                           new_distances=distances[7, :60]).fit(ids[:60])
+    placed, original = step.transform(["copy of k7", "k7"])
+    # the ridge's shrinkage only (a tenth of the mean squared distance as noise)
+    assert np.abs(placed - original).max() < 0.05 * distances.max()
+    assert np.argsort(placed)[:5].tolist() == np.argsort(original)[:5].tolist()
