@@ -341,7 +341,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         missing). Rows of two known or two new ids are left out. Set it
         with the new objects' table before ``predict`` (``set_params
         (<step>__new_pairs=..., <step>__new_distances=...)``, no refit);
-        it changes no fitted kernel and is not part of the cache key. When
+        it changes no fitted kernel and is not part of the cache key (given
+        at :meth:`fit`, the kernel's eigendecomposition the placement needs
+        is done there; set after, at the first :meth:`transform`). When
         ``keeps_given_``, a new object's given distances are kept too, as
         the known objects' are. See the user guide's page "New objects
         after the fit".
@@ -517,6 +519,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  keeps_given_=keeps_given,
                                  _kept_given=None if keeps_given == "never" else given_sq,
                                  _extension=None)
+            if self.new_pairs is not None and self._given is None:
+                self._extension_state()  # the eigendecomposition now, not at the first predict
             return self
 
     def _verdict(self, kernel, scale, rows, labels, given_sq):
