@@ -146,11 +146,13 @@ def timing(n_known=2000, m=200, n_new=200, seed=0):
         for old in rng.choice(n_known, m, replace=False):
             new_pairs.append((new, old))
             new_d.append(np.sqrt(sq[new, old]))
+    start = time.perf_counter()
+    KernelDistances(kernel=kernel).fit(ids[:n_known])
+    plain_fit = time.perf_counter() - start
+    start = time.perf_counter()
     step = KernelDistances(kernel=kernel, new_pairs=np.array(new_pairs),
                            new_distances=np.array(new_d)).fit(ids[:n_known])
-    start = time.perf_counter()
-    step.transform(ids[n_known:n_known + 1])  # the eigendecomposition, once
-    basis_seconds = time.perf_counter() - start
+    basis_seconds = time.perf_counter() - start - plain_fit  # the eigendecomposition
     start = time.perf_counter()
     step.transform(ids[:n_new])
     known_seconds = (time.perf_counter() - start) / n_new
