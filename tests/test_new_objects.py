@@ -261,3 +261,31 @@ def test_a_copy_of_a_known_object_given_all_its_distances_is_placed_on_it():
     # the ridge's shrinkage only (a tenth of the mean squared distance as noise)
     assert np.abs(placed - original).max() < 0.05 * distances.max()
     assert np.argsort(placed)[:5].tolist() == np.argsort(original)[:5].tolist()
+
+
+def test_a_learner_taught_a_distance_matrix_places_new_objects_in_its_units():
+    ids, labels, _, distances = _clusters()
+    matrix = pd.DataFrame(distances[:60, :60], index=ids[:60], columns=ids[:60])
+    rng = np.random.default_rng(3)
+    hidden = np.triu(rng.random((60, 60)) < 0.5, 1)
+    matrix = matrix.mask(hidden | hidden.T)  # half the pairs missing
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=8)
+    step = KernelDistances(learner=MEGKernelRegressor(random_state=0), distances=matrix,
+                           keep_given="never", new_pairs=new_pairs,
+                           new_distances=new_distances)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.fit(ids[:60])
+    assert step._extension["unit"] == pytest.approx(1.0, rel=0.1)  # MEG: its targets' units
+    got = step.transform(ids[60:])
+    assert np.corrcoef(got.ravel(), distances[60:, :60].ravel())[0, 1] > 0.95
+
+
+def test_without_a_learner_new_distances_in_other_units_are_refused_too():
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    new_pairs, new_distances = _new_table(ids, distances, 60)
+    step = KernelDistances(pairs=pairs, targets=targets, new_pairs=new_pairs,
+                           new_distances=1000 * new_distances).fit(ids[:60])
+    with pytest.raises(ValueError, match="other units than the fit's"):
+        step.transform(ids[60:])
