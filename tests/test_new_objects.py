@@ -289,3 +289,10 @@ def test_without_a_learner_new_distances_in_other_units_are_refused_too():
                            new_distances=1000 * new_distances).fit(ids[:60])
     with pytest.raises(ValueError, match="other units than the fit's"):
         step.transform(ids[60:])
+
+
+def test_squared_output_for_new_objects_is_the_square_of_the_plain_one():
+    plain, _ = _step()
+    squared, _ = _step(squared=True)
+    np.testing.assert_allclose(squared.transform(["n0", "k1"]),
+                               plain.transform(["n0", "k1"]) ** 2, rtol=1e-12)
