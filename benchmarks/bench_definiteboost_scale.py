@@ -185,7 +185,7 @@ def main():
                         help="the estimators at their defaults on user-like tables instead")
     parser.add_argument("--user-tables", action="store_true",
                         help="with --defaults: also the word list and the survey")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000])
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--window", type=int, default=250)
     parser.add_argument("--converge", action="store_true",
