@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._warnings import deferred_warnings, replay
+from .._warnings import deferred_warnings, replay, warn_user
+from . import definiteboost_projections as projections
 from .definiteboost_distances import distance_constraints
 from .definiteboost_rules import (
     Chosen,
@@ -181,6 +182,23 @@ def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
     return state, fitted_trace if trace == "auto" else float(trace)
 
 
+def _say_second_prior(seconds, data_prior):
+    """Say up front that a fit whose first prior took long will take about as long again.
+
+    The verdict's prior (without the held-out pairs) is fitted first; the
+    returned one, on every pair, costs about as much again, and the
+    projections follow. Said once the first took more than half of
+    :data:`~.definiteboost_projections.SLOW_RUN_SECONDS`.
+    """
+    if data_prior and seconds > 0.5 * projections.SLOW_RUN_SECONDS:
+        warn_user(
+            f"DefiniteBoostKernel: fitting the prior to the distances (MEG's batch fit, "
+            f"without the held-out pairs) took {projections._duration(seconds)}; the "
+            f"prior on every pair takes about as long again, then the projections: "
+            f"about {projections._duration(2.2 * seconds)} or more in all. "
+            "validation_fraction=None fits the prior once (no verdict).", UserWarning)
+
+
 def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, trace, gamma,
                        gamma_dissimilar, max_iter, validation_fraction, random_state,
                        progress, **options):
@@ -236,7 +254,9 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     verdict = None
     if held_out is not None:
         seen = np.setdiff1d(np.arange(len(pairs)), np.setdiff1d(chosen, chosen[train]))
+        start = projections.clock()
         state, fitted_trace = distance_prior(pairs[seen], sq_distances[seen], **make_prior)
+        _say_second_prior(projections.clock() - start, data_prior)
         with deferred_warnings() as verdict_warnings:  # said only if it is returned
             verdict = _run(state, constrained[train], signs[train], trace=fitted_trace,
                            held_out=held_out, **run)
