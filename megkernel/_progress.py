@@ -23,6 +23,7 @@ Estimators with ``verbose`` and the command line draw their progress here:
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 from tqdm import tqdm
@@ -172,7 +173,8 @@ class ToleranceBar:
     ``max_iter`` would show a false ETA. This one shows the percentage of the
     way from the first violation to the tolerance on a log scale (its best so
     far, so the bar never runs back), the ETA to the tolerance at that pace,
-    and the iterations made and the current violation in its postfix.
+    and the iterations made, their rate and the current violation in its
+    postfix.
 
     Parameters
     ----------
@@ -190,6 +192,8 @@ class ToleranceBar:
                                    "[{elapsed}<{remaining}{postfix}]"))
         self.first = self.best = None
         self.iterations = 0
+        self.clock = clock or time.perf_counter
+        self.start = self.clock()
 
     def __enter__(self):
         return self
@@ -209,13 +213,16 @@ class ToleranceBar:
         if self.first is None or iterations < self.iterations:  # a new run: afresh
             if self.first is not None:
                 self.bar.reset()
+                self.start = self.clock()
             self.first = self.best = excess
         self.iterations = iterations
         self.best = min(self.best, excess)
         share = int(100 * tolerance_share(self.first, self.best, goal))
         if share > self.bar.n:
             self.bar.update(share - self.bar.n)
-        self.bar.set_postfix_str(f"iter {iterations}, violation {excess - goal:.3g}",
+        elapsed = self.clock() - self.start
+        rate = f"{iterations / elapsed:.3g} iter/s, " if elapsed > 0 else ""
+        self.bar.set_postfix_str(f"iter {iterations}, {rate}violation {excess - goal:.3g}",
                                  refresh=False)
 
 

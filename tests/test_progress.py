@@ -82,7 +82,7 @@ def test_tolerance_bar_never_runs_back_and_restarts_for_a_new_run():
     assert bar.bar.n == 50
     bar.update(3, 50.0, 1.0)  # a constraint violated again: the bar stays
     assert bar.bar.n == 50
-    assert "iter 3, violation 49" in str(bar.bar)
+    assert "iter 3, " in str(bar.bar) and "iter/s, violation 49" in str(bar.bar)
     bar.update(1, 30.0, 1.0)  # the next run starts from its own first violation
     assert bar.bar.n == 0
     bar.update(2, 1.0, 1.0)
