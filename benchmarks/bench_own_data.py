@@ -55,6 +55,12 @@ of the pairs) and noisy (mutation 0.25-0.45), raw, MEG and DB at their
 defaults, the same protocol; a summary counts the tables where each learner
 reaches the observed distances.
 
+``--sparse``: where users are, many objects and a few percent of the pairs
+given: objects in {500, 2000, 5000} x pairs given in {2, 5, 20 %}, on family
+sequences and on planted-partition graph hop counts; the observed
+distances, the full matrix, each learner's kernel alone and the default
+``KernelDistances`` step (``keep_given="auto"``), fit time and warnings.
+
 ``--verdict``: the same 52 tables (``--verdict --held-out``: 24 tables of
 seeds 17-22 never looked at before the rule was set), MEG and DB at their
 defaults, and on each of the 10 splits the verdict ``KernelDistances`` gives
@@ -73,6 +79,8 @@ Usage::
     python benchmarks/bench_own_data.py --scale --quick   # its smoke run (40 objects)
     python benchmarks/bench_own_data.py --grid     # 52 sparse / noisy 204-object tables
     python benchmarks/bench_own_data.py --verdict  # KernelDistances' verdict on them
+    python benchmarks/bench_own_data.py --sparse   # objects x share of pairs given
+    python benchmarks/bench_own_data.py --sparse --seeds 2 3 --objects 500 2000 --learners MEG DB
 """
 
 from __future__ import annotations
