@@ -169,9 +169,12 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
         ``n_objects``, ``sampled`` (as given), ``z`` (the learned against
         the observed distances' paired difference in standard errors,
         positive when the learned kernel is better), ``worse`` (``z <
-        -WORSE_Z``) and ``keep_given``: the most accurate mode (``"never"``:
-        the learned kernel alone; a tie keeps the earlier of
-        :data:`KEEP_GIVEN_MODES`).
+        -WORSE_Z``) and ``keep_given``: the mode kept (``"never"``: the
+        learned kernel alone); a later mode of :data:`KEEP_GIVEN_MODES`
+        replaces the one kept only when it is more accurate by more than
+        ``WORSE_Z`` standard errors of their paired difference (the rule of
+        megkernel's other paired comparisons: a difference of one or two
+        objects is noise).
     """
     out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
            "z": np.nan, "worse": False, "keep_given": "never", "sampled": bool(sampled)}
@@ -185,7 +188,7 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
         if combined is not None and mode in combined:
             right_mode = loo_nearest_correct(combined[mode], labels)
             out[mode] = float(right_mode.mean())
-            if _paired_z(right_mode, best) > 0:
+            if _paired_z(right_mode, best) > WORSE_Z:
                 best, out["keep_given"] = right_mode, mode
     if observed is None:
         return out

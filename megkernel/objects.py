@@ -298,8 +298,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         the observed distances' neighbours, completed by the kernel.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
-        the most accurate kept (a tie keeps the earlier in this list;
-        ``verdict_`` holds the figures, ``keeps_given_`` the choice);
+        a later mode in this list replacing the kept one only when it is
+        more accurate by more than two standard errors of their paired
+        difference (``verdict_`` holds the figures, ``keeps_given_`` the
+        choice);
         ``"never"`` without labels. Where few pairs are given, a learned
         kernel can rank an object's neighbours worse than the distances it
         was taught (it fits all the pairs, mostly the large distances; 1-NN
@@ -372,6 +374,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         :data:`MISSING_DISTANCE`.
     n_features_in_ : int
         Always 1 (an object id per row).
+    keeps_given_ : {"never", "where_given", "first"}
+        How the distances the learner was taught are kept beside its kernel
+        (``keep_given``, or what ``"auto"`` chose at :meth:`fit`); "never"
+        without such distances.
     verdict_ : dict or None
         With a learner and class labels ``y`` in :meth:`fit`: ``learned`` and
         ``observed``, the leave-one-out 1-NN accuracies on the fit objects
