@@ -35,7 +35,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, make_constrain
 from sklearn.utils.validation import check_is_fitted
 
 import megkernel
-from megkernel._kernel_learner import PROTOCOL_METHODS
+from megkernel._kernel_learner import OPTIONAL_PROTOCOL_METHODS, PROTOCOL_METHODS
 
 #: Methods that fit or configure rather than use a fit.
 FITTING = {"fit", "partial_fit", "fit_pairs", "fit_transform", "fit_predict",
@@ -43,7 +43,7 @@ FITTING = {"fit", "partial_fit", "fit_pairs", "fit_transform", "fit_predict",
 
 #: The kernel-learner protocol fits clones and never uses the model's own fit
 #: (its contracts are in test_kernel_learner.py).
-FITTING |= set(PROTOCOL_METHODS)
+FITTING |= set(PROTOCOL_METHODS) | set(OPTIONAL_PROTOCOL_METHODS)
 
 CASES = pytest.mark.parametrize("case", ESTIMATORS, ids=[case.name for case in ESTIMATORS])
 
