@@ -285,10 +285,14 @@ def _metric_case(Metric, **params):
     X, labels, pairs, signs = _points()
     fit = [("fit", (X, labels))]
     calls = {"transform": (X,), "get_feature_names_out": (), "get_mahalanobis_matrix": (),
-             "pair_sq_distances": (X, pairs), "pair_distances": (X, pairs)}
+             "pair_sq_distances": (X, pairs), "pair_distances": (X, pairs),
+             "get_metric": (), "pair_distance": (X[pairs],), "pair_score": (X[pairs],),
+             "score_pairs": (X[pairs],)}
     bad = {"fit": (_with(X, (4, 1), np.inf), labels),
            "fit_pairs": (X, pairs, signs[:-1]),
            "transform": (X[:, :2],),
+           "pair_distance": (X,),
+           "pair_score": (X[pairs][:, :, :2],),
            "pair_sq_distances": (X, pairs + len(X)),
            "pair_distances": (X, pairs[:, :1])}
     if hasattr(Metric, "partial_fit"):
@@ -309,7 +313,9 @@ def _pair_metric_case(Metric, **params):
              "pair_sq_distances": (X, pairs), "pair_distances": (X, pairs),
              "pair_score": (pairs_of_points,), "decision_function": (pairs_of_points,),
              "predict": (pairs_of_points,), "score": (pairs_of_points, signs),
-             "calibrate_threshold": (pairs_of_points, signs)}
+             "calibrate_threshold": (pairs_of_points, signs),
+             "get_metric": (), "pair_distance": (pairs_of_points,),
+             "score_pairs": (pairs_of_points,)}
     bad = {"fit": (pairs_of_points, np.where(signs > 0, 1, 2)),
            "fit_pairs": (X, pairs, signs[:-1]),
            "transform": (_with(X, (0, 0), np.nan),),
@@ -318,6 +324,7 @@ def _pair_metric_case(Metric, **params):
            "predict": (_with(pairs_of_points, (0, 1, 1), np.inf),),
            "score": (pairs_of_points, signs[:-1]),
            "calibrate_threshold": (pairs_of_points, signs * 2),
+           "pair_distance": (X,),
            "pair_sq_distances": (X, pairs + len(X)),
            "pair_distances": (X, pairs[:, :1])}
     if hasattr(Metric, "partial_fit"):
