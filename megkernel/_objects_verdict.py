@@ -115,6 +115,17 @@ def _paired_z(right, right_other):
     return (gains - losses) / np.sqrt(gains + losses) if gains + losses else 0.0
 
 
+#: ``keep_given="auto"`` leaves a mode for a later one of :data:`KEEP_GIVEN_MODES`
+#: only when the later one's leave-one-out 1-NN is better by more than this
+#: many standard errors of their paired difference: the one-standard-error
+#: rule of model selection (the simpler choice unless another is better by
+#: more than the noise of the comparison). A difference of an object or two
+#: is noise, and choosing on it cost new objects placed after the fit; two
+#: standard errors, the rule for calling a gain real, kept the kernel alone
+#: on small sparse tables where the given distances were better (the
+#: benchmarks page, "Sparse tables").
+KEEP_Z = 1.0
+
 #: The ways ``KernelDistances(keep_given=...)`` combines the learned kernel
 #: with the distances it was taught, in the order a tie prefers them.
 KEEP_GIVEN_MODES = ("never", "where_given", "first")
@@ -172,9 +183,7 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
         -WORSE_Z``) and ``keep_given``: the mode kept (``"never"``: the
         learned kernel alone); a later mode of :data:`KEEP_GIVEN_MODES`
         replaces the one kept only when it is more accurate by more than
-        ``WORSE_Z`` standard errors of their paired difference (the rule of
-        megkernel's other paired comparisons: a difference of one or two
-        objects is noise).
+        :data:`KEEP_Z` standard errors of their paired difference.
     """
     out = {"learned": np.nan, "observed": np.nan, "n_objects": len(labels),
            "z": np.nan, "worse": False, "keep_given": "never", "sampled": bool(sampled)}
@@ -188,7 +197,7 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
         if combined is not None and mode in combined:
             right_mode = loo_nearest_correct(combined[mode], labels)
             out[mode] = float(right_mode.mean())
-            if _paired_z(right_mode, best) > WORSE_Z:
+            if _paired_z(right_mode, best) > KEEP_Z:
                 best, out["keep_given"] = right_mode, mode
     if observed is None:
         return out

@@ -299,7 +299,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
         a later mode in this list replacing the kept one only when it is
-        more accurate by more than two standard errors of their paired
+        more accurate by more than one standard error of their paired
         difference (``verdict_`` holds the figures, ``keeps_given_`` the
         choice);
         ``"never"`` without labels. Where few pairs are given, a learned
