@@ -509,9 +509,8 @@ def new_ids_and_kernel(index, kernel, X, sq_targets, *, own):
         X, dtype=object)
     if values.ndim != 2 or values.shape[1] != 2:
         return None  # the estimator's own validation explains the shape
-    lookup = index.lookup
-    at = np.array([lookup.get(key, -1) if _hashable(key) else -1
-                   for key in values.ravel().tolist()], dtype=np.intp).reshape(values.shape)
+    at = np.array([index.row_or_missing(key) for key in values.ravel().tolist()],
+                  dtype=np.intp).reshape(values.shape)
     unknown = at < 0
     if not unknown.any():
         return None
@@ -537,10 +536,3 @@ def new_ids_and_kernel(index, kernel, X, sq_targets, *, own):
         ids[i] = key
     return ids, grown
 
-
-def _hashable(key):
-    try:
-        hash(key)
-    except TypeError:
-        return False
-    return True

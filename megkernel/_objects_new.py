@@ -115,8 +115,7 @@ def _rows_or_missing(index, ids):
     try:
         return pd.Index(_vector(index.objects)).get_indexer(pd.Index(_vector(ids)))
     except TypeError:  # unhashable ids: none of them is known
-        return np.array([index.lookup.get(key, -1) if _hashable(key) else -1
-                         for key in ids], dtype=np.intp)
+        return np.array([index.row_or_missing(key) for key in ids], dtype=np.intp)
 
 
 def _vector(values):
@@ -129,14 +128,6 @@ def _vector(values):
         for i, value in enumerate(values):
             out[i] = value
     return out
-
-
-def _hashable(key):
-    try:
-        hash(key)
-    except TypeError:
-        return False
-    return True
 
 
 def _known(lookup, key):

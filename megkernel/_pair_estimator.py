@@ -327,6 +327,13 @@ class ObjectIndex:
     def __len__(self):
         return len(self.objects)
 
+    def row_or_missing(self, key):
+        """Return the row of the id ``key``, or -1 when it is none (unhashable included)."""
+        try:
+            return self.lookup.get(key, -1)
+        except TypeError:  # unhashable: no id of the index
+            return -1
+
     def rows(self, values, *, name="X", hint=("Declare every object up front with "
                                               "objects=[...] (partial_fit cannot add "
                                               "objects).")):
