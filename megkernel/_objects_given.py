@@ -271,6 +271,10 @@ class GivenSquaredDistances:
         a, b, sq = np.asarray(a, np.intp), np.asarray(b, np.intp), np.asarray(sq, float)
         keep = (a != b) & np.isfinite(sq)
         a, b, sq = a[keep], b[keep], sq[keep]
+        # repeats summed in one order whatever the table's row order (bit for bit)
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        order = np.lexsort((sq, hi, lo))
+        a, b, sq = lo[order], hi[order], sq[order]
         rows, cols = np.concatenate([a, b]), np.concatenate([b, a])
         shape = (int(n_objects), int(n_objects))
         self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()

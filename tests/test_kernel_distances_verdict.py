@@ -124,6 +124,16 @@ def test_given_distances_block_is_the_table_matrix_restricted():
     expected[rows[:, None] == cols[None, :]] = np.nan  # no pair of one object
     assert_allclose(given.block(rows, cols), expected, equal_nan=True)
     assert given.n_pairs == len(doubled)
+    # the table in another row order (and repeats of three values): the same bits
+    tripled = pd.concat([doubled, table.assign(sq=table["sq"] * 0.7)])
+    args = [tripled[name].to_numpy() for name in ("a", "b", "sq")]
+    shuffled = np.random.default_rng(5).permutation(len(tripled))
+    one = GivenSquaredDistances(len(objects), *(np.vectorize(position.get)(args[k])
+                                                for k in (0, 1)), args[2])
+    other = GivenSquaredDistances(len(objects), *(np.vectorize(position.get)(args[k][shuffled])
+                                                  for k in (0, 1)), args[2][shuffled])
+    everything = np.arange(len(objects))
+    assert_array_equal(one.block(everything, everything), other.block(everything, everything))
 
 
 def _learned_with_given(step, table, ids, squared, first=False):
