@@ -503,7 +503,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         index = ObjectIndex(objects)
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
-        given_sq = self._given_squared_distances(index, matrix)
+        # the given distances, for the verdict (labels) or to keep beside the kernel
+        needed = labels is not None or self.keep_given in KEEP_GIVEN_MODES[1:]
+        given_sq = self._given_squared_distances(index, matrix) if needed else None
         verdict = (None if labels is None  # (no learner: no labels either)
                    else self._verdict(kernel, scale, rows, labels, given_sq))
         if given_sq is None:
