@@ -22,6 +22,7 @@ from ._pair_estimator import (
     _categories,
     check_id_kinds,
 )
+from ._solvers.holdout import canonical_order
 
 _UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
                  "listing every object, or a kernel over all of them.")
@@ -272,9 +273,8 @@ class GivenSquaredDistances:
         keep = (a != b) & np.isfinite(sq)
         a, b, sq = a[keep], b[keep], sq[keep]
         # repeats summed in one order whatever the table's row order (bit for bit)
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        order = np.lexsort((sq, hi, lo))
-        a, b, sq = lo[order], hi[order], sq[order]
+        order = canonical_order(np.column_stack([a, b]), sq)
+        a, b, sq = a[order], b[order], sq[order]
         rows, cols = np.concatenate([a, b]), np.concatenate([b, a])
         shape = (int(n_objects), int(n_objects))
         self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()
