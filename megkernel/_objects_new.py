@@ -55,10 +55,11 @@ def _row_name(table, position):
     return f"row {position}"
 
 
-def new_object_table(new_pairs, new_distances, index, *, given_squared):
+def new_object_table(new_pairs, new_distances, index, *, read):
     """Validate ``new_pairs`` / ``new_distances`` against the known ``index``.
 
-    Rows pairing a new id with a known one are kept; rows of two known ids
+    ``read`` turns the validated distances into squared distances (as the
+    fit read its own). Rows pairing a new id with a known one are kept; rows of two known ids
     or of two new ids are left out (a placement uses distances to known
     objects only). A NaN distance is missing, as everywhere in
     ``KernelDistances``.
@@ -93,7 +94,7 @@ def new_object_table(new_pairs, new_distances, index, *, given_squared):
     mixed = known[:, 0] != known[:, 1]
     named = set(pd.unique(values[~known]).tolist())
     keep = np.flatnonzero(mixed & ~np.isnan(y))
-    sq = y if given_squared else y**2
+    sq = np.asarray(read(y), dtype=float)
     first_new = ~known[keep, 0]
     new_ids = np.where(first_new, values[keep, 0], values[keep, 1])
     old_rows = np.where(first_new, at[keep, 1], at[keep, 0])
@@ -191,5 +192,5 @@ def check_units(sq_in_kernel_units, reference, *, fitted_units):
         raise ValueError(message + "they are in other units than the fit's (or squared "
                          "where plain distances are expected, or the reverse; see "
                          "given_squared). Give them in the fit's units.")
-    warn_user(message + "check that they are in the fit's units (squared or not as "
-              "given_squared says); they are placed as given.", UserWarning)
+    warn_user(message + "check that they are in the fit's units, plain or squared as the "
+              "fit's own distances were given; they are placed as given.", UserWarning)

@@ -554,6 +554,20 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             None if observed is None else _with_copies(observed, copies),
             np.asarray(labels)[chosen], sampled=len(chosen) < len(rows), combined=combined)
 
+    def _reading_of_new_distances(self):
+        """Return how ``new_distances`` become squared distances: as the fit read its own.
+
+        A learner taught a pair table reads the new distances as it read its
+        targets (``squared_distances_of``, in the units the kernel was fitted
+        to); otherwise ``given_squared`` says.
+        """
+        streamed = callable(self.pairs) and not hasattr(self.pairs, "__array__")
+        of = getattr(self.learner, "squared_distances_of", None)
+        if (of is not None and self.distances is None and self.pairs is not None
+                and not streamed and observed_distances_known(self.learner, self.targets)):
+            return of
+        return (lambda y: y) if self.given_squared else np.square
+
     def _teaches_distances(self):
         """Whether the learner is taught distances (a matrix, or a table of them)."""
         if self.distances is not None:
@@ -611,7 +625,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             self._index.rows(ids, hint=hint + _NEW_HINT)  # names the first unknown id
         new_ids = list(dict.fromkeys(ids[is_new].tolist()))
         table = new_object_table(self.new_pairs, self.new_distances, self._index,
-                                 given_squared=self.given_squared)
+                                 read=self._reading_of_new_distances())
         neither = [key for key in new_ids if key not in table.named]
         if neither:
             raise ValueError(

@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 
@@ -296,3 +297,28 @@ def test_squared_output_for_new_objects_is_the_square_of_the_plain_one():
     squared, _ = _step(squared=True)
     np.testing.assert_allclose(squared.transform(["n0", "k1"]),
                                plain.transform(["n0", "k1"]) ** 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("learner_squared", [True, False])
+def test_new_distances_are_read_as_the_learner_read_its_table(learner_squared):
+    """A table of plain distances (KernelDistances' default) taught to MEG reading them as
+    squared (its default) or as plain: the new objects' distances are read the same way,
+    so a copy of a known object lands on it, without a units warning."""
+    ids, _, _, distances = _clusters()
+    distances = 250.0 * distances  # the user's units, far from 1
+    pairs, targets = _fit_table(ids, distances, 60)
+    copy_of = 7
+    new_pairs = pd.DataFrame({"new": ["copy"] * 59, "known": np.delete(ids[:60], copy_of)})
+    new_distances = np.delete(distances[copy_of, :60], copy_of)
+    step = KernelDistances(learner=MEGKernelRegressor(squared=learner_squared, random_state=0),
+                           pairs=pairs, targets=targets, new_pairs=new_pairs,
+                           new_distances=new_distances, keep_given="never")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no units warning (nor any other)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        row = step.fit(ids[:60]).transform(["copy"])[0]
+        known = step.transform(ids[:60])
+    assert np.argmin(row) == copy_of
+    # its distances to the others as the original's, within the placement's error
+    others = np.delete(np.arange(60), copy_of)
+    assert np.corrcoef(row[others], known[copy_of, others])[0, 1] > 0.95
