@@ -269,6 +269,10 @@ def test_constant_held_out_targets_have_no_r2_whatever_their_value(value):
     spread = value * (1.0 + 1e-3 * np.arange(30))  # a real spread still scores
     assert r2_score(0.0, spread) == 1.0
     assert np.isfinite(r2_score(1e300, np.array([1e200, -1e200])))  # no overflow
+    # subnormal targets against a loss of ordinary size: -inf, without a RuntimeWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert r2_score(np.float64(0.0625), np.array([0.0] + [5e-324] * 15)) == -np.inf
 
 
 def test_thresholds_the_library_chose_are_said_to_be_chosen():

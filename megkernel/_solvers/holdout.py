@@ -346,7 +346,8 @@ def r2_score(loss, z):
     spread = float(np.std(scaled))
     if not spread > np.sqrt(CONSTANT_TARGETS * np.finfo(float).eps) * abs(float(np.mean(scaled))):
         return np.nan
-    return 1.0 - loss / scale / scale / (spread * spread)
+    with np.errstate(over="ignore"):  # subnormal targets: a ratio beyond the range is -inf
+        return 1.0 - loss / scale / scale / (spread * spread)
 
 
 #: Targets whose variance is within this many ``eps * mean^2`` count as
