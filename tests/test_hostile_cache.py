@@ -35,7 +35,7 @@ if _PROFILE not in ("default", "ci"):
 HOSTILE = settings(max_examples=40 if _PROFILE == "default" else 1000, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow,
                                           HealthCheck.function_scoped_fixture],
-                   print_blob=True)
+                   print_blob=True, derandomize=_PROFILE == "ci")  # as test_hostile.py's ci
 
 N = 8
 #: Created by the planted pickles if they were ever loaded.

@@ -30,6 +30,7 @@ _CI = _PROFILE == "ci"
 def _hostile(quick, ci):
     """Settings with ``quick`` examples in the default profile and ``ci`` in CI."""
     return settings(max_examples=ci if _CI else quick, deadline=None, print_blob=True,
+                    derandomize=_CI,  # as test_hostile.py's ci profile
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
 
