@@ -15,6 +15,9 @@ Estimators with ``verbose`` and the command line draw their progress here:
   only, about N s)…", before the first use of an engine whose numba cache
   is cold — checked cheaply from numba's cache index files (``__pycache__``
   beside the engine modules, or ``NUMBA_CACHE_DIR``), without compiling.
+  The next bar then reads "compiling" until its first update, and that
+  update writes the time it took ("compiled … in 14.2 s"): the wait is
+  named for what it is, measured, rather than shown as a stalled bar.
   Which engines compile, and for how long, is the engine registry's
   (:attr:`~megkernel._engines.Engine.compiled`,
   :attr:`~megkernel._engines.Engine.compile_seconds`).
@@ -35,6 +38,13 @@ __all__ = ["bar", "detail", "note_compiling", "numba_cache_cold", "tolerance_sha
 
 #: Engines whose compile note was printed in this process.
 _NOTED = set()
+
+#: ``time.perf_counter()`` when a compile note was printed and no bar has yet
+#: made its first update (the compile then still under way), else ``None``.
+_COMPILING_SINCE = None
+
+#: The postfix of a bar while the numba kernels compile.
+COMPILING_POSTFIX = "compiling the numba kernels (first run only)"
 
 
 class _NoBar:
@@ -93,8 +103,14 @@ class _WarmingBar(tqdm):
         if clock is not None:
             self._time = clock
             self.start_t = self.last_print_t = clock()
+        #: Whether this bar waits on the compile a note announced.
+        self._compiling = _COMPILING_SINCE is not None and not self.disable
+        if self._compiling:
+            self.set_postfix_str(COMPILING_POSTFIX)
 
     def update(self, n=1):
+        if self._compiling:
+            self._report_compiled(n)
         displayed = super().update(n)
         if self._warm_mark is None and not self.disable:
             now = self._time()
@@ -104,6 +120,21 @@ class _WarmingBar(tqdm):
             self._ema_dt = type(self._ema_dt)(self.smoothing)
             self.last_print_t, self.last_print_n = now, self.n
         return displayed
+
+    def _report_compiled(self, n):
+        """Write how long the compile took, once, at the bar's first update."""
+        global _COMPILING_SINCE
+        self._compiling = False
+        if self.postfix and self.postfix.endswith(COMPILING_POSTFIX):
+            self.set_postfix_str("", refresh=False)
+        if _COMPILING_SINCE is None:  # another bar reported it
+            return
+        seconds = time.perf_counter() - _COMPILING_SINCE
+        _COMPILING_SINCE = None
+        unit = self.unit if n == 1 or self.unit == "%" else f"{self.unit}s"
+        work = "" if self.unit == "%" else f", with the first {n:g} {unit},"
+        self.write(f"compiled the numba kernels{work} in {seconds:.1f} s "
+                   "(cached: later runs skip this)", file=self.fp)
 
     @property
     def format_dict(self):
@@ -210,6 +241,8 @@ class ToleranceBar:
         last call start a new run (the next ``gamma`` tried, the refit): the
         bar starts again.
         """
+        if self.first is None and getattr(self.bar, "_compiling", False):
+            self.bar._report_compiled(0)  # the first iterations ran: compiled
         if self.first is None or iterations < self.iterations:  # a new run: afresh
             if self.first is not None:
                 self.bar.reset()
@@ -271,8 +304,10 @@ def note_compiling(engines, *, file=None):
             if name not in _NOTED and numba_cache_cold(name)]
     if not cold:
         return False
+    global _COMPILING_SINCE
     _NOTED.update(cold)
     seconds = sum(ENGINES[name].compile_seconds for name in cold if name in ENGINES)
-    tqdm.write(f"compiling the numba kernels (first run only, about {seconds:g} s)…",
-               file=file or sys.stderr)
+    tqdm.write(f"compiling the numba kernels (first run only, about {seconds:g} s on an "
+               "idle core)…", file=file or sys.stderr)
+    _COMPILING_SINCE = time.perf_counter()
     return True

@@ -1,5 +1,7 @@
 """Progress output: bars on stderr when asked, nothing otherwise."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -92,12 +94,13 @@ def test_tolerance_bar_never_runs_back_and_restarts_for_a_new_run():
 
 def test_compile_note_once_and_only_when_cold(monkeypatch, capsys):
     monkeypatch.setattr(_progress, "_NOTED", set())
+    monkeypatch.setattr(_progress, "_COMPILING_SINCE", None)
     monkeypatch.setattr(_progress, "numba_cache_cold", lambda engine: engine == "rank-one")
     assert _progress.note_compiling(["eigh"]) is False
     assert _progress.note_compiling(["rank-one", "rank-one"]) is True
     assert _progress.note_compiling(["rank-one"]) is False  # once per process
     err = capsys.readouterr().err
-    assert err.count("compiling the numba kernels (first run only, about 5 s)") == 1
+    assert err.count("compiling the numba kernels (first run only, about 5 s on an idle core)") == 1
 
 
 def test_cache_check_is_cheap_and_boolean():
@@ -132,12 +135,46 @@ def test_compile_note_reads_the_engine_registry(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(_engines.ENGINES, "toy", eigh._replace(
         name="toy", compiled=toy, compile_seconds=7))
     monkeypatch.setattr(_progress, "_NOTED", set())
+    monkeypatch.setattr(_progress, "_COMPILING_SINCE", None)
     assert _progress.numba_cache_cold("toy") is True  # nothing compiled or cached yet
     assert _progress.note_compiling(["eigh", "toy"]) is True
     assert "about 7 s" in capsys.readouterr().err
     assert toy.step(1.0) == 2.0  # compiles, and writes the cache
     assert _progress.numba_cache_cold("toy") is False
     assert _progress.numba_cache_cold("not an engine") is False
+
+
+def test_the_bar_names_the_compile_and_reports_its_time(monkeypatch, capsys):
+    """After the compile note, the bar reads "compiling" until its first
+    update, which writes the measured time once; later bars say nothing."""
+    monkeypatch.setattr(_progress, "_NOTED", set())
+    monkeypatch.setattr(_progress, "_COMPILING_SINCE", None)
+    monkeypatch.setattr(_progress, "numba_cache_cold", lambda engine: engine == "rank-one")
+    assert _progress.note_compiling(["rank-one"]) is True
+    progress = _progress.bar(total=1000, desc="MEG", unit="trial")
+    assert _progress.COMPILING_POSTFIX in str(progress)
+    progress.update(100)
+    assert _progress.COMPILING_POSTFIX not in str(progress)
+    progress.update(100)
+    progress.close()
+    again = _progress.bar(total=10, desc="MEG", unit="trial")
+    assert _progress.COMPILING_POSTFIX not in str(again)
+    again.update(10)
+    again.close()
+    err = capsys.readouterr().err
+    assert re.search(r"compiled the numba kernels, with the first 100 trials, in \d+\.\d s "
+                     r"\(cached: later runs skip this\)", err)
+    assert err.count("compiled the numba kernels") == 1
+
+
+def test_a_tolerance_bar_reports_the_compile_at_its_first_iterations(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "_NOTED", set())
+    monkeypatch.setattr(_progress, "_COMPILING_SINCE", None)
+    monkeypatch.setattr(_progress, "numba_cache_cold", lambda engine: True)
+    _progress.note_compiling(["lanczos"])
+    with _progress.ToleranceBar("DefiniteBoostKernel") as bar:
+        bar.update(1, 50.0, 1.0)  # no share of the way yet, but the first iteration ran
+        assert "compiled the numba kernels in" in capsys.readouterr().err
 
 
 class _FakeClock:
