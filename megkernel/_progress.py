@@ -15,9 +15,11 @@ Estimators with ``verbose`` and the command line draw their progress here:
   only, about N s)…", before the first use of an engine whose numba cache
   is cold — checked cheaply from numba's cache index files (``__pycache__``
   beside the engine modules, or ``NUMBA_CACHE_DIR``), without compiling.
-  The next bar then reads "compiling" until its first update, and that
-  update writes the time it took ("compiled … in 14.2 s"): the wait is
-  named for what it is, measured, rather than shown as a stalled bar.
+  The next bar then reads "compiling" until every engine noted has compiled
+  (checked at its updates), then writes the time it took ("compiled … in
+  14.2 s"), and its rate leaves out the updates that waited on it: the wait
+  is named for what it is, measured, rather than shown as a stalled bar or
+  a false ETA.
   Which engines compile, and for how long, is the engine registry's
   (:attr:`~megkernel._engines.Engine.compiled`,
   :attr:`~megkernel._engines.Engine.compile_seconds`).
@@ -39,9 +41,9 @@ __all__ = ["bar", "detail", "note_compiling", "numba_cache_cold", "tolerance_sha
 #: Engines whose compile note was printed in this process.
 _NOTED = set()
 
-#: ``time.perf_counter()`` when a compile note was printed and no bar has yet
-#: made its first update (the compile then still under way), else ``None``.
-_COMPILING_SINCE = None
+#: The compile a note announced and no bar has yet seen finish:
+#: ``(time.perf_counter() at the note, engine names)``, else ``None``.
+_COMPILING = None
 
 #: The postfix of a bar while the numba kernels compile.
 COMPILING_POSTFIX = "compiling the numba kernels (first run only)"
@@ -104,15 +106,20 @@ class _WarmingBar(tqdm):
             self._time = clock
             self.start_t = self.last_print_t = clock()
         #: Whether this bar waits on the compile a note announced.
-        self._compiling = _COMPILING_SINCE is not None and not self.disable
+        self._compiling = _COMPILING is not None and not self.disable
         if self._compiling:
             self.set_postfix_str(COMPILING_POSTFIX)
 
     def update(self, n=1):
-        if self._compiling:
-            self._report_compiled(n)
+        compiling = self._compiling
+        if compiling:
+            self.check_compiled(n)
+        self._hide_rate = compiling  # this update's interval waited on the compile
         displayed = super().update(n)
-        if self._warm_mark is None and not self.disable:
+        self._hide_rate = False
+        # the rate starts afresh after the first update, and after each one
+        # that waited on the compile (a second engine may compile later on)
+        if (self._warm_mark is None or compiling) and not self.disable:
             now = self._time()
             self._warm_mark = (now, self.n)
             # forget the first interval: the next one starts the rate afresh
@@ -121,27 +128,41 @@ class _WarmingBar(tqdm):
             self.last_print_t, self.last_print_n = now, self.n
         return displayed
 
-    def _report_compiled(self, n):
-        """Write how long the compile took, once, at the bar's first update."""
-        global _COMPILING_SINCE
+    def check_compiled(self, n=0):
+        """Write how long the compile took once every noted engine has compiled.
+
+        Called at each update while the bar waits on the compile (``n``: the
+        items that update adds). An engine counts as compiled once one of
+        its numba kernels has been (the call has run it).
+        """
+        global _COMPILING
+        if _COMPILING is None:  # another bar reported it
+            self._stop_compiling()
+            return
+        since, engines = _COMPILING
+        if not all(_engine_compiled(name) for name in engines):
+            return
+        _COMPILING = None
+        self._stop_compiling()
+        seconds = time.perf_counter() - since
+        done = self.n + n
+        unit = self.unit if done == 1 else f"{self.unit}s"
+        work = "" if self.unit == "%" or not done else f", with the first {done:g} {unit},"
+        self.write(f"compiled the numba kernels{work} in {seconds:.1f} s "
+                   "(cached: later runs skip this)", file=self.fp)
+
+    def _stop_compiling(self):
         self._compiling = False
         if self.postfix and self.postfix.endswith(COMPILING_POSTFIX):
             self.set_postfix_str("", refresh=False)
-        if _COMPILING_SINCE is None:  # another bar reported it
-            return
-        seconds = time.perf_counter() - _COMPILING_SINCE
-        _COMPILING_SINCE = None
-        unit = self.unit if n == 1 or self.unit == "%" else f"{self.unit}s"
-        work = "" if self.unit == "%" else f", with the first {n:g} {unit},"
-        self.write(f"compiled the numba kernels{work} in {seconds:.1f} s "
-                   "(cached: later runs skip this)", file=self.fp)
 
     @property
     def format_dict(self):
         values = super().format_dict
         if self.disable or (self.total is not None and self.n >= self.total):
             return values  # finished: the average rate, and no time remaining
-        if self._warm_mark is None:  # the first update: its rate counts the compilation
+        if self._warm_mark is None or getattr(self, "_hide_rate", False):
+            # the first update, or one that waited on the compile: its rate counts it
             values["rate"] = 0.0  # tqdm prints "?" for a rate of 0 and for its ETA
         elif values["rate"] is None:  # no refresh since the first update: its average
             since, done = self._warm_mark
@@ -241,8 +262,8 @@ class ToleranceBar:
         last call start a new run (the next ``gamma`` tried, the refit): the
         bar starts again.
         """
-        if self.first is None and getattr(self.bar, "_compiling", False):
-            self.bar._report_compiled(0)  # the first iterations ran: compiled
+        if getattr(self.bar, "_compiling", False):
+            self.bar.check_compiled()
         if self.first is None or iterations < self.iterations:  # a new run: afresh
             if self.first is not None:
                 self.bar.reset()
@@ -267,6 +288,13 @@ def detail(message):
 def _dispatchers(module):
     return [value for name, value in vars(module).items()
             if not name.startswith("_") and hasattr(value, "_cache")]
+
+
+def _engine_compiled(engine):
+    """Whether one of ``engine``'s numba kernels is compiled in this process."""
+    module = ENGINES[engine].compiled if engine in ENGINES else None
+    return module is None or any(len(dispatcher.overloads) > 0
+                                 for dispatcher in _dispatchers(module))
 
 
 def numba_cache_cold(engine):
@@ -304,10 +332,10 @@ def note_compiling(engines, *, file=None):
             if name not in _NOTED and numba_cache_cold(name)]
     if not cold:
         return False
-    global _COMPILING_SINCE
+    global _COMPILING
     _NOTED.update(cold)
     seconds = sum(ENGINES[name].compile_seconds for name in cold if name in ENGINES)
     tqdm.write(f"compiling the numba kernels (first run only, about {seconds:g} s on an "
                "idle core)…", file=file or sys.stderr)
-    _COMPILING_SINCE = time.perf_counter()
+    _COMPILING = (time.perf_counter(), tuple(cold))
     return True
