@@ -490,9 +490,36 @@ def test_the_loop_goes_past_any_fixed_grid_while_the_score_improves():
     # then falls
     best, log, asked = _run_loop(lambda L: L if L <= 64 else 64.0 - np.log2(L / 64),
                                  max_length=1000)
-    assert best == 64.0 and log["gain_is_real"] and log["stopped"] == "patience"
-    assert log["checkpoints"][-3:] == [64.0, 128.0, 256.0]  # patience 2, then stop
-    assert max(asked) == 256.0
+    assert best == 64.0 and log["gain_is_real"]
+    # 128 is significantly below the choice: out of reach, no second patience step
+    assert log["stopped"] == "out_of_reach"
+    assert log["checkpoints"][-2:] == [64.0, 128.0]
+    assert max(asked) == 128.0
+
+
+def test_a_checkpoint_whose_next_doubling_cannot_pay_stops_the_folds():
+    """Gain L up to 4 passes, then half a unit per doubling: 8 misses the
+    choice (its gain is not 2**0.5 times 4's), the curve has stopped
+    accelerating, and 16 along the last increment (gain 5) stays below its
+    bar (2 x 4): the folds stop at 8, where patience ran them to 16, with the
+    choice of the full table."""
+    def curve(length):
+        return length if length <= 4 else 4.0 + 0.5 * np.log2(length / 4.0)
+
+    best, log, asked = _run_loop(curve, max_length=1000)
+    assert best == 4.0 and log["stopped"] == "out_of_reach" and max(asked) == 8.0
+    full_best, full_log, full_asked = _run_loop(curve, max_length=1000, patience=None)
+    assert full_best == best and max(full_asked) == 1000.0
+
+
+def test_a_score_still_accelerating_after_a_miss_runs_its_patience():
+    """8 misses the choice at 4 but adds more per doubling than 4 did: no
+    extrapolation stops it, and 16 (which replaces the choice) is scored."""
+    gains = {0.0: 0.0, 0.125: 0.2, 0.25: 0.4, 0.5: 0.8, 1.0: 1.9, 2.0: 2.8, 4.0: 4.0,
+             8.0: 5.3, 16.0: 16.0}
+
+    best, log, asked = _run_loop(lambda L: gains.get(L, 16.0), max_length=1000)
+    assert 16.0 in asked and best >= 16.0
 
 
 def test_a_creeping_score_does_not_buy_more_training():
@@ -530,7 +557,7 @@ def test_the_loop_warns_at_its_safety_net_while_still_improving():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         best, log, _ = _run_loop(lambda L: -abs(L - 2.0), max_length=8, patience=5)
-    assert best == 2.0 and log["stopped"] == "max_length"
+    assert best == 2.0 and log["stopped"] == "out_of_reach"  # 4 is significantly below
 
 
 @pytest.mark.parametrize("Metric", METRICS)
@@ -546,10 +573,12 @@ def test_both_learners_choose_their_length_by_the_same_loop(Metric):
     grid = (soft_neighbor_checkpoints(MAX_PASSES)  # iterations of the ascent
             if model.from_labels_ == "soft-neighbors" else doubling_checkpoints())
     assert log["checkpoints"] == grid[:len(log["checkpoints"])]
-    assert log["stopped"] == "patience"  # no learner runs to the safety net here
+    # no learner runs to the safety net here
+    assert log["stopped"] in ("patience", "out_of_reach")
     best = log["checkpoints"].index(log["chosen"])
-    # patience: 2 checkpoints of at least one pass after the choice
-    assert sum(c >= 1 for c in log["checkpoints"][best + 1:]) == 2
+    # patience: 2 checkpoints of at least one pass after the choice; out of reach: 1
+    assert sum(c >= 1 for c in log["checkpoints"][best + 1:]) == (
+        2 if log["stopped"] == "patience" else 1)
 
 
 def test_meg_metric_max_iter_is_the_safety_net_of_its_validated_epochs():

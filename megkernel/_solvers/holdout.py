@@ -71,7 +71,12 @@ so significance alone would train on with no accuracy to show for it
 replacement (counted from one pass over the pairs: before it, not every
 pair has been seen), or at the last checkpoint (with a
 :class:`~sklearn.exceptions.ConvergenceWarning` if that one was chosen:
-the gain was still growing there).
+the gain was still growing there). It stops after the first of them
+already where the next one cannot be chosen (:func:`_out_of_reach`: the
+held-out score fell significantly below the choice, or it stopped
+accelerating and the next doubling, extrapolated along the last one, stays
+below the elasticity bar): that second checkpoint of the patience costs as
+much as every length before it.
 """
 
 from __future__ import annotations
@@ -608,6 +613,49 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     return bool(gain >= ratio**elasticity * max(chosen_gain, 0.0))
 
 
+def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elasticity):
+    """Whether the next checkpoint cannot replace the choice: the folds stop before it.
+
+    Asked after a checkpoint (the last row of ``table``) missed the choice
+    ``chosen`` (a learned length: the prior's patience is short already).
+    Either its score is significantly below the choice's (the held-out
+    curve has turned down), or, where the scores have stopped accelerating
+    (the last doubling added less than the one before: the curve is concave
+    in the log of the length), the next checkpoint extrapolated along that
+    last increment stays below the elasticity bar ``(length / chosen) **
+    elasticity`` times the choice's gain, with no sign of the 1-NN accuracy
+    rising above the choice's (k-NN margins) -- so that the patience's
+    second checkpoint, which costs as much as every length before it, is
+    not run where it could not be chosen.
+    """
+    last = len(table) - 1
+    if chosen == 0 or last < 3 or len(reached) >= len(checkpoints):
+        return False
+    if gain_is_real(table[chosen], table[last], z, n_repeats):
+        return True
+    if elasticity <= 0:
+        return False
+    scores = _mean_scores(table)
+    gains = [score - scores[0] for score in scores]
+    lengths = reached[last - 2:last + 1]
+    rise, rise_before = gains[last] - gains[last - 1], gains[last - 1] - gains[last - 2]
+    per_log, per_log_before = rise / np.log(lengths[2] / lengths[1]), rise_before / np.log(
+        lengths[1] / lengths[0])
+    if per_log > per_log_before:  # still accelerating: no extrapolation
+        return False
+    following = float(checkpoints[len(reached)])
+    projected = gains[last] + max(per_log, 0.0) * np.log(following / lengths[2])
+    bar = (following / reached[chosen]) ** elasticity * max(gains[chosen], 0.0)
+    if projected >= bar:
+        return False
+    if not isinstance(table[last][0], tuple):  # k-NN margins: the 1-NN accuracy
+        accuracy = [float(np.mean([np.mean(item > 0) for item in table[row]]))
+                    for row in (chosen, last)]
+        if accuracy[1] > accuracy[0]:
+            return False
+    return True
+
+
 def _mean_scores(items):
     return [float(np.mean([_fold_mean(item) for item in row])) for row in items]
 
@@ -729,7 +777,8 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``"score"`` ("knn" or "auc"), ``"checkpoints"`` and ``"scores"``
         (mean over folds, one per checkpoint reached), ``"chosen"``,
         ``"gain_is_real"`` (a learned length chosen), ``"n_folds"``, ``"n_repeats"`` and
-        ``"stopped"`` (``"patience"``, or ``"max_length"`` when the
+        ``"stopped"`` (``"patience"``, ``"out_of_reach"`` (see
+        :func:`_out_of_reach`), or ``"max_length"`` when the
         checkpoints ran out), ``"length_scale"``; with the k-NN score also ``"accuracies"``,
         the held-out 1-NN accuracy (share of positive margins) per
         checkpoint; with ``reference``, ``"reference_score"`` (its mean),
@@ -766,6 +815,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
             since += 1
             if since >= patience:
                 log["stopped"] = "patience"
+                break
+            if _out_of_reach(table, chosen, log["checkpoints"], checkpoints, z=z,
+                             n_repeats=n_repeats, elasticity=elasticity):
+                log["stopped"] = "out_of_reach"
                 break
     best, log["scores"], log["gain_is_real"] = choose_checkpoint(
         log["checkpoints"], table, z=z, n_repeats=n_repeats, elasticity=elasticity)

@@ -60,8 +60,11 @@ def _sq_distances(embedded):
                       0.0)
 
 
-def soft_neighbor_probabilities(embedded, codes, temperature):
+def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None):
     """Stochastic-neighbour probabilities of the rows of ``embedded``.
+
+    ``same``: the ``same`` of an earlier call on the same ``codes`` (not
+    computed again).
 
     Returns
     -------
@@ -71,14 +74,17 @@ def soft_neighbor_probabilities(embedded, codes, temperature):
         Each point's probability of picking its own class.
     same : ndarray of bool, shape (n, n)
     """
+    logits = _sq_distances(embedded)
     with np.errstate(over="ignore"):  # a far pair's -inf is clipped: no row all -inf
-        logits = np.maximum(-_sq_distances(embedded) / temperature, -1e300)
+        np.divide(logits, -temperature, out=logits)
+        np.maximum(logits, -1e300, out=logits)
     np.fill_diagonal(logits, -np.inf)
     logits -= logits.max(axis=1, keepdims=True)
-    P = np.exp(logits)
+    P = np.exp(logits, out=logits)
     P /= P.sum(axis=1, keepdims=True)
-    same = codes[:, None] == codes[None, :]
-    return P, np.sum(P * same, axis=1), same
+    if same is None:
+        same = codes[:, None] == codes[None, :]
+    return P, np.sum(P, axis=1, where=same), same
 
 
 def prior_temperature(coordinates, prior):
@@ -116,20 +122,30 @@ class SoftNeighborAscent:
         self.temperature = float(temperature)
         self.exponent = MetricExponent.from_prior(prior)
         self.step, self.n_iter, self.converged = 1.0, 0, False
+        self._same = None
         self.objective, self._state = self._evaluate(self.exponent)
+        self._same = self._state[2]
         self.objectives = [self.objective]
 
     def _evaluate(self, exponent):
         P, p, same = soft_neighbor_probabilities(
-            embedding(self.coordinates, exponent), self.codes, self.temperature)
+            embedding(self.coordinates, exponent), self.codes, self.temperature,
+            same=self._same)
         return float(p.mean()), (P, p, same)
 
     def gradient(self):
-        """``df/dM`` at the current metric (symmetric, ``r x r``)."""
+        """``df/dM`` at the current metric (symmetric, ``r x r``).
+
+        ``Z^T L Z / (T n)`` with ``L`` the Laplacian of the symmetrised
+        weights ``W + W^T``, ``W = P (p - [same class])`` (one ``n x n x r``
+        product).
+        """
         P, p, same = self._state
-        weights = P * p[:, None] - P * same
-        laplacian_z = ((weights.sum(axis=0) + weights.sum(axis=1))[:, None] * self.coordinates
-                       - weights @ self.coordinates - weights.T @ self.coordinates)
+        weights = P * p[:, None]
+        np.subtract(weights, P, out=weights, where=same)
+        weights += weights.T.copy()
+        laplacian_z = (weights.sum(axis=1)[:, None] * self.coordinates
+                       - weights @ self.coordinates)
         n = len(self.coordinates)
         return self.coordinates.T @ laplacian_z / (self.temperature * n)
 

@@ -174,7 +174,7 @@ class DefiniteBoostMetric(_FeatureMetric):
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
         mean ``"scores"``, ``"gain_is_real"``, ``"n_folds"``, ``"n_repeats"``,
-        ``"stopped"`` (``"patience"`` or ``"max_length"``) and
+        ``"stopped"`` (``"patience"``, ``"out_of_reach"`` or ``"max_length"``) and
         ``"length_scale"`` (the sweeps run over the chosen ones, see ``n_folds``).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
