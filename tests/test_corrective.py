@@ -222,7 +222,8 @@ def test_estimator_corrective_is_the_exact_projection(prior, projection, method)
     gamma, gamma_dissimilar = trace * GAMMA, trace * GAMMA_DISSIMILAR   # kernel units
     model = DefiniteBoostKernel(n_objects=D, gamma=gamma, gamma_dissimilar=gamma_dissimilar,
                                 projection=projection, corrective=True, tol=tol,
-                                max_iter=100_000, init=init, trace=trace, method=method)
+                                max_iter=100_000, init=init, trace=trace, method=method,
+                                validation_fraction=None)  # gamma given: no verdict to draw
     model.fit(PAIRS, SIGNS)
     assert model.converged_
     # the fit projects onto the constraints tightened by tol * gamma / 2
@@ -278,8 +279,8 @@ def test_paper_algorithm_stops_at_a_feasible_kernel_farther_than_the_projection(
                                                    max_iter=100_000),
     }
     model = DefiniteBoostKernel(n_objects=D, gamma=GAMMA, gamma_dissimilar=GAMMA_DISSIMILAR,
-                                projection=projection, tol=1e-9,
-                                max_iter=100_000).fit(PAIRS, SIGNS)
+                                projection=projection, tol=1e-9, max_iter=100_000,
+                                validation_fraction=None).fit(PAIRS, SIGNS)
     results["DefiniteBoostKernel"] = (model.kernel_, {
         "converged": model.converged_, "multipliers": model.multipliers_,
         "dual_objective": model.dual_objective_, "alpha": model.alphas_})

@@ -28,7 +28,7 @@ from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+from megkernel import DefiniteBoostKernel, MEGKernelRegressor, NoImprovementWarning
 
 # -- Part 1: scikit-learn's checks with the failures that cannot apply -----------
 
@@ -171,8 +171,10 @@ def _meg():
 
 def _definiteboost():
     pairs, y, low, high = _definiteboost_data()
+    # the thresholds given, the held-out pairs would give only a verdict (and 26
+    # pairs are too few for one, which a warning would say)
     return DefiniteBoostKernel(n_objects=12, gamma=low, gamma_dissimilar=high,
-                               max_iter=300), (pairs, y)
+                               max_iter=300, validation_fraction=None), (pairs, y)
 
 
 CASES = {"MEGKernelRegressor": _meg, "DefiniteBoostKernel": _definiteboost}
@@ -186,6 +188,16 @@ def case(request):
 
 def _fit(estimator, X, y):
     return quietly(estimator.fit, X, y, category=ConvergenceWarning)
+
+
+def _fit_few(estimator, X, y):
+    """``_fit`` on too few pairs to hold any out: an estimator that would hold
+    some out (for early stopping or a verdict) says that it trains on every one."""
+    params = estimator.get_params()
+    if params.get("early_stopping", True) and params.get("validation_fraction") is not None:
+        with pytest.warns(UserWarning, match="pairs are too few to hold out 10"):
+            return _fit(estimator, X, y)
+    return _fit(estimator, X, y)
 
 
 def _outputs(estimator, X):
@@ -375,9 +387,12 @@ def test_negative_and_non_finite_indices(case):
 
 def test_single_pair(case):
     estimator, X, y = case
-    _fit(estimator, X[:1], y[:1])
+    # DefiniteBoost: a similar pair, which the identity prior does not meet (a
+    # met one leaves nothing to learn, and a warning says so)
+    first = np.flatnonzero(y == 1)[:1] if not is_regressor(estimator) else [0]
+    _fit_few(estimator, X[first], y[first])
     assert np.all(np.isfinite(estimator.kernel_))
-    assert estimator.predict(X[:1]).shape == (1,)
+    assert estimator.predict(X[first]).shape == (1,)
 
 
 def test_train_and_predict(case):
@@ -390,7 +405,7 @@ def test_train_and_predict(case):
     assert estimator.score(X, y) > 0.9
     if is_regressor(estimator):
         assert not hasattr(estimator, "decision_function")
-        barely = _fit(clone(estimator), X[:1], y[:1])
+        barely = _fit_few(clone(estimator), X[:1], y[:1])
         assert barely.score(X, y) < 0.5
     else:
         assert set(np.unique(predictions)) <= set(estimator.classes_)
@@ -412,17 +427,22 @@ def test_partial_fit_n_features():
 def test_integer_targets():
     X = np.array([[0, 1], [1, 2], [2, 3], [0, 3]] * 10)
     y = np.array([2, 1, 2, 3] * 10)
-    a = MEGKernelRegressor(n_objects=4, trace=4.0).fit(X, y)
-    b = MEGKernelRegressor(n_objects=4, trace=4.0).fit(X, y.astype(float))
+    # 40 pairs are too few to hold out 10 for early stopping (which would warn)
+    a = MEGKernelRegressor(n_objects=4, trace=4.0, early_stopping=False).fit(X, y)
+    b = MEGKernelRegressor(n_objects=4, trace=4.0, early_stopping=False).fit(X, y.astype(float))
     assert_array_equal(a.kernel_, b.kernel_)
 
 
 def test_single_label():
     pairs, y, low, high = _definiteboost_data()
-    similar = DefiniteBoostKernel(n_objects=12, gamma=low).fit(pairs[y == 1], y[y == 1])
+    similar = DefiniteBoostKernel(n_objects=12, gamma=low,
+                                  validation_fraction=None).fit(pairs[y == 1], y[y == 1])
     assert similar.converged_ and np.all(similar.predict(pairs[y == 1]) == 1)
-    dissimilar = DefiniteBoostKernel(n_objects=12, gamma=low, gamma_dissimilar=high)
-    _fit(dissimilar, pairs[y == -1], y[y == -1])
+    dissimilar = DefiniteBoostKernel(n_objects=12, gamma=low, gamma_dissimilar=high,
+                                     validation_fraction=None)
+    # the identity prior already meets every dissimilar pair here: nothing to learn
+    with pytest.warns(NoImprovementWarning, match="learned nothing"):
+        _fit(dissimilar, pairs[y == -1], y[y == -1])
     assert np.all(dissimilar.predict(pairs[y == -1]) == -1)
 
 
