@@ -35,7 +35,13 @@ def _full_distances(K):
 @parametrize_with_checks([KernelKNeighborsClassifier(),
                           KernelKNeighborsClassifier(n_neighbors=3)])
 def test_sklearn_estimator_checks(estimator, check):
-    check(estimator)
+    if getattr(check, "func", check).__name__ == "check_positive_only_tag_during_fit":
+        # the check subtracts the mean from the kernel's entries, which leaves
+        # it indefinite: fit says so
+        with pytest.warns(UserWarning, match="training kernel is not positive semidefinite"):
+            check(estimator)
+    else:
+        check(estimator)
 
 
 @pytest.mark.parametrize("n_neighbors", [1, 3, 7])

@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import low_rank_kernel, random_pairs, sq_dist
 
 from megkernel import DefiniteBoostKernel, MEGKernelRegressor, _progress
 from megkernel.datasets import distance_triples, load_wine_kernel
@@ -56,8 +57,10 @@ def test_definiteboost_verbose_bar(capsys):
     wine = load_wine_kernel(12, random_state=0)
     a, b = np.triu_indices(12, k=1)
     pairs = np.column_stack([a, b])[:20]
-    model = DefiniteBoostKernel(n_objects=12, gamma=0.1, verbose=1).fit(pairs)
-    DefiniteBoostKernel(n_objects=12, gamma=0.1).fit(pairs)  # silent
+    # gamma given, and 20 pairs too few for a verdict: nothing held out
+    model = DefiniteBoostKernel(n_objects=12, gamma=0.1, verbose=1,
+                                validation_fraction=None).fit(pairs)
+    DefiniteBoostKernel(n_objects=12, gamma=0.1, validation_fraction=None).fit(pairs)  # silent
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("DefiniteBoostKernel") >= 1
@@ -229,9 +232,9 @@ def test_a_bar_of_one_update_finishes_with_its_average_rate():
 def test_batch_bars_show_no_false_eta(capsys):
     """A batch fit stops by its rule long before max_iter: its bar counts
     iterations without a total (no ETA towards max_iter)."""
-    rng = np.random.default_rng(0)
-    pairs = rng.integers(0, 12, size=(200, 2))
-    y = rng.uniform(0.5, 2.0, 200)
+    # pairs of distinct objects with a kernel's squared distances: the fit learns
+    pairs = random_pairs(12, 200, 0)
+    y = sq_dist(low_rank_kernel(12, 3, 0), pairs)
     MEGKernelRegressor(n_objects=12, verbose=1, random_state=0, max_iter=1000).fit(pairs, y)
     DefiniteBoostKernel(n_objects=12, gamma=0.1, verbose=1, max_iter=5000,
                         validation_fraction=None).fit(pairs[:30])
