@@ -5,7 +5,7 @@ private methods and never fits it in place: it validates its own side
 information, then asks the learner through these methods (all of them
 public, all given defaults by :class:`KernelLearnerMixin`):
 
-``learn_kernel(pairs, targets=None, *, objects=None)``
+``learn_kernel(pairs, targets=None, *, objects=None, squared=None)``
     Learn a kernel from a pair table (``pairs`` of shape ``(n_pairs, 2)``
     holding object ids or indices, ``targets`` of shape ``(n_pairs,)`` or
     ``None``) and return a :class:`LearnedKernel` ``(kernel, objects)``:
@@ -13,9 +13,12 @@ public, all given defaults by :class:`KernelLearnerMixin`):
     ``None``) are the ids of every object the pairs come from (the rows of
     the user's distance matrix): a learner declaring no objects of its own
     learns its kernel over them. Called for arrays of side information and
-    for the observed entries of a distance matrix (then ``targets`` are
-    squared distances). The learner itself is left unchanged (a clone is
-    fitted); the learner's own ``ValueError`` reaches the user.
+    for the observed entries of a distance matrix. ``squared=True``: the
+    targets are squared distances, whatever the learner's own parameters
+    say (``KernelDistances`` read the user's table by its one switch,
+    ``given_squared``, and squared plain distances); ``None``: the learner
+    reads them by its own parameters. The learner itself is left unchanged
+    (a clone is fitted); the learner's own ``ValueError`` reaches the user.
 
 ``check_stream()``
     Called before a stream of chunks is read: raise ``ValueError`` when
@@ -27,6 +30,8 @@ public, all given defaults by :class:`KernelLearnerMixin`):
     Learn a kernel from a :class:`PairStream`, the stream's chunks read and
     checked by ``KernelDistances`` (each call of ``stream.chunks()`` is one
     pass) with what its first pass saw; return a :class:`LearnedKernel`.
+    ``stream.squared`` says what the chunks' targets are, as ``squared``
+    of ``learn_kernel``.
     A ``ValueError`` about one chunk names it (``"Chunk 3 of the stream:
     ..."``).
 
@@ -44,11 +49,12 @@ One method is optional (``KernelDistances`` does without it):
 
 ``squared_distances_of(targets)``
     The squared distances, in the learned kernel's units, that these
-    targets state (``None`` when they are no distances): ``KernelDistances``
-    compares them with the kernel's on the same pairs to read new objects'
-    distances (``new_distances``) in the kernel's units. Without it, or
-    with ``None``, each placement takes the units from the new distances'
-    median.
+    targets state when the learner reads them by its own parameters
+    (``None`` when they are no distances). ``KernelDistances`` with
+    ``given_squared`` unset reads a learner's targets so (the reading
+    before that switch covered them). Without it, the targets reach the
+    learner as given, and each placement of a new object takes the units
+    from the new distances' median.
 
 The learned kernel is cached by ``KernelDistances``: ``learn_kernel`` and
 ``learn_kernel_stream`` must depend only on the learner's class and
@@ -149,7 +155,11 @@ class PairStream(NamedTuple):
     n_distinct_pairs : int
         Pairs of two distinct objects over all chunks.
     sum_distinct_targets : float
-        The sum of their targets.
+        The sum of their targets (as ``chunks()`` gives them).
+    squared : bool or None, default=None
+        ``True``: the chunks' targets are squared distances (``KernelDistances``
+        read the user's stream by ``given_squared``); ``None``: the learner
+        reads them by its own parameters.
 
     See Also
     --------
@@ -172,6 +182,7 @@ class PairStream(NamedTuple):
     max_index: int
     n_distinct_pairs: int
     sum_distinct_targets: float
+    squared: bool | None = None
 
 
 def _chunk_error(i, error):
@@ -224,7 +235,7 @@ class KernelLearnerMixin:
     array([[0., 1., 2.]])
     """
 
-    def learn_kernel(self, pairs, targets=None, *, objects=None):
+    def learn_kernel(self, pairs, targets=None, *, objects=None, squared=None):
         """Learn a kernel from a pair table, on a clone of this learner.
 
         Parameters
@@ -237,6 +248,11 @@ class KernelLearnerMixin:
             Ids of every object the pairs come from: a learner with an
             ``objects`` parameter left at ``None`` learns its kernel over
             them (the default); ``None``: the learner's own rule.
+        squared : bool or None, default=None
+            ``True``: ``targets`` are squared distances, ``False``: plain
+            distances (squared here), whatever this learner's parameters
+            say (the clone is set to read squared distances); ``None``: read
+            by its parameters.
 
         Returns
         -------
@@ -247,6 +263,10 @@ class KernelLearnerMixin:
         model = clone(self)
         if objects is not None and model.get_params(deep=False).get("objects", 0) is None:
             model.set_params(objects=objects)
+        if squared is not None and targets is not None:
+            if not squared:
+                targets = np.square(np.asarray(targets, dtype=float))
+            model.set_params(**model._reads_squared_distances())
         model = model.fit(pairs) if targets is None else model.fit(pairs, targets)
         return LearnedKernel(model.kernel_, np.asarray(model.objects_))
 
@@ -297,6 +317,8 @@ class KernelLearnerMixin:
         check_n_trials(epochs, stream.n_pairs, name=f"{type(self).__name__}.n_epochs",
                        bytes_per_trial=8, record="its on-line loss in losses_")
         model = clone(self).set_params(**self._stream_params(stream))
+        if stream.squared:
+            model.set_params(**model._reads_squared_distances())
         for _ in range(epochs):
             for i, (pairs, targets) in enumerate(stream.chunks()):
                 try:
@@ -360,6 +382,14 @@ class KernelLearnerMixin:
         """
         return is_regressor(self)
 
+    def _reads_squared_distances(self):
+        """Return the parameters with which this learner reads its targets as squared distances.
+
+        The default: none (a learner of distances takes squared distances,
+        see :meth:`learns_from_distances`).
+        """
+        return {}
+
     def _stream_epochs(self):
         """Return the passes over a stream: ``n_epochs`` when a parameter, else 1.
 
@@ -409,6 +439,10 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
         values = np.asarray(targets, dtype=float)
         return values if self.get_params(deep=False).get("squared", True) else values**2
 
+    def _reads_squared_distances(self):
+        """``squared=True`` (when a parameter): the targets are squared distances."""
+        return {"squared": True} if "squared" in self.get_params(deep=False) else {}
+
     def _stream_params(self, stream):
         """Fix the objects, ``trace`` and low-rank ``learning_rate`` over the whole stream."""
         params = self.get_params(deep=False)
@@ -433,7 +467,8 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
         identity = isinstance(params["init"], str) and params["init_factor"] is None
         low_rank_rate = params["learning_rate"] == "auto" and state.basis is not None
         n_moving, sum_targets = stream.n_distinct_pairs, stream.sum_distinct_targets
-        plain = not params["squared"]  # the scale is that of squared distances
+        # the scale is that of squared distances (a stream told squared holds them)
+        plain = not (stream.squared or params["squared"])
         prior_sum, best_pair, best_norm = 2.0 / state.n_objects * n_moving, None, -1.0
         if plain:
             sum_targets = 0.0

@@ -23,6 +23,7 @@ from ._pair_estimator import (
     check_id_kinds,
 )
 from ._solvers.holdout import canonical_order
+from ._warnings import warn_user
 
 _UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
                  "listing every object, or a kernel over all of them.")
@@ -212,6 +213,12 @@ def _table_matrix(pairs, targets, objects):
         raise ValueError("targets holds infinite distances; mark a missing distance with "
                          "NaN.")
     known = ~np.isnan(y)
+    if not known.all():  # the one rule of a NaN distance: a missing pair, counted
+        first = int(np.flatnonzero(~known)[0])
+        row = repr(targets.index[first]) if isinstance(targets, pd.Series) else first
+        warn_user(f"KernelDistances: {int((~known).sum())} of {len(y)} pairs have no "
+                  f"distance (NaN, the first at row {row}): left out as missing pairs.",
+                  UserWarning)
     negative = known & (np.nan_to_num(y) < 0)
     if negative.any():
         t = int(np.argmax(negative))

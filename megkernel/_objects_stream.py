@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ._kernel_learner import PairStream
-from ._numerics.validation import check_pair_indices
+from ._numerics.validation import check_pair_indices, squares_of_distances
 from ._pair_estimator import _as_index_array
 
 
@@ -36,6 +36,7 @@ class _StreamScan(NamedTuple):
     sum_targets: float     # over pairs of distinct objects
     n_moving: int
     n_pairs: int = 0       # every pair of a pass (the trials of one epoch)
+    sum_sq_targets: float = 0.0  # of their squares (a stream of plain distances)
 
 
 def _chunks(stream):
@@ -76,6 +77,7 @@ def _scan_stream(stream):
     digest = hashlib.sha256()
     ids = {}
     indices, max_index, sum_targets, n_moving, n_chunks, n_pairs = True, -1, 0.0, 0, 0, 0
+    sum_sq_targets = 0.0
     for i, _, _, values, y in _chunks(stream):
         digest.update(_chunk_digest(values, y))
         numbers = _as_index_array(values)
@@ -87,6 +89,8 @@ def _scan_stream(stream):
         ids.update(dict.fromkeys(pd.unique(values.ravel()).tolist()))
         moving = values[:, 0] != values[:, 1]
         sum_targets += float(y[moving].sum())
+        with np.errstate(over="ignore"):
+            sum_sq_targets += float(np.square(y[moving]).sum())
         n_moving += int(np.count_nonzero(moving))
         n_pairs += len(values)
         n_chunks += 1
@@ -101,23 +105,32 @@ def _scan_stream(stream):
         except TypeError:  # ids of mixed types: order of first appearance
             pass
     return _StreamScan(digest.hexdigest(), n_chunks, distinct, max_index, sum_targets,
-                       n_moving, n_pairs)
+                       n_moving, n_pairs, sum_sq_targets)
 
 
-def _pair_stream(stream, scan):
+def _pair_stream(stream, scan, *, plain=False, told=False):
     """Return the :class:`PairStream` a learner's ``learn_kernel_stream`` reads.
 
     Each call of its ``chunks()`` replays the user's stream, checking every
     chunk, and, at the end of a pass, that it gave the chunks of the first
-    (its digest).
+    (its digest). ``plain``: the chunks hold plain distances, handed over
+    squared (a negative one refused, named); ``told``: the stream says its
+    targets are squared distances (``PairStream.squared``).
     """
     def chunks():
         digest = hashlib.sha256()
-        for _, pairs, targets, values, y in _chunks(stream):
+        for i, pairs, targets, values, y in _chunks(stream):
             digest.update(_chunk_digest(values, y))
+            if plain:
+                negative = np.flatnonzero(y < 0)
+                if negative.size:
+                    raise ValueError(f"Chunk {i} of the stream: targets holds a negative "
+                                     f"distance at row {negative[0]} ({y[negative[0]]:.6g}).")
+                targets = squares_of_distances(y, f"Chunk {i} of the stream: targets")
             yield pairs, targets
         if digest.hexdigest() != scan.digest:
             raise ValueError("The stream gave other chunks on a later pass than on "
                              "its first: it must replay the same chunks at every call.")
     return PairStream(chunks, scan.n_pairs, scan.ids, scan.max_index, scan.n_moving,
-                      scan.sum_targets)
+                      scan.sum_sq_targets if plain else scan.sum_targets,
+                      True if told else None)

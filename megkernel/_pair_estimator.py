@@ -41,6 +41,7 @@ from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
 from ._numerics.validation import check_n_objects, check_pair_indices
+from ._warnings import warn_user
 
 __all__ = [
     "KernelViewsMixin",
@@ -55,6 +56,7 @@ __all__ = [
     "transactional",
     "unchanged_on_error",
     "validate_pairs",
+    "without_missing_distances",
 ]
 
 #: Largest number of objects inferred from the pairs' largest index (a larger
@@ -446,7 +448,7 @@ def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
         if X.ndim != 2 or X.shape[1] != 2:
             raise ValueError(
                 "X must be an array of object pairs of shape (n_pairs, 2), "
-                f"got shape {X.shape}.")
+                f"got shape {X.shape}{square_hint(X.shape)}.")
         # declared objects name the ids: the pairs' integers are ids then, not indices
         numbers = (_as_index_array(X) if index is None and not (reset and objects is not None)
                    else None)
@@ -463,6 +465,79 @@ def validate_pairs(estimator, X, y=None, *, reset, n_objects=None, index=None,
         else:
             pairs = check_pair_indices(X if numbers is None else numbers, n_objects)
     return pairs, y, index
+
+
+def square_hint(shape):
+    """Return what to say about a square array given where a pair table belongs."""
+    if len(shape) == 2 and shape[0] == shape[1] and shape[0] > 2:
+        return (" (a square matrix of distances? A pair table holds one pair of objects "
+                "per row, its distances in y; KernelDistances(distances=..., learner=...) "
+                "takes a matrix)")
+    return ""
+
+
+def _first_missing_row(y, missing):
+    """Return the user's name of the first missing row (a Series' label, else its position)."""
+    first = int(np.flatnonzero(missing)[0])
+    return repr(y.index[first]) if isinstance(y, pd.Series) else str(first)
+
+
+def without_missing_distances(X, y, *, who, kind="distances", warn=True):
+    """Drop the pairs whose distance ``y`` is NaN: a missing pair, one rule everywhere.
+
+    A NaN distance means "nobody measured this pair", as in a distance
+    matrix: the pair is left out, and a ``UserWarning`` (``who`` names the
+    caller; ``warn=False``: none, for a second reading of the same table)
+    counts the rows and names the first. Anything that is not a
+    float vector of ``len(X)`` values is returned as is (the caller's
+    validation explains it); infinite values stay (refused by it, named).
+
+    Returns
+    -------
+    (X, y)
+        The rows with a distance, in the caller's containers (a DataFrame
+        or Series keeps its index).
+
+    Raises
+    ------
+    ValueError
+        When every distance is NaN.
+    """
+    if y is None or isinstance(y, (str, bytes)):
+        return X, y
+    values = y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else np.asarray(y)
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.dtype.kind != "f" or values.ndim != 1:
+        return X, y
+    missing = np.isnan(values)
+    if not missing.any():
+        return X, y
+    try:
+        n_rows = len(X)
+    except TypeError:
+        return X, y
+    if n_rows != len(values):
+        return X, y  # the caller's validation names the mismatch
+    n_missing = int(missing.sum())
+    if n_missing == len(values):
+        raise ValueError(f"{who}: every one of the {len(values)} {kind} is NaN (missing), "
+                         "so there is no pair to learn from.")
+    if warn:
+        warn_user(f"{who}: {n_missing} of {len(values)} pairs have no distance (NaN, the first "
+                  f"at row {_first_missing_row(y, missing)}): left out as missing pairs.",
+                  UserWarning)
+    keep = np.flatnonzero(~missing)
+    if isinstance(X, (pd.DataFrame, pd.Series)):
+        X = X.iloc[keep]
+    elif isinstance(X, np.ndarray):
+        X = X[keep]
+    else:
+        rows = list(X)
+        X = [rows[i] for i in keep]
+    if isinstance(y, (pd.Series, pd.DataFrame)):
+        return X, y.iloc[keep]
+    return X, np.asarray(y)[keep]
 
 
 def declared_n_objects(estimator):

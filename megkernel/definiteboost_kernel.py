@@ -15,7 +15,12 @@ from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
 from ._numerics.validation import check_pair_labels
-from ._pair_estimator import PairKernelEstimator, unchanged_on_error, validate_pairs
+from ._pair_estimator import (
+    PairKernelEstimator,
+    unchanged_on_error,
+    validate_pairs,
+    without_missing_distances,
+)
 from ._solvers.definiteboost import update_engine
 from ._solvers.definiteboost_distances import (
     Y_KINDS,
@@ -35,6 +40,14 @@ from ._warnings import (
 )
 
 __all__ = ["DefiniteBoostKernel"]
+
+#: What ``y_kind="auto"`` says when it reads float targets as squared distances.
+AMBIGUOUS_DISTANCES = (
+    "DefiniteBoostKernel: y_kind='auto' read the float targets as squared distances, "
+    "but plain distances are floats too. From megkernel 0.3 y_kind='auto' will refuse "
+    "float distances: give y_kind='sq_distances' if they are squared distances (this "
+    "result) or y_kind='distances' if they are plain (squared on input). In a "
+    "KernelDistances, its given_squared says it for every step.")
 
 
 class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimator):
@@ -347,8 +360,11 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             The fitted estimator.
         """
         with unchanged_on_error(self):
+            X, y = self._without_missing(X, y)
             pairs, y, index = self._validate_pair_table(X, y)
             y_kind = resolve_y_kind(self.y_kind, y)
+            if self.y_kind == "auto" and y_kind == "sq_distances":
+                warn_user(AMBIGUOUS_DISTANCES, FutureWarning)
             prior = self._initial_state(pairs, index)
             options = dict(gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar,
                            max_iter=self.max_iter,
@@ -379,6 +395,53 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
                          result.trace, result.n_train, result.held_out, note=note)
             self.y_kind_ = y_kind
             return self  # inside the block: an interrupt up to here restores the model
+
+    def _without_missing(self, X, y):
+        """Leave out pairs of NaN distance (missing), refuse a NaN label by its row.
+
+        Checked before scikit-learn's validation, whose message has no row.
+        """
+        if y is None:
+            return X, y
+        values = np.asarray(y)
+        if values.dtype.kind != "f" or values.ndim not in (1, 2):
+            return X, y
+        missing = np.isnan(values.ravel())
+        if not missing.any():
+            return X, y
+        if resolve_y_kind(self.y_kind, values.ravel()[~missing]) != "labels":
+            return without_missing_distances(X, y, who="DefiniteBoostKernel")
+        row = int(np.flatnonzero(missing)[0])
+        row = repr(y.index[row]) if hasattr(y, "index") else row
+        raise ValueError(f"y has no label at row {row} (NaN): label every pair +1 (similar) "
+                         "or -1 (dissimilar), or leave the unlabelled pairs out.")
+
+    def _reads_squared_distances(self):
+        """``y_kind="sq_distances"``: the targets are squared distances."""
+        return {"y_kind": "sq_distances"} if "y_kind" in self.get_params(deep=False) else {}
+
+    def squared_distances_of(self, targets):
+        """Return the squared distances these targets state, as ``y_kind`` reads them.
+
+        Parameters
+        ----------
+        targets : array-like of shape (n_pairs,)
+            The targets given to :meth:`learn_kernel`.
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,) or None
+            Squared distances (plain ones squared under
+            ``y_kind="distances"``), or ``None`` for labels.
+        """
+        try:
+            values = np.array(targets, dtype=float)
+        except (TypeError, ValueError):
+            return None
+        kind = resolve_y_kind(self.y_kind, values)
+        if kind == "labels":
+            return None
+        return values**2 if kind == "distances" else values
 
     def _pair_signs(self, y, pairs):
         """Return the labels as ``+1`` / ``-1``, hinting at ``y_kind`` for distances."""

@@ -29,8 +29,10 @@ from ._numerics.validation import (
 from ._pair_estimator import (
     ObjectIndex,
     PairKernelEstimator,
+    square_hint,
     unchanged_on_error,
     validate_pairs,
+    without_missing_distances,
 )
 from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
@@ -367,7 +369,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
 
     # -- fitting -----------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y=None):
         """Learn the kernel of the pairs ``(X, y)``, starting from the prior.
 
         ``solver="batch"``: the kernel of least total square loss (early
@@ -381,7 +383,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             hashable kind (see ``objects``); a 2-column DataFrame works.
         y : array-like of shape (n_pairs,)
             Squared distances ``||x_a - x_b||^2`` (distances with
-            ``squared=False``), in any units.
+            ``squared=False``), in any units. NaN marks a missing pair: it is
+            left out, with a ``UserWarning`` counting such rows. Required
+            (``None`` is refused, saying what was passed).
 
         Returns
         -------
@@ -389,6 +393,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             The fitted estimator.
         """
         with unchanged_on_error(self):
+            X, y = self._without_missing(X, y)
             pairs, y, index = self._validate_first_call(X, y)
             prior = self._initial_state(pairs, index)
             if self.solver == "batch":
@@ -492,7 +497,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                           f"(R^2 {self.validation_score_:.4g} against "
                           f"{self.prior_score_:.4g}), but {advice}", NoImprovementWarning)
 
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y=None):
         """Continue the on-line sequence with the trials of ``(X, y)``.
 
         The first call starts from the prior; each call is one pass in the
@@ -509,7 +514,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         X : array-like of shape (n_pairs, 2)
             Objects ``(a, b)``, as for :meth:`fit`.
         y : array-like of shape (n_pairs,)
-            Squared distances.
+            Squared distances (distances with ``squared=False``); NaN marks
+            a missing pair, left out with a ``UserWarning``.
 
         Returns
         -------
@@ -524,6 +530,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
     def _partial_fit(self, X, y):
         first = not hasattr(self, "state_")
         with unchanged_on_error(self):
+            X, y = self._without_missing(X, y)
             if first:
                 pairs, y, index = self._validate_first_call(X, y)
                 state, trace, learning_rate = self._initial_state(pairs, index), \
@@ -558,7 +565,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                              "name the objects by id (objects=[...] or ids in the pairs), "
                              "with no init_factor (a batch fit from 1500 objects on learns "
                              "a subspace model, which cannot grow either).")
-        self._require_targets(y)
+        self._require_targets(y, X)
         grown = new_ids_and_kernel(
             index, self.kernel_, X, self._squared_targets(y, len(X)),
             own=self.trace_ * float(self.state_.density_eigenvalues().min()))
@@ -648,7 +655,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
 
     def _validate_first_call(self, X, y):
         """Validate a first call: return ``(pairs, squared targets, index)``."""
-        self._require_targets(y)
+        self._require_targets(y, X)
         pairs, y, index = self._validate_pair_table(X, y)
         y = self._squared_targets(y, len(pairs))
         moving = pairs[:, 0] != pairs[:, 1]
@@ -660,34 +667,48 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         return pairs, y, index
 
     def _validate_more_pairs(self, X, y=None):
-        self._require_targets(y)
+        self._require_targets(y, X)
         return super()._validate_more_pairs(X, y)
 
-    def _require_targets(self, y):
-        """Refuse a missing ``y``, and a NaN or infinite target naming its row.
+    def _without_missing(self, X, y):
+        """Leave out the pairs whose distance is NaN (missing), counted in a warning."""
+        return without_missing_distances(X, y, who=type(self).__name__,
+                                         kind=self._target_kind())
+
+    def _target_kind(self):
+        """Return what the targets are in the user's convention, as messages name them."""
+        return "squared distances" if self.squared else "distances"
+
+    def _require_targets(self, y, X=None):
+        """Refuse a missing ``y`` (saying what ``X`` was), and an infinite target by its row.
 
         Checked before scikit-learn's validation, whose message has no row.
         """
+        kind = self._target_kind()
         if y is None:
+            shape = np.shape(X) if isinstance(X, (np.ndarray, pd.DataFrame)) else None
+            passed = ""
+            if shape is not None and len(shape) == 2 and shape[1] != 2:
+                passed = (f"; X has shape {shape}, not the (n_pairs, 2) of a pair table"
+                          f"{square_hint(shape)}")
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y "
-                "is None (give the squared distances of the pairs)."
-            )
+                f"is None (give the {kind} of the pairs of X, one per row){passed}.")
         values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
         if values.dtype.kind == "f" and values.ndim in (1, 2):
             bad = np.flatnonzero(~np.isfinite(values.ravel()))
             if bad.size:
                 row = y.index[bad[0]] if isinstance(y, pd.Series) else int(bad[0])
                 raise ValueError(
-                    f"y contains NaN or infinite squared distances (row {row!r}: "
-                    f"{values.ravel()[bad[0]]}); a pair without a distance is left out "
-                    "of the table (KernelDistances drops a NaN target as missing).")
+                    f"y contains infinite {kind} (row {row!r}: {values.ravel()[bad[0]]}); "
+                    "give finite ones, or NaN for a pair nobody measured (left out).")
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""
         if self.squared:
             return check_squared_distances(y, n_pairs)
-        y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)")
+        y = check_squared_distances(y, n_pairs, name="y (distances, squared=False)",
+                                    kind="distances")
         return squares_of_distances(y, "y (distances, squared=False)")
 
     def _commit(self, state, losses, *, learning_rate, started=None):

@@ -38,6 +38,7 @@ mixin.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -92,11 +93,28 @@ from ._objects_verdict import (
     verdict_rows,
     with_given,
 )
-from ._pair_estimator import ObjectIndex, ShortReprMixin, unchanged_on_error
+from ._pair_estimator import (
+    ObjectIndex,
+    ShortReprMixin,
+    unchanged_on_error,
+    without_missing_distances,
+)
 from ._warnings import NoImprovementWarning, warn_user
 
 __all__ = ["KernelDistances", "KernelLearnerMixin", "LearnedKernel", "MISSING_DISTANCE",
            "PairStream", "cache_info", "clear_cache"]
+
+
+def _unset_message(name):
+    """Return the deprecation of a learner's targets read without ``given_squared``."""
+    return (
+        f"KernelDistances: given_squared is not set, so {name} read its targets as "
+        "squared distances, as it does alone. From megkernel 0.3 the default, "
+        "given_squared=False (plain distances, as for the given distances without a "
+        "learner), will cover a learner's targets too: these would be read as plain "
+        "distances and squared. Set given_squared=True if they are squared distances "
+        "(this result), or given_squared=False if they are plain distances (the learner "
+        "is told, and learns from their squares).")
 
 
 _NEW_HINT = (" An object the fit never saw is placed from its distances to known "
@@ -147,35 +165,63 @@ def _check_pair_table(pairs, targets, learner):
         square = " (a square matrix: give it as distances=)" if shape[0] == shape[1] else ""
         raise ValueError(f"pairs must be a table of object pairs of shape (n_pairs, 2), got "
                          f"shape {shape}{square}.")
-    if targets is None and learner.learns_from_distances():
+    if learner is not None and targets is None and learner.learns_from_distances():
         raise ValueError(f"{type(learner).__name__} learns from distances: give targets= "
                          "(the pairs' observed distances), or the matrix as distances=.")
 
 
-def _without_missing(learner, pairs, targets):
-    """Drop the rows whose distance is NaN (a missing pair), for a learner of distances."""
-    if targets is None or not learner.targets_are_distances(targets):
+def _without_missing(learner, pairs, targets, *, warn=True):
+    """Drop the rows whose distance is NaN (a missing pair), for a learner of distances.
+
+    The one rule of a NaN distance, with or without a learner: a missing
+    pair, left out with a ``UserWarning`` counting them (``warn=False``: a
+    second reading of the same table). Text in the targets is refused,
+    named by its row.
+    """
+    if targets is None:
         return pairs, targets
+    try:
+        values = np.asarray(targets, dtype=float)
+    except (TypeError, ValueError):
+        if learner.targets_are_distances(targets):
+            _as_float(targets, "targets")  # names the row that is no number
+        return pairs, targets
+    if values.ndim != 1 or not np.isnan(values).any():
+        return pairs, targets  # (a shape the learner's validation explains)
+    if not learner.targets_are_distances(values[~np.isnan(values)]):
+        return pairs, targets  # labels: a NaN is no label, refused by the learner by its row
+    return without_missing_distances(pairs, targets, who="KernelDistances", warn=warn)
+
+
+def _accepts_squared(method):
+    """Whether a protocol method takes the ``squared`` keyword (a learner of one's own may not)."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return True
+    return "squared" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _targets_of_table(targets, given_squared):
+    """Return a learner's targets as squared distances, read by ``given_squared``.
+
+    Refuses text, infinite and negative values naming the row, in the user's
+    convention ("negative distance" for plain ones).
+    """
+    kind = "squared distance" if given_squared else "distance"
     values = _as_float(targets, "targets")
     if values.ndim != 1:
-        return pairs, targets  # the learner's validation explains the shape
-    missing = np.isnan(values)
-    if not missing.any():
-        return pairs, targets
-    keep = np.flatnonzero(~missing)
-    if not keep.size:
-        raise ValueError(f"targets holds no distance: all {len(values)} are NaN (missing), "
-                         "so the learner has no pair to learn from.")
-    if isinstance(pairs, pd.DataFrame):
-        pairs = pairs.iloc[keep]
-    elif isinstance(pairs, np.ndarray):
-        pairs = pairs[keep]
-    else:
-        rows = list(pairs)
-        pairs = [rows[i] for i in keep]
-    if isinstance(targets, pd.Series):
-        return pairs, targets.iloc[keep]
-    return pairs, values[keep]
+        return targets  # the learner's validation explains the shape
+    labels = targets.index if isinstance(targets, pd.Series) else None
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if bad.size:
+        t = int(bad[0])
+        row = repr(labels[t]) if labels is not None else t
+        what = "an infinite" if np.isinf(values[t]) else "a negative"
+        raise ValueError(f"targets holds {what} {kind} at row {row} ({values[t]:.6g}); "
+                         f"{kind}s are finite and non-negative (NaN: a missing pair).")
+    return values if given_squared else squares_of_distances(values, "targets (distances)")
 
 
 class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
@@ -267,22 +313,30 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``n_epochs`` of the learner (in the stream's order: ``shuffle=True``
         is refused).
     targets : array-like of shape (n_pairs,), default=None
-        With a learner: its targets (squared distances for MEG, pair labels
-        for DefiniteBoost; ``None``: all similar). Without: the pairs'
-        distances (NaN where missing), squared or not as ``given_squared``
-        says.
+        The pairs' distances (NaN where missing: left out, counted in a
+        ``UserWarning``), squared or not as ``given_squared`` says; with a
+        learner of pair labels (DefiniteBoost), its labels (``None``: all
+        similar).
     objects : array-like of shape (n_objects,), default=None
         Ids of the rows of ``kernel`` or ``distances`` (default ``0..n-1``),
         or, for a pair table without a learner, all the objects (default: the
         distinct ids of the pairs, sorted, or ``0..max`` for integer indices).
         With a ``learner``, its ``objects_`` are used.
-    given_squared : bool, default=False
-        Whether the user's distances (``distances``, or ``targets`` without a
-        learner) are squared distances. ``False``: plain distances, as most
-        users have them (squared for a learner given ``distances``). Note that
-        :class:`~megkernel.MEGKernelRegressor` takes squared distances as
-        ``targets``: to share its ``targets`` with the no-learner baseline, set
-        ``given_squared=True``.
+    given_squared : bool or None, default=None
+        Whether the user's distances are squared distances: the one switch of
+        a Pipeline's convention, for every distance it is given
+        (``distances``, ``targets``, a stream's chunks, ``new_distances``).
+        ``False``: plain distances, as most users have them; ``True``:
+        squared. A learner of distances is given them as squared distances
+        (plain ones squared) and told so through the kernel-learner
+        protocol (``learn_kernel(..., squared=True)``), whatever its own
+        ``squared`` or ``y_kind``, so the learner and the no-learner baseline
+        read one table alike. ``None`` (not set): plain, except a learner's
+        ``targets`` (or stream), which are read as the learner reads them
+        alone (:class:`~megkernel.MEGKernelRegressor` by its ``squared``,
+        squared distances by default), with a ``FutureWarning`` where that
+        reads them as squared: from megkernel 0.3 the default will be
+        ``False`` for them too.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
     keep_given : {"auto", "never", "where_given", "first"}, default="auto"
@@ -433,7 +487,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         "pairs": ["array-like", callable, None],
         "targets": ["array-like", None],
         "objects": ["array-like", None],
-        "given_squared": ["boolean"],
+        "given_squared": ["boolean", None],
         "squared": ["boolean"],
         "keep_given": [StrOptions({"auto", *KEEP_GIVEN_MODES})],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
@@ -442,7 +496,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     }
 
     def __init__(self, *, kernel=None, learner=None, distances=None, pairs=None,
-                 targets=None, objects=None, given_squared=False, squared=False,
+                 targets=None, objects=None, given_squared=None, squared=False,
                  keep_given="auto", memory=None, new_pairs=None, new_distances=None):
         self.kernel = kernel
         self.learner = learner
@@ -557,16 +611,33 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     def _reading_of_new_distances(self):
         """Return how ``new_distances`` become squared distances: as the fit read its own.
 
-        A learner taught a pair table reads the new distances as it read its
-        targets (``squared_distances_of``, in the units the kernel was fitted
-        to); otherwise ``given_squared`` says.
+        ``given_squared`` says; unset, a learner taught a pair table reads
+        the new distances as it read its targets (``squared_distances_of``,
+        in the units the kernel was fitted to), otherwise they are plain.
         """
+        if self.given_squared is not None:
+            return (lambda y: y) if self.given_squared else np.square
         streamed = callable(self.pairs) and not hasattr(self.pairs, "__array__")
         of = getattr(self.learner, "squared_distances_of", None)
         if (of is not None and self.distances is None and self.pairs is not None
                 and not streamed and observed_distances_known(self.learner, self.targets)):
             return of
         return (lambda y: y) if self.given_squared else np.square
+
+    def _taught_sq_distances(self, targets):
+        """Return the squared distances (the kernel's units) the learner was taught, or None.
+
+        Read by ``given_squared``, or, unset, by the learner's own reading
+        (``squared_distances_of``); ``None`` for targets that are no
+        distances.
+        """
+        if not self.learner.targets_are_distances(targets):
+            return None
+        if self.given_squared is None:
+            of = getattr(self.learner, "squared_distances_of", None)
+            return None if of is None else of(targets)
+        values = np.asarray(targets, dtype=float)
+        return values if self.given_squared else values**2
 
     def _teaches_distances(self):
         """Whether the learner is taught distances (a matrix, or a table of them)."""
@@ -592,9 +663,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             ids = np.asarray(ids, dtype=object)
             return GivenSquaredDistances(len(index), index.rows(ids[upper[0][keep]]),
                                          index.rows(ids[upper[1][keep]]), sq[upper][keep])
-        pairs, targets = _without_missing(self.learner, self.pairs, self.targets)
-        of = getattr(self.learner, "squared_distances_of", None)
-        sq = None if of is None else of(targets)
+        pairs, targets = _without_missing(self.learner, self.pairs, self.targets, warn=False)
+        sq = self._taught_sq_distances(targets)
         if sq is None:
             return None
         pair_rows, _ = _pair_index(pairs, _pair_values(pairs), index.objects)
@@ -715,11 +785,11 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         elif callable(self.pairs) and not hasattr(self.pairs, "__array__"):
             return None, None  # a stream: read once by the learner
         else:
-            of = getattr(self.learner, "squared_distances_of", None)
-            if self.targets is None or of is None:
+            if self.targets is None:
                 return None, None
-            pairs, targets = _without_missing(self.learner, self.pairs, self.targets)
-            observed_sq = of(targets)
+            pairs, targets = _without_missing(self.learner, self.pairs, self.targets,
+                                              warn=False)
+            observed_sq = self._taught_sq_distances(targets)
             if observed_sq is None:
                 return None, None
             values = np.asarray(pairs, dtype=object)
@@ -810,6 +880,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             entry = self._learned(self.pairs, self.targets)
             return _read_only(entry.kernel), None, _read_only(entry.objects), None
         else:
+            _check_pair_table(self.pairs, self.targets, None)
             matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
         largest = float(np.nanmax(matrix))
         if self.squared and not self.given_squared:
@@ -826,18 +897,56 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         """Return the learner's kernel of a pair table (``objects``: a matrix's ids).
 
         A NaN distance is a missing pair, as without a learner: its row is
-        left out of what the learner sees.
+        left out of what the learner sees. Distances reach the learner as
+        squared distances read by ``given_squared`` (a matrix's entries
+        are squared already), and the learner is told so.
         """
         learner = self.learner
-        pairs, targets = _without_missing(learner, pairs, targets)
+        told = None
+        if objects is None:
+            pairs, targets = _without_missing(learner, pairs, targets)
+            if targets is not None and learner.targets_are_distances(targets):
+                targets, told = self._squared_targets(targets)
+        else:
+            told = True
+        if told and not _accepts_squared(learner.learn_kernel):
+            told = None  # a learner of one's own with the protocol before the switch
         data = ("arrays", pairs, targets) if objects is None else (
             "arrays", pairs, targets, "objects", objects)
+        told_kw = {"squared": True} if told else {}
+        if told:
+            data = (*data, "squared", True)
 
         def fit():
-            return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects),
+            return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects,
+                                                        **told_kw),
                                    learner, "learn_kernel")
         return _cached_entry(learner, _key(learner, data), fit, self.memory,
                              lambda: expected_ids(learner, objects=objects, pairs=pairs))
+
+    def _squared_targets(self, targets):
+        """Return a learner's distance targets as it is to read them, and whether it is told.
+
+        ``given_squared`` set: squared distances, checked in the user's
+        convention, told (``True``). Unset: the learner's own reading
+        (``squared_distances_of``); a learner that reads them as squared
+        distances is told so (the same kernel), and a ``FutureWarning``
+        says that the default ``given_squared=False`` will read them as
+        plain distances.
+        """
+        if self.given_squared is not None:
+            return _targets_of_table(targets, self.given_squared), True
+        of = getattr(self.learner, "squared_distances_of", None)
+        sq = None if of is None else of(targets)
+        if sq is None:
+            return targets, None
+        values = np.asarray(targets, dtype=float)
+        with np.errstate(over="ignore", invalid="ignore"):
+            plain_reading = np.square(values)
+        if np.array_equal(np.asarray(sq, dtype=float), plain_reading):
+            return targets, None  # read as plain distances: as the default will
+        warn_user(_unset_message(type(self.learner).__name__), FutureWarning)
+        return targets, True
 
     def _learned_from_matrix(self, matrix, objects):
         learner = self.learner
@@ -870,11 +979,23 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                              "when pairs is a callable.")
         learner.check_stream()  # the learner's refusals, before a pass over the stream
         scan = _scan_stream(self.pairs)
+        if self.given_squared is None:
+            probe = np.array([0.5, 2.0])  # squared or plain: the two readings differ
+            of = (getattr(learner, "squared_distances_of", None)
+                  if learner.targets_are_distances(probe) else None)
+            sq = None if of is None else of(probe)
+            if sq is not None and not np.array_equal(np.asarray(sq, dtype=float), probe**2):
+                warn_user(_unset_message(type(learner).__name__), FutureWarning)
+            plain, key = False, ("stream", scan.digest)
+        else:
+            plain, key = not self.given_squared, ("stream", scan.digest, "squared", True)
 
         def fit():
-            return _checked_kernel(learner.learn_kernel_stream(_pair_stream(self.pairs, scan)),
+            stream = _pair_stream(self.pairs, scan, plain=plain,
+                                  told=self.given_squared is not None)
+            return _checked_kernel(learner.learn_kernel_stream(stream),
                                    learner, "learn_kernel_stream")
-        entry = _cached_entry(learner, _key(learner, ("stream", scan.digest)), fit,
+        entry = _cached_entry(learner, _key(learner, key), fit,
                               self.memory, lambda: expected_ids(learner, named=scan.ids))
         return _read_only(entry.kernel), None, _read_only(entry.objects)
 

@@ -241,7 +241,7 @@ def _meg_regressor_case():
                                    random_state=0),
         fit=[("fit", (pairs, y))],
         calls={"predict": (pairs,), "score": (pairs, y), "kernel_entries": ([0, 1], [2])},
-        bad={"fit": (pairs, _with(y, 3, np.nan)),
+        bad={"fit": (pairs, _with(y, 3, np.inf)),
              "partial_fit": (_with(pairs, (2, 1), -1), y),
              "predict": (_with(pairs, (0, 0), 8),),
              "score": (pairs, y[:-1]),

@@ -375,7 +375,7 @@ def test_missing_class_labels_skip_the_verdict_with_a_warning(labels):
         row = "'r3'"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step = KernelDistances(pairs=pairs, targets=targets,
+        step = KernelDistances(given_squared=True, pairs=pairs, targets=targets,
                                learner=MEGKernelRegressor(random_state=0)).fit(ids, labels)
     assert step.verdict_ is None
     messages = [str(w.message) for w in caught]
@@ -603,18 +603,19 @@ def test_a_nan_distance_is_missing_with_or_without_a_learner():
     targets[3] = np.nan
     pairs = np.column_stack([ids[a], ids[b]])
     learner = MEGKernelRegressor(random_state=0)
-    with_nan = quietly(KernelDistances(learner=learner, pairs=pairs, targets=targets).fit, ids)
+    with_nan = quietly(KernelDistances(given_squared=True,
+                                       learner=learner, pairs=pairs, targets=targets).fit, ids)
     rest = np.flatnonzero(~np.isnan(targets))
-    without = quietly(KernelDistances(learner=learner, pairs=pairs[rest],
+    without = quietly(KernelDistances(given_squared=True, learner=learner, pairs=pairs[rest],
                                       targets=targets[rest]).fit, ids)
     np.testing.assert_array_equal(with_nan.distances_, without.distances_)
-    table = quietly(KernelDistances(learner=learner, pairs=pd.DataFrame(pairs),
+    table = quietly(KernelDistances(given_squared=True, learner=learner, pairs=pd.DataFrame(pairs),
                                     targets=pd.Series(targets)).fit, ids)
     np.testing.assert_array_equal(table.distances_, without.distances_)
 
 
 @pytest.mark.parametrize("y, message", [
-    ([1.0, np.nan, 2.0], r"NaN or infinite squared distances \(row 1: nan\)"),
+    ([1.0, np.inf, 2.0], r"infinite squared distances \(row 1: inf\)"),
     (["1", "2", "3"], "holds the text '1' at row 0"),
     ([1.0, -2.0, 3.0], r"negative squared distances \(min -2, row 1\)"),
 ])

@@ -31,7 +31,7 @@ def _step(learner=None, **params):
     pairs, y = _side()
     if learner is None:
         learner = BaseMEG(solver="online", n_objects=D)
-    return KernelDistances(learner=learner,
+    return KernelDistances(learner=learner, given_squared=True,
                            pairs=pairs, targets=y, **params)
 
 
@@ -138,7 +138,8 @@ def test_a_parameter_change_gets_its_own_kernel():
 def test_a_data_change_gets_its_own_kernel():
     clear_cache()
     pairs, y = _side()
-    step = KernelDistances(learner=BaseMEG(solver="online", n_objects=D), pairs=pairs, targets=y)
+    step = KernelDistances(given_squared=True,
+                           learner=BaseMEG(solver="online", n_objects=D), pairs=pairs, targets=y)
     first = step.fit(np.arange(D)).kernel_
     y[:10] *= 3.0                                 # targets edited in place
     second = step.fit(np.arange(D)).kernel_
@@ -176,7 +177,8 @@ def _search_fits(tmp_path, backend, n_jobs, memory=True):
     results = []
     with joblib.parallel_backend(backend, n_jobs=n_jobs):
         for rate in (0.2, 0.5):
-            step = KernelDistances(learner=CountingMEG(n_objects=D, learning_rate=rate,
+            step = KernelDistances(given_squared=True,
+                                   learner=CountingMEG(n_objects=D, learning_rate=rate,
                                                        log=log),
                                    pairs=pairs, targets=y,
                                    memory=tmp_path / "cache" if memory else None)
@@ -281,8 +283,9 @@ def test_the_key_reads_content_fast_and_keeps_types():
     ids = names[pairs]
     fresh = np.array([str(v) for v in ids.ravel()], dtype=object).reshape(ids.shape)
     learner = BaseMEG(solver="online")
-    first = KernelDistances(learner=learner, pairs=ids, targets=y).fit(names)
-    again = KernelDistances(learner=learner, pairs=fresh, targets=y).fit(names)  # equal ids
+    first = KernelDistances(given_squared=True, learner=learner, pairs=ids, targets=y).fit(names)
+    again = KernelDistances(given_squared=True,
+                            learner=learner, pairs=fresh, targets=y).fit(names)  # equal ids
     assert cache_info()["fits"] == 1 and again.kernel_ is not first.kernel_
     # the same ids as another type, or categories in another order: other kernels
     as_ints = pairs.astype(object)
@@ -291,8 +294,9 @@ def test_the_key_reads_content_fast_and_keeps_types():
                           "b": pd.Categorical(ids[:, 1], categories=names)})
     reordered = frame.apply(lambda c: c.cat.reorder_categories(names[::-1]))
     assert _key(learner, (frame, y)) != _key(learner, (reordered, y))
-    step = KernelDistances(learner=learner, pairs=frame, targets=y).fit(names)
-    other = KernelDistances(learner=learner, pairs=reordered, targets=y).fit(names)
+    step = KernelDistances(given_squared=True, learner=learner, pairs=frame, targets=y).fit(names)
+    other = KernelDistances(given_squared=True,
+                            learner=learner, pairs=reordered, targets=y).fit(names)
     assert_array_equal(step.objects_, names)
     assert_array_equal(other.objects_, names[::-1])
     edited = frame.copy()
@@ -458,7 +462,7 @@ from test_kernel_distances_cache import D, Waiting, _side
 from megkernel import KernelDistances
 pairs, y = _side()
 KernelDistances(learner=Waiting(n_objects=D, flag={flag!r}), pairs=pairs, targets=y,
-                memory={memory!r}).fit(np.arange(D))
+                memory={memory!r}, given_squared=True).fit(np.arange(D))
 """
 
 
@@ -484,7 +488,8 @@ def test_a_lock_held_too_long_is_a_timeout_naming_the_lock_and_its_holder(tmp_pa
         monkeypatch.setattr(_objects_cache, "LOCK_TIMEOUT", 0.5, raising=False)
         clear_cache()
         pairs, y = _side()
-        step = KernelDistances(learner=Waiting(n_objects=D, flag=flag), pairs=pairs,
+        step = KernelDistances(given_squared=True,
+                               learner=Waiting(n_objects=D, flag=flag), pairs=pairs,
                                targets=y, memory=memory)
         outcome = []
 

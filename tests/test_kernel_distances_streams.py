@@ -58,7 +58,8 @@ def _reference(pairs, y, **params):
 def test_streaming_equals_one_online_pass_over_the_concatenation():
     clear_cache()
     pairs, y, _ = _triples()
-    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D),
+    step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online", n_objects=D),
                            pairs=Stream(pairs, y)).fit(np.arange(D))
     moving = pairs[:, 0] != pairs[:, 1]
     trace = D * y[moving].mean() / 2            # trace="auto" over the whole stream
@@ -80,7 +81,8 @@ def test_streaming_equals_one_online_pass_over_the_concatenation():
 def test_a_stream_replays_once_per_epoch():
     pairs, y, _ = _triples(seed=4)
     stream = Stream(pairs, y)
-    step = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D, n_epochs=3),
+    step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online", n_objects=D, n_epochs=3),
                            pairs=stream).fit(np.arange(D))
     assert stream.calls == 1 + 3                  # the scan, then three passes
     moving = pairs[:, 0] != pairs[:, 1]
@@ -100,7 +102,8 @@ def test_a_stream_of_ids_takes_all_its_ids_as_the_objects():
     pairs = np.concatenate([pairs[~late], pairs[late]])
     y = np.concatenate([y[~late], y[late]])
     ids = names[pairs]
-    step = KernelDistances(learner=MEGKernelRegressor(solver="online"),
+    step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online"),
                            pairs=Stream(ids, y, 150)).fit(names)
     assert_array_equal(step.objects_, names)     # sorted distinct ids
     moving = pairs[:, 0] != pairs[:, 1]
@@ -115,7 +118,8 @@ def test_a_stream_with_a_prior_matrix_or_a_low_rank_prior():
     factor = rng.normal(size=(D, 4))
     prior = factor @ factor.T + 0.1 * np.eye(D)
     for params in (dict(init=prior), dict(init_factor=factor)):
-        step = KernelDistances(learner=MEGKernelRegressor(solver="online", **params),
+        step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online", **params),
                                pairs=Stream(pairs, y, 128)).fit(np.arange(D))
         # trace="auto" over all pairs by its definition: mean(y) / mean(v^T W_1 v)
         W1 = prior / np.trace(prior) if "init" in params else (
@@ -133,7 +137,8 @@ def test_a_stream_in_a_grid_search_is_learned_once_per_setting():
     clear_cache()
     pairs, y, labels = _triples(n=600, seed=3)
     stream = Stream(pairs, y)
-    pipe = Pipeline([("distances", KernelDistances(learner=MEGKernelRegressor(solver="online",
+    pipe = Pipeline([("distances", KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online",
                                                                               n_objects=D),
                                                    pairs=stream)),
                      ("knn", KNeighborsClassifier(1, metric="precomputed"))])
@@ -177,7 +182,8 @@ def _nan(chunk):
 def test_a_bad_chunk_fails_clearly_and_changes_nothing(bad, message):
     clear_cache()
     pairs, y, _ = _triples()
-    fitted = KernelDistances(learner=MEGKernelRegressor(solver="online", n_objects=D),
+    fitted = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(solver="online", n_objects=D),
                              pairs=Stream(pairs, y)).fit(np.arange(D))
     before = dict(fitted.__dict__)
     hostile = Stream(pairs, y, bad_chunk=2, bad=bad)
@@ -199,9 +205,9 @@ def test_an_interrupt_mid_stream_changes_nothing():
     stream = Stream(pairs, y, bad_chunk=5, bad="interrupt")
     with pytest.raises(KeyboardInterrupt):
         fitted.set_params(kernel=None, learner=MEGKernelRegressor(solver="online", n_objects=D),
-                          pairs=stream).fit(np.arange(D))
+                          pairs=stream, given_squared=True).fit(np.arange(D))
     assert stream.calls == 2                      # the scan, then the learning pass
-    fitted.set_params(kernel=before["kernel"], learner=None, pairs=None)
+    fitted.set_params(kernel=before["kernel"], learner=None, pairs=None, given_squared=None)
     _assert_unchanged(fitted, before)
 
 
@@ -224,7 +230,7 @@ def _empty():
         learning_rate=-1.0)), "^The 'learning_rate' parameter"),  # the learner's, not a chunk's
 ])
 def test_streams_of_the_wrong_kind_are_refused(params, message):
-    step = KernelDistances(**{"learner": MEGKernelRegressor(solver="online",
+    step = KernelDistances(given_squared=True, **{"learner": MEGKernelRegressor(solver="online",
                                                             n_objects=D), **params})
     with pytest.raises(ValueError, match=message):
         step.fit(np.arange(D))

@@ -163,13 +163,15 @@ def test_keep_given_returns_the_given_distances_where_given(squared, mode):
     ids, labels, table = _clustered()
     table = pd.concat([table, table.iloc[:5].assign(sq=table["sq"].iloc[:5] * 2.0)])
     learner = MEGKernelRegressor(objects=ids, random_state=0)
-    step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
+    step = KernelDistances(given_squared=True,
+                           learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
                            keep_given=mode, squared=squared).fit(ids)
     assert step.keeps_given_ == mode
     assert_allclose(step.transform(ids),
                     _learned_with_given(step, table, ids, squared, first=mode == "first"),
                     rtol=1e-9, atol=1e-9)
-    plain = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
+    plain = KernelDistances(given_squared=True,
+                            learner=learner, pairs=table[["a", "b"]], targets=table["sq"],
                             keep_given="never", squared=squared).fit(ids)
     assert plain.keeps_given_ == "never"
     given = ~np.isnan(_table_matrix(table[["a", "b"]], table["sq"], ids)[0])
@@ -186,18 +188,21 @@ def test_keep_given_returns_the_given_distances_where_given(squared, mode):
 def test_keep_given_auto_follows_the_labels():
     ids, labels, table = _clustered()
     # the identity kernel knows nothing: keeping the given distances wins
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning):
         step.fit(ids, labels)
     assert step.keeps_given_ == step.verdict_["keep_given"] != "never"
     assert step.verdict_[step.keeps_given_] > step.verdict_["learned"]
     # a kernel as good as the distances: ties keep the learned kernel
-    good = KernelDistances(learner=MEGKernelRegressor(objects=ids, random_state=0),
+    good = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(objects=ids, random_state=0),
                            pairs=table[["a", "b"]], targets=table["sq"]).fit(ids, labels)
     assert good.verdict_["learned"] == 1.0 and good.keeps_given_ == "never"
     # no labels, no decision: the learned kernel
-    assert KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    assert KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"]).fit(ids).keeps_given_ == "never"
 
 
@@ -224,7 +229,8 @@ def test_keep_given_true_without_distances_is_refused_before_any_change():
 
 def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
     ids, labels, table = _clustered()
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning, match=r"leave-one-out 1-NN accuracy is "
                       r"0\.\d+ against 1\.000 for the observed distances"):
@@ -249,7 +255,8 @@ def test_a_kernel_worse_than_its_distances_warns_with_both_figures():
 
 def test_the_warning_as_an_error_leaves_the_step_as_it_was():
     ids, labels, table = _clustered()
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"]).fit(ids[:10])
     before = pickle.dumps(step)
     with warnings.catch_warnings():
@@ -261,7 +268,8 @@ def test_the_warning_as_an_error_leaves_the_step_as_it_was():
 
 def test_a_kernel_that_learned_does_not_warn():
     ids, labels, table = _clustered(fraction=0.15)
-    step = KernelDistances(learner=MEGKernelRegressor(objects=ids, random_state=0),
+    step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(objects=ids, random_state=0),
                            pairs=table[["a", "b"]], targets=table["sq"])
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoImprovementWarning)
@@ -272,7 +280,8 @@ def test_a_kernel_that_learned_does_not_warn():
 
 def test_no_labels_no_verdict_and_labels_checked():
     ids, labels, table = _clustered()
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     assert step.fit(ids).verdict_ is None
     assert step.fit(ids, np.linspace(0, 1, len(ids))).verdict_ is None  # not classes
@@ -313,7 +322,8 @@ def test_distance_matrix_source_in_another_object_order():
 def test_many_objects_are_sampled(monkeypatch):
     monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 24)
     ids, labels, table = _clustered()
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning, match="a sample of them"):
         step.fit(ids, labels)
@@ -350,7 +360,8 @@ def test_repeated_fit_ids_do_not_bias_the_verdict():
     others under both, so a learner reproducing the distances ties them."""
     ids, labels, points, table = _points_and_table(fraction=1.0)
     boot = np.random.default_rng(0).choice(len(ids), len(ids))
-    for step in (KernelDistances(learner=Faithful(ids, points), pairs=table[["a", "b"]],
+    for step in (KernelDistances(given_squared=True,
+                                 learner=Faithful(ids, points), pairs=table[["a", "b"]],
                                  targets=table["sq"]),
                  KernelDistances(learner=Faithful(ids, points), distances=pd.DataFrame(
                      np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1)),
@@ -375,7 +386,8 @@ def test_a_learner_over_more_objects_than_the_distance_matrix():
 
 def test_column_labels_and_no_learner_leave_the_labels_alone():
     ids, labels, points, table = _points_and_table()
-    step = KernelDistances(learner=Faithful(ids, points), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Faithful(ids, points), pairs=table[["a", "b"]],
                            targets=table["sq"])
     assert step.fit(ids, labels[:, None]).verdict_["n_objects"] == len(ids)
     fixed = KernelDistances(kernel=points @ points.T, objects=ids)
@@ -384,7 +396,7 @@ def test_column_labels_and_no_learner_leave_the_labels_alone():
 
 def test_the_warning_points_at_the_callers_line_inside_a_pipeline():
     ids, labels, table = _clustered()
-    pipe = Pipeline([("kernel", KernelDistances(learner=Forgetful(objects=ids),
+    pipe = Pipeline([("kernel", KernelDistances(given_squared=True, learner=Forgetful(objects=ids),
                                                 pairs=table[["a", "b"]],
                                                 targets=table["sq"])),
                      ("knn", KNeighborsClassifier(1, metric="precomputed"))])
@@ -396,7 +408,8 @@ def test_the_warning_points_at_the_callers_line_inside_a_pipeline():
 def test_exactly_as_many_objects_as_compared_is_no_sample(monkeypatch):
     monkeypatch.setattr(verdict_module, "VERDICT_OBJECTS", 40)
     ids, labels, table = _clustered(40)
-    step = KernelDistances(learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
                            targets=table["sq"])
     with pytest.warns(NoImprovementWarning) as caught:
         step.fit(ids, labels)

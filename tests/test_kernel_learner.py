@@ -116,7 +116,8 @@ def test_a_learner_of_ones_own_plugs_into_a_pipeline_and_a_grid_search():
         assert_allclose(best.kernel_, direct.kernel, atol=1e-10)
         assert_array_equal(best.objects_, direct.objects)
     # the verdict asks the learner whether its targets are distances: they are
-    step = KernelDistances(learner=ClassicalScaling(rank=2), pairs=table[["a", "b"]],
+    step = KernelDistances(given_squared=True,
+                           learner=ClassicalScaling(rank=2), pairs=table[["a", "b"]],
                            targets=table["sq"]).fit(ids, labels)
     assert not np.isnan(step.verdict_["observed"])
 
@@ -181,11 +182,13 @@ def test_kernel_distances_calls_the_protocol_only():
     Sealed.reads.clear()
     Sealed.learned_by.clear()
     learner = Sealed(2.0)
-    step = KernelDistances(learner=learner, pairs=[["a", "b"], ["b", "c"]], targets=[1.0, 2.0])
+    step = KernelDistances(given_squared=True,
+                           learner=learner, pairs=[["a", "b"], ["b", "c"]], targets=[1.0, 2.0])
     step.fit(["a", "b", "c"], [0, 1, 1])
     assert_allclose(step.kernel_, 2.0 * np.eye(3))
     assert Sealed.learned_by == [id(learner)]         # asked, never fitted (fit raises)
-    stream = KernelDistances(learner=Sealed(), pairs=lambda: iter([([[0, 2]], [1.0])]))
+    stream = KernelDistances(given_squared=True,
+                             learner=Sealed(), pairs=lambda: iter([([[0, 2]], [1.0])]))
     assert_array_equal(stream.fit([0, 1, 2]).objects_, [0, 1, 2])
     allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS}
     assert Sealed.reads <= allowed, Sealed.reads - allowed
@@ -223,7 +226,8 @@ class WrongShape(KernelLearnerMixin, Plain):
                    r"objects"),
 ])
 def test_a_learner_without_the_protocol_is_refused_naming_what_to_implement(learner, message):
-    step = KernelDistances(learner=learner, pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
+    step = KernelDistances(given_squared=True,
+                           learner=learner, pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
     with pytest.raises(ValueError, match=message):
         step.fit([0, 1])
     assert not hasattr(step, "objects_")
@@ -234,7 +238,8 @@ def test_the_mixin_makes_a_plain_learner_plug_in():
     class Mixed(KernelLearnerMixin, Plain):
         pass
 
-    step = KernelDistances(learner=Mixed(), pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
+    step = KernelDistances(given_squared=True,
+                           learner=Mixed(), pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
     assert_allclose(step.fit([0, 1]).kernel_, np.eye(3))
     assert Mixed().learns_from_distances() and Mixed().targets_are_distances([1.0])
 
@@ -309,7 +314,8 @@ def test_megs_stream_learns_its_one_shot_online_fit(params):
     assert_allclose(learned.kernel, one_shot.kernel_, rtol=1e-9,
                     atol=1e-11 * np.trace(one_shot.kernel_))
     # and through KernelDistances, as before the protocol
-    step = KernelDistances(learner=learner, pairs=_pair_stream(pairs, y).chunks)
+    step = KernelDistances(learner=learner, pairs=_pair_stream(pairs, y).chunks,
+                           given_squared=True)
     assert_allclose(step.fit(np.arange(12)).kernel_, one_shot.kernel_, rtol=1e-9,
                     atol=1e-11 * np.trace(one_shot.kernel_))
 
@@ -378,7 +384,7 @@ def test_squared_distances_of_reads_targets_in_the_kernels_units():
 def test_kernel_distances_places_new_objects_through_the_protocol_only():
     Sealed.reads.clear()
     learner = Sealed(2.0)
-    step = KernelDistances(learner=learner, pairs=[["a", "b"], ["b", "c"]],
+    step = KernelDistances(given_squared=True, learner=learner, pairs=[["a", "b"], ["b", "c"]],
                            targets=[1.0, 2.0], new_pairs=[["d", "a"], ["d", "b"]],
                            new_distances=[1.0, 1.0])
     step.fit(["a", "b", "c"])

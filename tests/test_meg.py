@@ -423,8 +423,8 @@ _GOOD_PAIRS = np.array([[0, 1], [1, 2], [3, 4]])
 _GOOD_Y = np.array([0.3, 0.1, 0.2])
 
 _BAD_TRIALS = {
-    "nan distance": (_GOOD_PAIRS, [0.3, np.nan, 0.2], "NaN"),
-    "inf distance": (_GOOD_PAIRS, [0.3, np.inf, 0.2], "NaN|infinit"),
+    "all distances missing": (_GOOD_PAIRS, [np.nan, np.nan, np.nan], "every one of the 3"),
+    "inf distance": (_GOOD_PAIRS, [0.3, np.inf, 0.2], r"infinite squared distances \(row 1"),
     "negative distance": (_GOOD_PAIRS, [0.3, -0.1, 0.2], "negative squared distances"),
     "non-integer index": (np.array([[0, 1.5], [1, 2], [3, 4]]), _GOOD_Y, "integer"),
     "nan index": (np.array([[0, np.nan], [1, 2], [3, 4]]), _GOOD_Y, "NaN|infinite"),

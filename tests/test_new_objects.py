@@ -310,7 +310,8 @@ def test_new_distances_are_read_as_the_learner_read_its_table(learner_squared):
     copy_of = 7
     new_pairs = pd.DataFrame({"new": ["copy"] * 59, "known": np.delete(ids[:60], copy_of)})
     new_distances = np.delete(distances[copy_of, :60], copy_of)
-    step = KernelDistances(learner=MEGKernelRegressor(squared=learner_squared, random_state=0),
+    step = KernelDistances(given_squared=True,
+                           learner=MEGKernelRegressor(squared=learner_squared, random_state=0),
                            pairs=pairs, targets=targets, new_pairs=new_pairs,
                            new_distances=new_distances, keep_given="never")
     with warnings.catch_warnings():

@@ -169,7 +169,8 @@ def test_grid_search_learns_each_kernel_once_without_the_labels():
     learner = MEGKernelRegressor(solver="online", objects=names)
     side = dict(pairs=np.c_[names[a], names[b]], targets=1e3 * y)
     # keep_given="never": the distances are the kernel's alone, compared below
-    pipe = Pipeline([("distances", KernelDistances(learner=learner, keep_given="never", **side)),
+    pipe = Pipeline([("distances", KernelDistances(learner=learner, keep_given="never",
+                                                   given_squared=True, **side)),
                      ("knn", KNeighborsClassifier(metric="precomputed"))])
     grid = {"distances__learner__learning_rate": [0.5, 5.0], "knn__n_neighbors": [1, 3]}
     cv = ShuffleSplit(10, test_size=0.5, random_state=0)
@@ -259,7 +260,8 @@ def test_an_indefinite_fixed_kernel_is_named():
 def test_a_learner_class_instead_of_an_instance_is_refused_by_name(learner):
     """A class has ``fit`` (the parameter check passes it), but not bound: it
     failed deep in the cache key (get_params() missing 'self')."""
-    step = KernelDistances(learner=learner, pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
+    step = KernelDistances(given_squared=True,
+                           learner=learner, pairs=[[0, 1], [1, 2]], targets=[1.0, 1.0])
     with pytest.raises(ValueError, match=rf"instance, e.g. {learner.__name__}\(\), not the "
                                          "class"):
         step.fit([0, 1])

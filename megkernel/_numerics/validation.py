@@ -118,11 +118,13 @@ def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):
     return pairs
 
 
-def check_squared_distances(y, n_pairs, *, name="y"):
+def check_squared_distances(y, n_pairs, *, name="y", kind="squared distances"):
     """Return ``y`` as finite, non-negative floats of shape (n_pairs,).
 
     A refusal names the first offending row: text (even ``"1.5"``: a table
-    parsed wrongly upstream), NaN or infinity, a negative value.
+    parsed wrongly upstream), NaN or infinity, a negative value. ``kind``:
+    what the values are in the user's convention (``"distances"`` for plain
+    ones), as the messages name them.
     """
     raw = np.asarray(y)
     if raw.dtype.kind in "USO":
@@ -135,20 +137,18 @@ def check_squared_distances(y, n_pairs, *, name="y"):
     try:
         y = np.asarray(y, dtype=float)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must hold numbers (squared distances).") from None
+        raise ValueError(f"{name} must hold numbers ({kind}).") from None
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1 or y.shape[0] != n_pairs:
         raise ValueError(f"{name} must have shape ({n_pairs},), got {y.shape}.")
     if not np.all(np.isfinite(y)):
         row = int(np.flatnonzero(~np.isfinite(y))[0])
-        raise ValueError(f"{name} contains NaN or infinite squared distances (row {row}: "
+        raise ValueError(f"{name} contains NaN or infinite {kind} (row {row}: "
                          f"{y[row]}).")
     if np.any(y < 0):
         row = int(np.argmin(y))
-        raise ValueError(
-            f"{name} contains negative squared distances (min {y.min():.3g}, row {row})."
-        )
+        raise ValueError(f"{name} contains negative {kind} (min {y.min():.3g}, row {row}).")
     return y
 
 
@@ -330,6 +330,15 @@ def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     return learning_rate, trace
 
 
+def _first_odd_label(labels):
+    """Return ``"; row r holds v"`` for the first label that is no number, else ``""``."""
+    for row, value in enumerate(labels.tolist()):
+        if isinstance(value, (str, bytes)) or value is None or (
+                isinstance(value, float) and math.isnan(value)):
+            return f"; row {row} holds {value!r}"
+    return ""
+
+
 def check_pair_labels(labels, pairs, *, name="y"):
     """Pair labels as floats ``+1`` (similar) / ``-1`` (dissimilar), one per pair.
 
@@ -394,7 +403,8 @@ def check_pair_labels(labels, pairs, *, name="y"):
         raise ValueError(
             f"{name} must hold +1 (similar) or -1 (dissimilar) pair labels (or 1 / 0, "
             f"True / False), got {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}"
-            f"{' (dtype ' + str(labels.dtype) + ')' if not numeric else ''}.")
+            f"{' (dtype ' + str(labels.dtype) + ')' if not numeric else ''}"
+            f"{_first_odd_label(labels)}.")
     if pairs is not None and pairs.ndim == 2 and len(pairs):
         loops = (pairs[:, 0] == pairs[:, 1]) & (signs < 0)
         if np.any(loops):
