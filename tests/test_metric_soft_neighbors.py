@@ -164,26 +164,77 @@ def test_far_pairs_and_a_tiny_temperature_leave_every_probability_finite():
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
 
 
-def test_given_pairs_whose_components_are_classes_validate_the_soft_objective_too():
-    """fit_pairs: when the similar pairs' connected components stand in for
-    classes (the validation's labels), the soft-neighbour objective of those
-    classes is validated beside the pairs; when they do not, the pairs alone."""
+def _naive_pair_objective(points, pairs, signs, M, temperature):
+    """Mean over the paired points of the probability that a neighbour drawn
+    among its partners by softmax of -d^2/T is a similar partner (plain loops)."""
+    partners = {}
+    for (a, b), sign in zip(pairs, signs):
+        for i, j in ((a, b), (b, a)):
+            partners.setdefault(int(i), {})[int(j)] = max(partners.get(int(i), {}).get(
+                int(j), -1), sign)
+    total = 0.0
+    for i, mine in partners.items():
+        weights = {j: np.exp(-(points[i] - points[j]) @ M @ (points[i] - points[j])
+                             / temperature) for j in mine}
+        total += sum(w for j, w in weights.items() if mine[j] > 0) / sum(weights.values())
+    return total / len(partners)
+
+
+def test_the_pairs_objective_is_the_soft_neighbour_pick_among_partners():
+    """SoftNeighborAscent.of_pairs: the objective is each paired point's
+    probability of drawing a similar partner among its partners (checked by
+    loops), and the ascent raises it."""
+    from megkernel._solvers.metric_soft_neighbors import SoftNeighborAscent, prior_temperature
+
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(12, 3))
+    pairs = np.array([[0, 1], [0, 2], [1, 3], [4, 5], [4, 6], [7, 8], [9, 10], [2, 9],
+                      [5, 11], [1, 2]])
+    signs = np.array([1, -1, 1, -1, 1, 1, -1, 1, -1, -1])
+    prior = np.array([0.5, 0.3, 0.2])
+    ascent = SoftNeighborAscent.of_pairs(points, pairs, signs, prior, 0.7)
+    used = np.unique(pairs)
+    temperature = ascent.temperature
+    sq = np.array([[(points[a] - points[b]) ** 2 @ prior for b in used] for a in used])
+    index = {p: k for k, p in enumerate(used)}
+    nearest = [min(sq[index[a], index[b]] for pair in pairs for x, b in (pair, pair[::-1])
+                   if x == a) for a in used]
+    assert temperature == pytest.approx(0.7 * np.mean(nearest), rel=1e-12)
+    assert prior_temperature(points[used], prior) < np.mean(nearest)  # partners: farther
+    expected = _naive_pair_objective(points, pairs, signs, np.diag(prior), temperature)
+    assert ascent.objective == pytest.approx(expected, rel=1e-10)
+    ascent.advance(5)
+    M = ascent.exponent.density()
+    assert ascent.objective == pytest.approx(
+        _naive_pair_objective(points, pairs, signs, M, temperature), rel=1e-9)
+    assert ascent.objective > expected
+
+
+def test_given_pairs_are_learned_as_pairs_not_as_rebuilt_classes():
+    """fit_pairs validates the given pairs' own soft-neighbour objective (each
+    point's neighbour drawn among its partners) and, where it shows no gain,
+    MEG's pair loss; it never learns classes rebuilt from the similar pairs'
+    components, so it is not fit from those classes' labels."""
     from megkernel import draw_pairs
     from megkernel._solvers.holdout import pair_components
 
     X, labels = _data(seed=7, n=90)
     pairs, signs = draw_pairs(labels, 300, random_state=0)
-    assert pair_components(len(X), pairs, signs) is not None
+    components = pair_components(len(X), pairs, signs)
+    assert components is not None and np.all(components >= 0)  # they are the classes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = MEGMetric(random_state=0).fit_pairs(X, pairs, signs)
-    assert set(model.validation_["from_labels"]) == {"pairs", "soft-neighbors"}
-    assert model.from_labels_ in (None, "soft-neighbors")
-    sparse = np.array([[0, 1], [2, 3], [0, 2]])  # components of two points: no classes
+        from_labels = MEGMetric(random_state=0).fit(X, components)
+    assert model.from_labels_ is None
+    assert set(model.validation_["from_labels"]) <= {"soft-pairs", "pairs"}
+    assert "soft-pairs" in model.validation_["from_labels"]
+    assert not np.allclose(model.get_mahalanobis_matrix(),
+                           from_labels.get_mahalanobis_matrix(), rtol=1e-3, atol=1e-6)
+    sparse = np.array([[0, 1], [2, 3], [0, 2]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        alone = MEGMetric(random_state=0).fit_pairs(X, sparse, [1, 1, -1])
-    assert alone.from_labels_ is None
+        alone = MEGMetric(random_state=0).fit_pairs(X, sparse, [1, 1, 1])  # one kind
     assert alone.validation_ is None or "from_labels" not in alone.validation_
 
 

@@ -19,7 +19,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 
 from .._numerics.seeding import derived_generator
 from .._numerics.validation import check_n_trials
-from .holdout import MAX_PASSES, pair_components
+from .holdout import MAX_PASSES
 from .metric_meg import (
     MetricExponent,
     metric_components,
@@ -30,10 +30,10 @@ from .metric_meg import (
     targets_and_sides,
     whiten,
 )
-from .metric_pairs import N_NEIGHBORS, ClassPairs, label_candidates
+from .metric_pairs import N_NEIGHBORS, label_candidates
 from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .metric_soft_neighbors import TEMPERATURES, SoftNeighborAscent, prior_temperature
-from .metric_validation import validate_kinds
+from .metric_validation import SOFT_PAIRS, validate_kinds
 
 __all__ = ["MEGMetricFit", "MEGMetricOptions", "fit_meg_metric", "metric_space",
            "pair_sq_distance_quantiles"]
@@ -132,16 +132,20 @@ def metric_space(centred, gamma, gamma_dissimilar, rng):
     return coordinates, scales, directions, trace, gamma, float(gamma_dissimilar)
 
 
-def _pair_classes(n_points, pairs, signs):
-    """Return the kinds to validate for given pairs (``None``: the pairs alone).
+def _pair_kinds(pairs, signs):
+    """Return the kinds to validate for given pairs (``None``: their loss alone).
 
-    The pairs and, if their similar pairs' components stand in for classes
-    (:func:`pair_components`), those classes' soft-neighbour objective.
+    The pairs' own soft-neighbour objective (each point's stochastic
+    neighbour among the points it is paired with), then MEG's pair loss:
+    both learn from the pairs as given, no class is rebuilt from them.
+    Without both kinds of pair, or with more than
+    :data:`~megkernel._solvers.metric_soft_neighbors.MAX_POINTS` points in
+    pairs, the loss alone.
     """
-    components = pair_components(n_points, pairs, signs)
-    if components is None or np.sum(components >= 0) > SOFT_NEIGHBORS_MAX_POINTS:
+    if (len(np.unique(signs)) < 2
+            or np.unique(pairs).size > SOFT_NEIGHBORS_MAX_POINTS):
         return None
-    return [None, ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)]
+    return [SOFT_PAIRS, None]
 
 
 def _pair_loss(sq_distances, signs, gamma, gamma_dissimilar, trace, loss):
@@ -195,8 +199,9 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
                   else options.batch_size)
     validation = None
     from_labels = candidates[0].from_labels if candidates else None
-    if candidates is None and options.n_epochs == "auto":  # given pairs: their classes?
-        candidates = _pair_classes(len(coordinates), pairs, signs)
+    kept = candidates[0] if candidates else None
+    if candidates is None and options.n_epochs == "auto":  # given pairs
+        candidates = _pair_kinds(pairs, signs)
     if options.n_epochs == "auto":
         epochs, validation, rng, (pairs, signs, kept) = validate_kinds(
             coordinates, prior, pairs, signs, candidates or [None], gamma=gamma,
@@ -205,7 +210,7 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
             n_folds=options.n_folds, max_iter=options.max_iter,
             temperatures=options.temperatures())
         if candidates is not None and len(candidates) > 1:
-            from_labels = None if kept is None else kept.from_labels
+            from_labels = None if kept is None or kept == SOFT_PAIRS else kept.from_labels
     diffs = pair_diffs(coordinates, pairs)
     targets, sides = targets_and_sides(signs, gamma, gamma_dissimilar, trace, options.loss)
     learning_rate = resolve_learning_rate(diffs, options.learning_rate)
@@ -213,14 +218,17 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         epochs = float(options.n_epochs)
         check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
     temperature = objective = None
-    if from_labels == "soft-neighbors":  # MEG on the labels' own objective
-        codes = next(c.codes for c in candidates
-                     if c is not None and c.from_labels == "soft-neighbors")
-        labelled = coordinates[codes >= 0]  # (pairs: points in a component)
+    if from_labels == "soft-neighbors" or kept == SOFT_PAIRS:  # MEG on the ascent
         temperature = (validation or {}).get("temperature", options.temperatures()[0])
-        ascent = SoftNeighborAscent(
-            labelled, codes[codes >= 0], prior,
-            temperature * prior_temperature(labelled, prior)).advance(int(epochs))
+        if kept == SOFT_PAIRS:  # the given pairs' own objective
+            ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior,
+                                                 temperature)
+        else:
+            codes = next(c.codes for c in candidates
+                         if c is not None and c.from_labels == "soft-neighbors")
+            ascent = SoftNeighborAscent(coordinates, codes, prior,
+                                        temperature * prior_temperature(coordinates, prior))
+        ascent.advance(int(epochs))
         exponent, n_iter = ascent.exponent, ascent.n_iter
         objective = (ascent.objectives[0], ascent.objective)
     else:

@@ -33,8 +33,8 @@ import numpy as np
 
 from .metric_meg import MetricExponent, embedding
 
-__all__ = ["MAX_POINTS", "TEMPERATURES", "SoftNeighborAscent", "prior_temperature",
-           "soft_neighbor_probabilities"]
+__all__ = ["MAX_POINTS", "TEMPERATURES", "SoftNeighborAscent", "pair_masks",
+           "prior_temperature", "soft_neighbor_probabilities"]
 
 #: Training points up to which the objective is used (its ``n x n``
 #: probabilities take ``8 n^2`` bytes each; 4000 points: 128 MB per array).
@@ -60,11 +60,13 @@ def _sq_distances(embedded):
                       0.0)
 
 
-def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None):
+def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None, blocked=None):
     """Stochastic-neighbour probabilities of the rows of ``embedded``.
 
     ``same``: the ``same`` of an earlier call on the same ``codes`` (not
-    computed again).
+    computed again), or of given pairs (:func:`pair_masks`). ``blocked``:
+    ``True`` where a point may not pick the other (given pairs: the points
+    it is not paired with; every row needs one it may pick).
 
     Returns
     -------
@@ -79,6 +81,8 @@ def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None):
         np.divide(logits, -temperature, out=logits)
         np.maximum(logits, -1e300, out=logits)
     np.fill_diagonal(logits, -np.inf)
+    if blocked is not None:
+        np.copyto(logits, -np.inf, where=blocked)
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits, out=logits)
     P /= P.sum(axis=1, keepdims=True)
@@ -87,14 +91,47 @@ def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None):
     return P, np.sum(P, axis=1, where=same), same
 
 
-def prior_temperature(coordinates, prior):
+def pair_masks(n_points, pairs, signs):
+    """Return the masks of the soft-neighbour objective of given pairs.
+
+    Each point picks among the points it is paired with (``blocked``: the
+    others), and its pick is right when the pair is similar (``same``): the
+    objective of :class:`SoftNeighborAscent` restricted to the given pairs,
+    each point's similar partners nearer than its dissimilar ones. A pair
+    given twice with both labels counts as similar.
+
+    Parameters
+    ----------
+    n_points : int
+        Points the ``pairs`` index (each in at least one pair).
+    pairs : ndarray of int, shape (n_pairs, 2)
+    signs : ndarray of shape (n_pairs,)
+        ``+1`` similar, ``-1`` dissimilar.
+
+    Returns
+    -------
+    blocked, same : ndarray of bool, shape (n_points, n_points)
+    """
+    a, b = pairs[:, 0], pairs[:, 1]
+    blocked = np.ones((n_points, n_points), dtype=bool)
+    blocked[a, b] = blocked[b, a] = False
+    same = np.zeros((n_points, n_points), dtype=bool)
+    similar = signs > 0
+    same[a[similar], b[similar]] = same[b[similar], a[similar]] = True
+    return blocked, same
+
+
+def prior_temperature(coordinates, prior, blocked=None):
     """Mean squared distance of each point to its nearest neighbour under ``prior``.
 
     In trace-one units; the median positive squared distance if every point
-    has a duplicate (nearest distance 0).
+    has a duplicate (nearest distance 0). ``blocked`` (given pairs): the
+    nearest of the points it may pick, its partners.
     """
     sq = _sq_distances(coordinates * np.sqrt(prior))
     np.fill_diagonal(sq, np.inf)
+    if blocked is not None:
+        np.copyto(sq, np.inf, where=blocked)
     temperature = float(np.mean(sq.min(axis=1)))
     if temperature > 0:
         return temperature
@@ -115,22 +152,39 @@ class SoftNeighborAscent:
         Eigenvalues of the diagonal start ``M_1`` (the Euclidean metric).
     temperature : float
         ``T``, trace-one units.
+    masks : tuple of ndarray or None, default=None
+        Given pairs instead of classes: ``(blocked, same)`` of
+        :func:`pair_masks` (``codes`` is then not read).
     """
 
-    def __init__(self, coordinates, codes, prior, temperature):
+    def __init__(self, coordinates, codes, prior, temperature, *, masks=None):
         self.coordinates, self.codes = coordinates, np.asarray(codes)
         self.temperature = float(temperature)
         self.exponent = MetricExponent.from_prior(prior)
         self.step, self.n_iter, self.converged = 1.0, 0, False
-        self._same = None
+        self._blocked, self._same = masks if masks is not None else (None, None)
         self.objective, self._state = self._evaluate(self.exponent)
         self._same = self._state[2]
         self.objectives = [self.objective]
 
+    @classmethod
+    def of_pairs(cls, coordinates, pairs, signs, prior, temperature):
+        """Start the ascent of the soft-neighbour objective of given pairs (:func:`pair_masks`).
+
+        Over the points in ``pairs`` (rows of ``coordinates``), at
+        ``temperature`` times their :func:`prior_temperature` among
+        partners.
+        """
+        points, local = np.unique(pairs, return_inverse=True)
+        masks = pair_masks(len(points), local.reshape(-1, 2), signs)
+        own = coordinates[points]
+        return cls(own, np.zeros(len(points), dtype=int), prior,
+                   temperature * prior_temperature(own, prior, masks[0]), masks=masks)
+
     def _evaluate(self, exponent):
         P, p, same = soft_neighbor_probabilities(
             embedding(self.coordinates, exponent), self.codes, self.temperature,
-            same=self._same)
+            same=self._same, blocked=self._blocked)
         return float(p.mean()), (P, p, same)
 
     def gradient(self):

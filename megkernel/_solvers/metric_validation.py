@@ -36,7 +36,7 @@ from .metric_soft_neighbors import (
     prior_temperature,
 )
 
-__all__ = ["soft_neighbor_checkpoints", "validate_epochs", "validate_kinds",
+__all__ = ["SOFT_PAIRS", "soft_neighbor_checkpoints", "validate_epochs", "validate_kinds",
            "validate_soft_neighbors"]
 
 
@@ -125,10 +125,14 @@ class _SoftNeighborPath:
 
     def __init__(self, scorer, coordinates, codes, prior, temperature=1.0):
         self.scorer, self.coordinates = scorer, coordinates
-        train = scorer.references
-        self.ascent = SoftNeighborAscent(
-            coordinates[train], codes[train], prior,
-            temperature * prior_temperature(coordinates[train], prior))
+        if codes is None:  # given pairs: the fold's own (both ends among its points)
+            self.ascent = SoftNeighborAscent.of_pairs(
+                coordinates, scorer.train_pairs, scorer.train_signs, prior, temperature)
+        else:
+            train = scorer.references
+            self.ascent = SoftNeighborAscent(
+                coordinates[train], codes[train], prior,
+                temperature * prior_temperature(coordinates[train], prior))
         self.scores = {}  # a path met again (a race continued) does not recompute
 
     def score_at(self, iterations):
@@ -163,7 +167,10 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     (its validation is the one it has alone) and kept; ``race=None``: every
     temperature validated in full, the best kept by the same rule.
     ``pairs`` (the neighbourhoods) only make the folds as for the pair
-    kinds.
+    kinds; ``classes=None``: the objective of the given ``pairs`` and
+    ``signs`` themselves (each fold's pairs among its points,
+    :meth:`SoftNeighborAscent.of_pairs`), scored as the loop scores given
+    pairs.
 
     Returns
     -------
@@ -184,7 +191,8 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
             made.append(scorer)  # the folds come in the same order in every run
             if len(made) not in caches[index]:
                 caches[index][len(made)] = _SoftNeighborPath(
-                    scorer, coordinates, classes.codes, prior, temperature)
+                    scorer, coordinates, None if classes is None else classes.codes, prior,
+                    temperature)
             return caches[index][len(made)]
 
         with warnings.catch_warnings(record=True) as caught:  # the kept one's only
@@ -226,6 +234,24 @@ def _held_out_at_choice(log):
     return (log.get("accuracies", log["scores"])[at], log["scores"][at])
 
 
+#: The candidate of given pairs' soft-neighbour objective
+#: (:func:`~megkernel._solvers.metric_soft_neighbors.pair_masks`): each point's
+#: stochastic neighbour drawn among the points it is paired with.
+SOFT_PAIRS = "soft-pairs"
+
+
+def _is_soft(candidate):
+    """Whether a candidate is learned by the soft-neighbour ascent (labels' or pairs')."""
+    return candidate == SOFT_PAIRS or (
+        candidate is not None and candidate.from_labels == "soft-neighbors")
+
+
+def _kind_name(candidate):
+    if candidate is None:
+        return "pairs"
+    return candidate if candidate == SOFT_PAIRS else candidate.from_labels
+
+
 def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma_dissimilar,
                    trace, loss, learning_rate, batch_size, rng, n_folds, max_iter,
                    temperatures):
@@ -233,17 +259,18 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
 
     Each candidate (:class:`~megkernel._solvers.metric_pairs.ClassPairs`: from
     labels the stochastic-neighbour objective and random pairs, or an
-    explicit kind; ``None``: the given ``pairs`` and ``signs``) is validated
+    explicit kind; ``None``: the given ``pairs`` and ``signs`` by MEG's pair
+    loss; :data:`SOFT_PAIRS`: their soft-neighbour objective) is validated
     on the same folds (a copy of the generator); kept is the one whose
     chosen length has the higher held-out 1-NN accuracy, then margin (ties:
     the first). Accuracy comes first because the margins alone favour random
     pairs, whose dissimilar pairs spread the classes apart everywhere, even
     where the 1-NN accuracy does not rise.
 
-    From labels, a first candidate ``"soft-neighbors"`` whose validated gain
-    over the Euclidean prior is real is kept without validating the others:
-    the labels' own objective is preferred, and the pairs are its fallback
-    where it shows no gain. Fold accuracies of kinds close to each other are
+    A first candidate of the soft-neighbour objective (the labels', or
+    given pairs') whose validated gain over the Euclidean prior is real is
+    kept without validating the others: it is preferred, and the pairs' loss
+    is its fallback where it shows no gain. Fold accuracies of kinds close to each other are
     too noisy to choose between, and validating every kind costs several
     times as much (see the benchmarks page).
 
@@ -255,7 +282,7 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
         Eigenvalues of the diagonal prior.
     pairs, signs : ndarray
         The given pairs (used by a ``None`` candidate).
-    candidates : list of ClassPairs or None
+    candidates : list of ClassPairs, None or SOFT_PAIRS
         The kinds to validate.
     gamma, gamma_dissimilar, trace, loss
         The targets and the loss (:func:`~megkernel._solvers.metric_meg.targets_and_sides`).
@@ -284,19 +311,20 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     """
     results = []
     for position, candidate in enumerate(candidates):
-        if (position == 1 and candidates[0] is not None
-                and candidates[0].from_labels == "soft-neighbors"
+        if (position == 1 and _is_soft(candidates[0])
                 and results[0][2]["gain_is_real"]):
-            break  # the labels' own objective learned: the pairs are not needed
+            break  # the soft-neighbour objective learned: the pairs' loss is not needed
         fold_rng = copy.deepcopy(rng)
-        these = (pairs, signs) if candidate is None else (candidate.pairs, candidate.signs)
+        these = ((pairs, signs) if candidate is None or candidate == SOFT_PAIRS
+                 else (candidate.pairs, candidate.signs))
         diffs = pair_diffs(coordinates, these[0])
         targets, sides = targets_and_sides(these[1], gamma, gamma_dissimilar, trace, loss)
         with warnings.catch_warnings(record=True) as caught:  # the kept kind's only
             warnings.simplefilter("always")
-            if candidate is not None and candidate.from_labels == "soft-neighbors":
+            if _is_soft(candidate):
                 epochs, log = validate_soft_neighbors(
-                    coordinates, these[0], these[1], prior, classes=candidate,
+                    coordinates, these[0], these[1], prior,
+                    classes=None if candidate == SOFT_PAIRS else candidate,
                     rng=fold_rng, n_folds=n_folds, max_iter=max_iter,
                     temperatures=temperatures)
             else:
@@ -312,6 +340,5 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     for record in caught:
         warn_user(str(record.message), record.category)
     if len(candidates) > 1:  # each kind validated (not those the rule skipped)
-        log["from_labels"] = {"pairs" if c is None else c.from_labels: r[0]
-                              for r, c in zip(results, candidates)}
+        log["from_labels"] = {_kind_name(c): r[0] for r, c in zip(results, candidates)}
     return epochs, log, rng, (kept_pairs, kept_signs, candidate)

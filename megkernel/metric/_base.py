@@ -147,9 +147,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _commit(self, result):
         """Set the fitted attributes of a solver's result; warn if the pairs are met worse.
 
-        Not after MEG on the stochastic-neighbour objective: its pairs (the
-        neighbourhoods) are only reported on, and that ascent never lowers
-        its own objective.
+        Not after MEG on a stochastic-neighbour objective (the labels' or the
+        given pairs'): it does not aim at the pairs' thresholds, which are
+        only reported on, and that ascent never lowers its own objective.
         """
         self.mean_, self.components_ = result.mean, result.components
         self.preprocessor_ = self.preprocessor
@@ -162,7 +162,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         setattr(self, f"{self._loss_name}_", loss)
         setattr(self, f"prior_{self._loss_name}_", prior_loss)
         name = type(self).__name__
-        if loss > prior_loss * (1 + 1e-9) and self.from_labels_ != "soft-neighbors":
+        if loss > prior_loss * (1 + 1e-9) and getattr(
+                result, "soft_neighbor_objective", None) is None:
             warn_user(
                 f"{name}: the learned metric meets the pairs worse than its prior "
                 f"({self._loss_name}_ {loss:.4g} > {prior_loss:.4g}); the "

@@ -193,24 +193,27 @@ class MEGMetric(_FeatureMetric):
         ``"n_folds"``, ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
         (the final length over the chosen one); with several kinds to choose
-        from (``from_labels="auto"``, or given pairs whose components stand
-        in for classes), ``"from_labels"``: each kind validated and its
-        (held-out 1-NN accuracy, score) at its chosen length; with the
-        soft-neighbour objective, ``"temperature"`` (the one learned) and
-        ``"temperatures"`` (each one's (accuracy, score) at its chosen length).
+        from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
+        soft-neighbour objective, ``"pairs"`` MEG's pair loss),
+        ``"from_labels"``: each kind validated and its (held-out 1-NN accuracy
+        or pair AUC, score) at its chosen length; with a soft-neighbour
+        objective, ``"temperature"`` (the one learned) and ``"temperatures"``
+        (each one's (accuracy, score) at its chosen length).
     pairs_, pair_labels_ : ndarray
         The fitted pairs (row indices of the training ``X``) and labels.
     from_labels_ : str or None
         What was learned from labels (``"soft-neighbors"``, ``"neighbors"``,
-        ``"random"``); after :meth:`fit_pairs` ``None`` (the pairs) or
-        ``"soft-neighbors"`` (of their similar pairs' components as classes).
+        ``"random"``); after :meth:`fit_pairs` ``None``: the pairs, learned
+        as pairs (``validation_["from_labels"]`` says by which objective).
     temperature_ : float or None
-        The soft-neighbour temperature used (units of ``temperature``);
-        ``None`` when the metric was learned from pairs.
+        The soft-neighbour temperature used (units of ``temperature``; from
+        given pairs, of each point's nearest partner); ``None`` when the
+        metric was learned by the pair loss.
     soft_neighbor_objective_ : tuple of float or None
         With ``"soft-neighbors"``: the objective (mean probability of a
-        same-class soft neighbour over the training points) under the
-        Euclidean prior and learned; else ``None``.
+        same-class soft neighbour over the training points; from given pairs,
+        of a similar partner drawn among each paired point's partners) under
+        the Euclidean prior and learned; else ``None``.
     pair_mse_, prior_pair_mse_ : float
         Mean of the pairs' counted squared errors against their targets
         under the learned and under the Euclidean metric (a warning says
