@@ -286,3 +286,37 @@ def test_definiteboost_init_options_of_metric_learn(Learner):
         DefiniteBoostMetric(init=np.ones((2, 3))).fit(X, y)
     with pytest.raises(ValueError, match="init contains NaN"):
         DefiniteBoostMetric(init=np.full((2, 4), np.nan)).fit(X, y)
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_transform_embeds_points_and_names_pairs_given_instead(Learner):
+    """As metric-learn's MahalanobisMixin.transform: points (or 1-D indices
+    through a preprocessor) for every learner, the pair learners included;
+    pairs of points are refused with a message saying what to do."""
+    model, X, pairs, _ = _fit(Learner)
+    expected = (X[:5] - model.mean_) @ model.components_.T
+    np.testing.assert_allclose(model.transform(X[:5]), expected, rtol=1e-12, atol=1e-12)
+    indexed, *_ = _fit(Learner, preprocessor=X)
+    np.testing.assert_allclose(indexed.transform(np.arange(5)), indexed.transform(X[:5]),
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"pairs of points.*pair_distance.*fit\(X, y\)"):
+        model.transform(X[pairs[:3]])
+
+
+def test_a_learner_of_points_goes_before_a_knn_classifier_in_a_pipeline():
+    """The documented pipeline (metric-learn's *_Supervised place): MEGMetric
+    learns from the labels the pipeline is fitted with; the k-NN classifier
+    sees the embedding."""
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+
+    X, y, _, _ = _data()
+    pipeline = make_pipeline(MEGMetric(random_state=0, **FAST[MEGMetric]),
+                             KNeighborsClassifier(n_neighbors=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipeline.fit(X[::2], y[::2])
+    metric = pipeline.steps[0][1]
+    knn = KNeighborsClassifier(n_neighbors=1).fit(metric.transform(X[::2]), y[::2])
+    np.testing.assert_array_equal(pipeline.predict(X[1::2]),
+                                  knn.predict(metric.transform(X[1::2])))

@@ -205,6 +205,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def transform(self, X):
         """Embed points: Euclidean distances there are the learned ones.
 
+        As metric-learn's ``transform``: points (or, with a ``preprocessor``,
+        1-D indices), for the pair learners too; pairs of points are refused.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
@@ -216,6 +219,14 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             ``(X - mean_) @ components_.T``.
         """
         check_is_fitted(self, "components_")
+        if np.ndim(X) == 3:  # pairs of points: what a pair learner's fit takes
+            raise ValueError(
+                f"transform embeds points, shape (n_samples, n_features); got an array of "
+                f"shape {np.shape(X)}, pairs of points. Embed their points "
+                "(X.reshape(-1, n_features)), or measure the pairs with pair_distance. Before "
+                "a k-NN classifier in a Pipeline, use a learner of points from class labels "
+                "(MEGMetric, DefiniteBoostMetric: fit(X, y)), as metric-learn's *_Supervised "
+                "learners.")
         X = validate_data(self, self._points(X), reset=False, dtype=float)
         return (X - self.mean_) @ self.components_.T
 
