@@ -3,8 +3,8 @@
 import pickle
 import sys
 
-import numpy as np
 import pytest
+from conftest import low_rank_kernel, random_pairs, sq_dist
 
 from megkernel import MEGKernelRegressor
 from megkernel._pair_estimator import unchanged_on_error
@@ -20,9 +20,9 @@ def test_a_second_interrupt_during_the_restore_leaves_the_model_whole(second_at)
     """A KeyboardInterrupt inside the block, then another at the n-th line event of
     the restore itself: the model is either restored or as the block left it (the
     restore never started), never torn between the two (no attributes at all)."""
-    rng = np.random.default_rng(0)
-    pairs = rng.integers(0, 6, size=(40, 2))
-    model = MEGKernelRegressor(solver="online", n_objects=6).fit(pairs, rng.uniform(0.1, 1, 40))
+    pairs = random_pairs(6, 40, 0)  # a kernel's distances: a fit without notes on its data
+    model = MEGKernelRegressor(solver="online", n_objects=6).fit(
+        pairs, sq_dist(low_rank_kernel(6, 2, 0), pairs))
     before = pickle.dumps(model)
     inside = dict(model.__dict__, state_=None)
     code = _restore_lines()
