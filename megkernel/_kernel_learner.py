@@ -86,7 +86,7 @@ from ._pair_estimator import (
     declared_n_objects,
     initial_state,
 )
-from ._solvers.meg import auto_learning_rate
+from ._solvers.meg import data_learning_rate, instance_range
 
 __all__ = ["KernelLearnerMixin", "LearnedKernel", "MEGKernelLearnerMixin", "PairStream",
            "new_ids_and_kernel"]
@@ -510,10 +510,14 @@ class MEGKernelLearnerMixin(KernelLearnerMixin):
                     raise ValueError("The stream's mean squared distance is too large for "
                                      "double precision at this number of objects.")
             fixed["trace"] = float(trace)
-        if low_rank_rate:
+        if params["learning_rate"] == "auto":  # resolve_scale's rule, from the sums
             empty = np.zeros(0, dtype=np.intp)
             a, b = best_pair if best_pair is not None else (empty, empty)
-            fixed["learning_rate"] = float(auto_learning_rate(state, a, b))
+            trace = fixed.get("trace", params["trace"])
+            mean_target = (sum_targets / n_moving / float(trace)
+                           if n_moving and trace != "auto" else None)
+            fixed["learning_rate"] = data_learning_rate(instance_range(state, a, b),
+                                                        mean_target)
         return fixed
 
 

@@ -127,12 +127,23 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         On-line (``partial_fit``, ``solver="online"``): ``eta`` in trace-one
         units. Batch: the first trial step of the line search (later steps
         are found by the line search, so it hardly matters).
-        On-line: ``"auto"``: Lemma 3.2's realizable rate
-        ``2 / rho^2`` with ``rho`` a bound on the instance range
-        ``||v||^2``: ``rho = 2`` in dense mode (so ``eta = 0.5``), the
-        largest ``||P[a] - P[b]||^2`` over the pairs of the first
-        ``fit`` / ``partial_fit`` call in low-rank mode. Updates run in
-        trace-one units, so it does not depend on the units of ``y``.
+        On-line: ``"auto"``: chosen from the first ``fit`` /
+        ``partial_fit`` call's pairs, ``max(2 / rho^2, 1 / (2 rho m))``
+        (:func:`megkernel._solvers.meg.data_learning_rate`): Lemma 3.2's
+        realizable rate ``2 / rho^2``, ``rho`` a bound on the instance
+        range ``||v||^2`` (``2`` in dense mode, the largest
+        ``||P[a] - P[b]||^2`` over the pairs in low-rank mode), or the same
+        argument with the variance the instances have under a kernel that
+        meets the targets, ``m`` their mean over the trace (trace-one
+        units). On a user's table at ``trace="auto"`` from the identity
+        prior ``m = 2 / d`` and the rate is ``d / 8``: at ``0.5`` a trial
+        moves the kernel by about ``2 / d`` and a few dozen trials per
+        object leave it at its prior (1-NN at chance on the benchmarks
+        page's user-like tables). Lemma 3.2's bound on
+        ``cumulative_loss_`` holds at ``learning_rate=0.5``
+        (``meg_learning_rate(2)``), the rate the paper's experiments pass.
+        Updates run in trace-one units, so it does not depend on the units
+        of ``y``.
     init : {"auto", "identity"} or array-like of shape (d, d), default="auto"
         Prior ``W_1``: ``I / d``, a symmetric positive definite matrix
         (scaled to trace one), or ``"auto"``: for the batch ``fit``, the
@@ -169,9 +180,15 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         kernel learned from ``y``).
     solver : {"batch", "online"}, default="batch"
         What :meth:`fit` runs: the batch minimisation of the total loss, or
-        ``n_epochs`` passes of the paper's on-line trials (then a fit whose
-        final training loss is above its prior's warns, naming the
-        learning rate).
+        ``n_epochs`` passes of the paper's on-line trials. The on-line
+        trials are for pairs that arrive one by one (:meth:`partial_fit`, a
+        stream), for many trials per object, and for Lemma 3.2's bound; on a
+        table of observed distances, a few dozen pairs per object, the batch
+        fit learns more and needs no learning rate. A fit whose trials,
+        each predicting its pair before its update, predict no better than
+        the prior warns (:class:`~megkernel.NoImprovementWarning`, once per
+        fit), and one whose final training loss is above its prior's warns
+        too (``ConvergenceWarning``, naming the learning rate).
     squared : bool, default=True
         Whether ``y`` holds squared distances (the paper's targets) or
         plain distances (``squared=False``: ``y`` is squared on input and
@@ -468,12 +485,18 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             # not seen its pair, an honest held-out figure the prior's loss on the
             # same pairs must be beaten by
             progressive = float(np.mean(result.losses)) / result.trace ** 2
-            if len(result.losses) and result.prior_loss > 0 and progressive >= result.prior_loss:
+            if not (len(result.losses) and result.prior_loss > 0):
+                return
+            gain = 1.0 - progressive / result.prior_loss  # an R^2 against the prior
+            if gain < WEAK_R2:
+                how = ("no better than the prior" if gain <= 0 else
+                       f"little better than the prior (R^2 {gain:.3g} against it, below "
+                       f"{WEAK_R2})")
                 warn_user(
-                    f"{name}: the on-line trials predicted no better than the prior: "
-                    f"their mean loss before each update is {progressive:.4g} against "
-                    f"{result.prior_loss:.4g} for the prior on the same pairs (trace-one "
-                    f"units), at learning_rate={self.learning_rate!r}. The on-line "
+                    f"{name}: the on-line trials predicted {how}: their mean loss before "
+                    f"each update is {progressive:.4g} against {result.prior_loss:.4g} for "
+                    f"the prior on the same pairs (trace-one units), at learning_rate="
+                    f"{self.learning_rate!r} ({result.learning_rate:.4g}). The on-line "
                     "algorithm needs many trials per object; for a table of observed "
                     "distances use solver='batch' (the default).", NoImprovementWarning)
             return
@@ -587,12 +610,14 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """Warn when ``partial_fit``'s first chunk sets ``trace="auto"`` from few pairs."""
         n_moving = int(np.count_nonzero(pairs[:, 0] != pairs[:, 1]))
         if self.trace == "auto" and n_moving < MIN_TRACE_PAIRS:
+            rate = (", as is learning_rate='auto'," if self.learning_rate == "auto"
+                    else "")
             warn_user(
                 f"trace='auto' is set by the first partial_fit call from {n_moving} pairs "
-                f"of distinct objects (fewer than {MIN_TRACE_PAIRS}), and later calls keep "
-                f"it (trace_={trace:.4g}). Give the trace, a larger first chunk, or stream "
-                "through KernelDistances (a first pass over the whole stream sets it).",
-                UserWarning)
+                f"of distinct objects (fewer than {MIN_TRACE_PAIRS}){rate} and later calls "
+                f"keep it (trace_={trace:.4g}). Give the trace, a larger first chunk, or "
+                "stream through KernelDistances (a first pass over the whole stream sets "
+                "it).", UserWarning)
 
     # -- the on-line fast path: one example per call, as river's learn_one ------
     def _param_values(self):

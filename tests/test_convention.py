@@ -240,3 +240,57 @@ def test_a_square_matrix_given_as_pairs_says_what_was_passed():
         DefiniteBoostKernel().fit(D)
     with pytest.raises(ValueError, match="square matrix: give it as distances="):
         KernelDistances(pairs=D, targets=np.ones(5)).fit([0, 1])
+
+
+# -- item 2: the on-line solver's default rate from the data, and its own warning ---------
+def _clustered_table(n=120, seed=2):
+    """A user's table: squared distances of 4 clusters, a quarter of the pairs, string ids."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 4
+    points = rng.normal(size=(n, 5)) + 2.5 * np.eye(5)[labels]
+    ids = np.array([f"u{i:03d}" for i in range(n)], dtype=object)
+    rows, cols = np.triu_indices(n, 1)
+    keep = rng.random(rows.size) < 0.25
+    rows, cols = rows[keep], cols[keep]
+    table = pd.DataFrame({"a": ids[rows], "b": ids[cols],
+                          "sq": ((points[rows] - points[cols]) ** 2).sum(-1)})
+    return ids, labels, table
+
+
+def _loo_1nn(model, labels):
+    K = model.kernel_
+    diag = np.diag(K)
+    D = diag[:, None] + diag[None, :] - 2 * K
+    np.fill_diagonal(D, np.inf)
+    return float(np.mean(labels[np.argmin(D, axis=1)] == labels))
+
+
+def test_online_default_rate_is_chosen_from_the_data_and_learns():
+    from megkernel import NoImprovementWarning, meg_learning_rate
+
+    ids, labels, table = _clustered_table(n=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # learning: nothing to say
+        model = MEGKernelRegressor(solver="online", objects=ids).fit(table[["a", "b"]],
+                                                                     table["sq"])
+    # trace="auto" from the identity prior: the targets' mean is 2/d in trace-one units
+    assert model.learning_rate_ == pytest.approx(len(ids) / 8, rel=1e-9)
+    bound = meg_learning_rate(2.0)
+    with pytest.warns(NoImprovementWarning, match="predicted little better than the prior"):
+        worst_case = MEGKernelRegressor(solver="online", objects=ids,
+                                        learning_rate=bound).fit(table[["a", "b"]], table["sq"])
+    assert _loo_1nn(model, labels) > 0.75                     # 4 clusters: chance 0.25
+    assert _loo_1nn(model, labels) > _loo_1nn(worst_case, labels) + 0.4
+
+
+def test_the_rate_of_a_stream_is_that_of_its_one_shot_fit():
+    ids, _, table = _clustered_table(n=200)
+    pairs, y = table[["a", "b"]].to_numpy(), table["sq"].to_numpy()
+    one_shot = MEGKernelRegressor(solver="online", objects=ids).fit(pairs, y)
+    half = len(y) // 2
+    step = KernelDistances(learner=MEGKernelRegressor(solver="online", objects=ids),
+                           pairs=lambda: iter([(pairs[:half], y[:half]),
+                                               (pairs[half:], y[half:])]),
+                           given_squared=True).fit(ids)
+    assert_allclose(step.kernel_, one_shot.kernel_, rtol=1e-9,
+                    atol=1e-12 * np.trace(one_shot.kernel_))

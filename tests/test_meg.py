@@ -105,7 +105,16 @@ def test_meg_identity_prior_and_default_rate_match_naive_dense():
     expected_K, _ = _naive_meg(instances, y, np.eye(d), eta=0.5)
     K, _ = meg(pairs, y, n_objects=d)
     assert_allclose(K, expected_K, rtol=1e-10, atol=1e-12)
+    model = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d,
+                               learning_rate=0.5).fit(pairs, y)
+    assert_allclose(model.kernel_, expected_K, rtol=1e-10, atol=1e-12)
+    # the estimator's default rate: chosen from the targets' mean (m, trace-one units),
+    # max(2 / r^2, 1 / (2 r m)) with r = 2, and the trials are those of that rate
+    moving = pairs[:, 0] != pairs[:, 1]
+    m = y[moving].mean()
     model = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d).fit(pairs, y)
+    assert model.learning_rate_ == pytest.approx(max(0.5, 1 / (4 * m)), rel=1e-12)
+    expected_K, _ = _naive_meg(instances, y, np.eye(d), eta=model.learning_rate_)
     assert_allclose(model.kernel_, expected_K, rtol=1e-10, atol=1e-12)
 
 
@@ -299,8 +308,11 @@ def test_scale_equivariance(tau):
 def test_partial_fit_in_chunks_equals_fit(method):
     d = 6
     _, pairs, y = _problem(d=d, n=500, seed=60)
-    full = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method).fit(pairs, y)
-    chunked = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method)
+    # a numeric rate: "auto" takes it from the first call's targets (as trace="auto")
+    full = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method,
+                              learning_rate=0.5).fit(pairs, y)
+    chunked = MEGKernelRegressor(solver="online", trace=1.0, n_objects=d, method=method,
+                                 learning_rate=0.5)
     for start, stop in [(0, 1), (1, 37), (37, 250), (250, 251), (251, 500)]:
         assert chunked.partial_fit(pairs[start:stop], y[start:stop]) is chunked
     assert chunked.n_updates_ == full.n_updates_ == 500
@@ -611,7 +623,11 @@ def test_online_fit_says_when_its_trials_predict_no_better_than_the_prior():
     pairs = random_pairs(30, 3000, 4)
     noise = rng.uniform(0.5, 1.5, len(pairs))  # no kernel's distances
     with pytest.warns(NoImprovementWarning, match="predicted no better than the prior"):
+        MEGKernelRegressor(solver="online", n_objects=30, learning_rate=0.5).fit(pairs, noise)
+    # at the rate chosen from the data the trials chase the noise: said as a divergence
+    with pytest.warns(UserWarning, match="diverged|predicted no better") as record:
         MEGKernelRegressor(solver="online", n_objects=30).fit(pairs, noise)
+    assert len(record) == 1                                   # once per fit
     U = low_rank_kernel(30, 2, 5)
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoImprovementWarning)  # learning: silent
