@@ -512,6 +512,20 @@ def test_a_checkpoint_whose_next_doubling_cannot_pay_stops_the_folds():
     assert full_best == best and max(full_asked) == 1000.0
 
 
+def test_a_first_pass_significantly_below_the_prior_stops_the_folds():
+    """The prior is the choice and one pass scores significantly below it: the
+    folds stop there (the second checkpoint of the patience is not run), with
+    the choice of the full table."""
+    def curve(length):
+        return -min(length, 1.0) - 0.1 * length
+
+    best, log, asked = _run_loop(curve, max_length=1000)
+    assert best == 0.0 and not log["gain_is_real"]
+    assert log["stopped"] == "out_of_reach" and max(asked) == 1.0
+    full_best, _, _ = _run_loop(curve, max_length=1000, patience=None)
+    assert full_best == best
+
+
 def test_a_score_still_accelerating_after_a_miss_runs_its_patience():
     """8 misses the choice at 4 but adds more per doubling than 4 did: no
     extrapolation stops it, and 16 (which replaces the choice) is scored."""

@@ -613,13 +613,13 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     return bool(gain >= ratio**elasticity * max(chosen_gain, 0.0))
 
 
-def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elasticity):
+def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elasticity, scores):
     """Whether the next checkpoint cannot replace the choice: the folds stop before it.
 
     Asked after a checkpoint (the last row of ``table``) missed the choice
-    ``chosen`` (a learned length: the prior's patience is short already).
-    Either its score is significantly below the choice's (the held-out
-    curve has turned down), or, where the scores have stopped accelerating
+    ``chosen``. Either its score is significantly below the choice's (the
+    held-out curve has turned down; the choice may be the prior), or, past
+    a learned choice, where the scores have stopped accelerating
     (the last doubling added less than the one before: the curve is concave
     in the log of the length), the next checkpoint extrapolated along that
     last increment stays below the elasticity bar ``(length / chosen) **
@@ -629,13 +629,14 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     not run where it could not be chosen.
     """
     last = len(table) - 1
-    if chosen == 0 or last < 3 or len(reached) >= len(checkpoints):
+    if len(reached) >= len(checkpoints):
         return False
     if gain_is_real(table[chosen], table[last], z, n_repeats):
         return True
+    if chosen == 0 or last < 3:
+        return False
     if elasticity <= 0:
         return False
-    scores = _mean_scores(table)
     gains = [score - scores[0] for score in scores]
     lengths = reached[last - 2:last + 1]
     rise, rise_before = gains[last] - gains[last - 1], gains[last - 1] - gains[last - 2]
@@ -801,15 +802,15 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
            "stopped": "max_length", "length_scale": 1.0}
     if not paths:
         return None, log
-    table, chosen, since = [], 0, 0
+    table, scores, chosen, since = [], [], 0, 0  # scores: each row's mean over folds
     for length in checkpoints:
         table.append([path.score_at(length) for path in paths])
+        scores.append(float(np.mean([_fold_mean(item) for item in table[-1]])))
         log["checkpoints"].append(length)
         if len(table) == 1:  # the prior: the first choice
             continue
         if _replaces(table, len(table) - 1, chosen, log["checkpoints"], z=z,
-                     n_repeats=n_repeats, elasticity=elasticity,
-                     scores=_mean_scores(table)):
+                     n_repeats=n_repeats, elasticity=elasticity, scores=scores):
             chosen, since = len(table) - 1, 0
         elif patience is not None and length >= PATIENCE_FROM:
             since += 1
@@ -817,11 +818,11 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                 log["stopped"] = "patience"
                 break
             if _out_of_reach(table, chosen, log["checkpoints"], checkpoints, z=z,
-                             n_repeats=n_repeats, elasticity=elasticity):
+                             n_repeats=n_repeats, elasticity=elasticity, scores=scores):
                 log["stopped"] = "out_of_reach"
                 break
-    best, log["scores"], log["gain_is_real"] = choose_checkpoint(
-        log["checkpoints"], table, z=z, n_repeats=n_repeats, elasticity=elasticity)
+    # the walk of choose_checkpoint, made as the rows came (each step sees rows up to it)
+    best, log["scores"], log["gain_is_real"] = log["checkpoints"][chosen], scores, chosen > 0
     log["chosen"] = best
     if reference is not None:  # the chosen row against the reference, item by item
         usable = [scorer for scorer in scorers if scorer.usable]

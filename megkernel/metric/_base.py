@@ -219,10 +219,11 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             ``(X - mean_) @ components_.T``.
         """
         check_is_fitted(self, "components_")
-        if np.ndim(X) == 3:  # pairs of points: what a pair learner's fit takes
+        if getattr(X, "ndim", None) == 3 or (
+                isinstance(X, list) and np.asarray(X).ndim == 3):  # pairs of points
             raise ValueError(
                 f"transform embeds points, shape (n_samples, n_features); got an array of "
-                f"shape {np.shape(X)}, pairs of points. Embed their points "
+                f"shape {np.asarray(X).shape}, pairs of points. Embed their points "
                 "(X.reshape(-1, n_features)), or measure the pairs with pair_distance. Before "
                 "a k-NN classifier in a Pipeline, use a learner of points from class labels "
                 "(MEGMetric, DefiniteBoostMetric: fit(X, y)), as metric-learn's *_Supervised "
