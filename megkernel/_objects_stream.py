@@ -59,13 +59,26 @@ def _chunks(stream):
         try:
             y = np.asarray(targets, dtype=float)
         except (TypeError, ValueError):
-            raise ValueError(f"Chunk {i} of the stream: targets must be numbers.") from None
+            raw = np.asarray(targets, dtype=object).ravel().tolist()
+            row = next((r for r, value in enumerate(raw) if not _is_number(value)), None)
+            at = "" if row is None else f" row {row} holds {raw[row]!r}"
+            raise ValueError(f"Chunk {i} of the stream: targets must be numbers;{at}."
+                             if at else f"Chunk {i} of the stream: targets must be numbers."
+                             ) from None
         if y.shape != (len(values),):
             raise ValueError(f"Chunk {i} of the stream: targets must have shape "
                              f"({len(values)},) like its pairs, got {y.shape}.")
         if not np.all(np.isfinite(y)):
             raise ValueError(f"Chunk {i} of the stream has NaN or infinite targets.")
         yield i, pairs, targets, values, y
+
+
+def _is_number(value):
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, (str, bytes))
 
 
 def _chunk_digest(values, y):

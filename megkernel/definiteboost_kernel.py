@@ -404,6 +404,14 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         if y is None:
             return X, y
         values = np.asarray(y)
+        if values.dtype.kind in "USO" and values.ndim == 1:
+            text = next((row for row, value in enumerate(values.tolist())
+                         if isinstance(value, (str, bytes))), None)
+            if text is not None:
+                row = repr(y.index[text]) if hasattr(y, "index") else text
+                raise ValueError(f"y holds the text {values.tolist()[text]!r} at row {row}: give "
+                                 "numbers (pair labels, or distances with y_kind); parse the "
+                                 "table's numbers first.")
         if values.dtype.kind != "f" or values.ndim not in (1, 2):
             return X, y
         missing = np.isnan(values.ravel())

@@ -791,6 +791,29 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """``L_MEG(S)``: the sum of the on-line losses so far."""
         return float(self.losses_.sum())
 
+    def score(self, X, y, sample_weight=None):
+        """Return ``R^2`` of the predicted squared distances (distances with ``squared=False``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Objects ``(a, b)``, as for :meth:`fit`.
+        y : array-like of shape (n_pairs,)
+            Their squared distances (distances with ``squared=False``); text
+            is refused, naming its row.
+        sample_weight : array-like of shape (n_pairs,), default=None
+            Weights of the pairs.
+
+        Returns
+        -------
+        score : float
+            ``R^2`` of :meth:`predict` against ``y``.
+        """
+        values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
+        if values.dtype.kind in "USO" and values.ndim == 1:
+            check_squared_distances(values, len(values), kind=self._target_kind())
+        return super().score(X, y, sample_weight=sample_weight)
+
     def predict(self, X):
         """Predict the squared distances ``K_aa + K_bb - 2 K_ab`` of pairs.
 

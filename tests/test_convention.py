@@ -223,7 +223,7 @@ def test_partial_fit_leaves_out_a_missing_distance_too():
 def test_text_in_a_table_is_named_by_its_row():
     ids, _, table = _table()
     labels = pd.Series([1, -1, "n/a", 1] + [1] * (len(table) - 4), dtype=object)
-    with pytest.raises(ValueError, match="row 2 holds 'n/a'"):
+    with pytest.raises(ValueError, match="the text 'n/a' at row 2"):
         DefiniteBoostKernel(objects=ids).fit(table[["a", "b"]], labels)
     targets = table["distance"].astype(object)
     targets.iloc[2] = "n/a"
@@ -294,3 +294,27 @@ def test_the_rate_of_a_stream_is_that_of_its_one_shot_fit():
                            given_squared=True).fit(ids)
     assert_allclose(step.kernel_, one_shot.kernel_, rtol=1e-9,
                     atol=1e-12 * np.trace(one_shot.kernel_))
+
+
+def test_text_anywhere_is_named_by_its_row_and_column():
+    ids = ["a", "b", "c", "d"]
+    frame = pd.DataFrame(np.eye(4) + 1.0, index=ids, columns=ids).astype(object)
+    frame.iloc[1, 2] = "n/a"
+    with pytest.raises(ValueError, match="kernel must be a numeric matrix: row 'b', column 'c' "
+                                         "holds 'n/a'"):
+        KernelDistances(kernel=frame).fit(ids)
+    with pytest.raises(ValueError, match="init must be a numeric matrix: row 'b', column 'c'"):
+        MEGKernelRegressor(init=frame).fit([["a", "b"], ["c", "d"]], [1.0, 2.0])
+    table = pd.DataFrame({"a": ["a", "a", "b", "c"], "b": ["b", "c", "c", "d"],
+                          "distance": pd.Series([1.0, 2.0, "n/a", 1.5], dtype=object)})
+    model = MEGKernelRegressor(early_stopping=False).fit(table[["a", "b"]].iloc[[0, 1, 3]],
+                                                         [1.0, 2.0, 1.5])
+    with pytest.raises(ValueError, match="holds the text 'n/a' at row 2"):
+        model.score(table[["a", "b"]], table["distance"])
+    with pytest.raises(ValueError, match="holds the text 'n/a' at row 2"):
+        DefiniteBoostKernel(y_kind="distances").fit(table[["a", "b"]], table["distance"])
+    with pytest.raises(ValueError, match="Chunk 0 of the stream: targets must be numbers; row 2 "
+                                         "holds 'n/a'"):
+        KernelDistances(learner=MEGKernelRegressor(solver="online"), given_squared=False,
+                        pairs=lambda: iter([(table[["a", "b"]].to_numpy(),
+                                             table["distance"].to_numpy())])).fit(ids)

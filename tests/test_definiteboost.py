@@ -565,7 +565,7 @@ _BAD_FITS = {
     "labels 1/2": (_PAIRS, np.array([1, 2, 1]), "y must hold \\+1"),
     "continuous labels": (_PAIRS, np.array([0.5, 1.0, -1.0]),
                           "y must hold \\+1|continuous|Unknown label"),
-    "string labels": (_PAIRS, np.array(["a", "b", "a"]), "y must hold \\+1"),
+    "string labels": (_PAIRS, np.array(["a", "b", "a"]), "the text .a. at row 0"),
     "nan labels": (_PAIRS, np.array([1.0, np.nan, -1.0]), "NaN"),
     "y too short": (_PAIRS, np.array([1, -1]), "inconsistent|shape"),
     "dissimilar self-pair": (np.array([[0, 1], [2, 2]]), np.array([1, -1]),

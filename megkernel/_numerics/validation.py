@@ -41,10 +41,15 @@ def check_real(values, *, name, kind="array"):
     Values that are not numbers: a ValueError saying ``name`` must be a
     numeric ``kind``.
     """
+    labels = None
+    if hasattr(values, "index") and hasattr(values, "to_numpy"):  # a pandas object
+        labels = (values.index, getattr(values, "columns", None))
     try:
         values = np.asarray(values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
+    if values.dtype == object:
+        _refuse_text(values, name, kind, labels)
     if np.iscomplexobj(values):
         if np.any(values.imag != 0):
             raise ValueError(
@@ -57,6 +62,28 @@ def check_real(values, *, name, kind="array"):
         return np.asarray(values, dtype=float)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
+
+
+def _refuse_text(values, name, kind, labels=None):
+    """Refuse the first entry of an object array that is no number, naming its place."""
+    for position, value in enumerate(values.ravel().tolist()):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            if isinstance(value, (complex, np.complexfloating)):
+                continue  # refused below, as complex
+            where = np.unravel_index(position, values.shape) if values.ndim else ()
+            if labels is not None and len(where) >= 1:
+                index, columns = labels
+                place = f"row {index[where[0]]!r}" + (
+                    f", column {columns[where[1]]!r}" if columns is not None and len(where) > 1
+                    else "")
+            else:
+                place = ", ".join(f"{axis} {at}" for axis, at in zip(("row", "column"), where))
+            shown = value if not isinstance(value, (str, bytes)) or len(value) <= 40 else (
+                value[:37] + "...")
+            raise ValueError(f"{name} must be a numeric {kind}: {place or 'its value'} holds "
+                             f"{shown!r}.") from None
 
 
 def check_pair_indices(pairs, n_objects=None, *, name="X", min_pairs=0):
