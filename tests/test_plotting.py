@@ -70,7 +70,7 @@ def _twin(ax):
 def test_online_curve_with_lemma_3_2_bound(wine, stream, trace):
     pairs, y = stream
     target = trace * wine.kernel
-    model = MEGKernelRegressor(n_objects=D, trace=trace)
+    model = MEGKernelRegressor(n_objects=D, trace=trace, learning_rate=0.5)  # the bound's
     for start in range(0, len(y), 500):
         model.partial_fit(pairs[start:start + 500], trace * y[start:start + 500])
     ax = _axes()
@@ -98,7 +98,7 @@ def test_online_bound_at_a_lower_rate_has_its_finite_c(wine, stream):
 def test_online_bound_from_a_given_prior(wine, stream):
     pairs, y = stream
     prior = np.diag(np.linspace(1.0, 2.0, D))
-    model = MEGKernelRegressor(solver="online", n_objects=D, trace=1.0,
+    model = MEGKernelRegressor(solver="online", n_objects=D, trace=1.0, learning_rate=0.5,
                                init=prior).fit(pairs, y)
     ax = plot_learning_curve(model, _axes(), target=wine.kernel)
     expected = meg_loss_bound(2.0, von_neumann_divergence(wine.kernel, prior / np.trace(prior)))
