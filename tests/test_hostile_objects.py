@@ -292,10 +292,12 @@ def test_kernel_distances_learned_kernel(data):
         targets = data.draw(st.one_of(
             hnp.arrays(np.int64, len(pairs), elements=SIGNS), hostile_arrays(max_dims=2)),
             label="labels")
+        convention = {}
     else:
         model = MEGKernelRegressor(solver=learner, max_iter=20)
         targets = targets_for(data.draw, len(pairs))
-    step = KernelDistances(learner=model, pairs=pairs, targets=targets)
+        convention = {"given_squared": True}  # squared-distance targets
+    step = KernelDistances(learner=model, pairs=pairs, targets=targets, **convention)
     fit_ids = pick(data.draw, ids, label="fit ids")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -641,7 +643,7 @@ def test_regression_a_stream_of_zero_targets_is_refused_as_fit_refuses_it():
     def stream():
         for start in range(0, len(_AUDIT_PAIRS), 20):
             yield _AUDIT_PAIRS[start:start + 20], np.zeros(len(_AUDIT_PAIRS[start:start + 20]))
-    step = KernelDistances(pairs=stream, learner=MEGKernelRegressor(
+    step = KernelDistances(pairs=stream, given_squared=True, learner=MEGKernelRegressor(
         n_objects=30, solver="online", random_state=0))
     with pytest.raises(ValueError, match="Every target of a pair of distinct objects in the "
                                          "stream is 0"):
