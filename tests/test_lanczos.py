@@ -233,13 +233,17 @@ def test_state_changed_elsewhere_re_anchors():
 def test_partial_fit_chunks_equal_fit():
     a, b, y = _trials(30, 1500)
     X = np.column_stack([a, b])
-    whole = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="lanczos").fit(X, y)
-    chunked = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="lanczos")
+    # a numeric rate: "auto" is taken from the first call's targets
+    whole = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="lanczos",
+                               learning_rate=0.5).fit(X, y)
+    chunked = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="lanczos",
+                                 learning_rate=0.5)
     for start in range(0, 1500, 400):
         chunked.partial_fit(X[start:start + 400], y[start:start + 400])
     np.testing.assert_array_equal(chunked.losses_, whole.losses_)
     np.testing.assert_array_equal(chunked.kernel_, whole.kernel_)
-    ref = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="eigh").fit(X, y)
+    ref = MEGKernelRegressor(solver="online", trace=1.0, n_objects=30, method="eigh",
+                             learning_rate=0.5).fit(X, y)
     assert abs(whole.cumulative_loss_ / ref.cumulative_loss_ - 1) < 1e-9
     assert np.linalg.norm(whole.kernel_ - ref.kernel_) < 1e-9 * np.linalg.norm(ref.kernel_)
     np.testing.assert_allclose(whole.predict(X[:50]), ref.predict(X[:50]), atol=1e-12)
