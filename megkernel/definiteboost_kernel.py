@@ -298,7 +298,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     >>> import numpy as np
     >>> from megkernel import DefiniteBoostKernel
     >>> pairs = np.array([[0, 1], [2, 3], [4, 5]])
-    >>> model = DefiniteBoostKernel(n_objects=8).fit(pairs)
+    >>> model = DefiniteBoostKernel(n_objects=8, validation_fraction=None).fit(pairs)
     >>> model.predict(pairs)
     array([1, 1, 1])
     """
