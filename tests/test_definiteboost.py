@@ -231,7 +231,8 @@ def test_estimator_matches_the_pair_solver():
     pairs = np.array([[0, 1], [1, 2], [3, 4], [5, 6], [6, 7]])
     trace, gamma = 3.0, 0.06
     prior = _density(d, 13)
-    model = DefiniteBoostKernel(init=prior, gamma=gamma, trace=trace, tol=1e-6,
+    model = DefiniteBoostKernel(validation_fraction=None,
+                                init=prior, gamma=gamma, trace=trace, tol=1e-6,
                                 max_iter=5000).fit(pairs)
     assert model.converged_
     # the solver takes the estimator's parameters: the same kernel
@@ -369,7 +370,7 @@ def test_on_convergence_every_pair_constraint_holds():
     pairs = _close_pairs(K, gamma)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        model = DefiniteBoostKernel(n_objects=d, gamma=gamma).fit(pairs)
+        model = DefiniteBoostKernel(validation_fraction=None, n_objects=d, gamma=gamma).fit(pairs)
     assert model.converged_
     distances = sq_dist(model.kernel_, pairs)
     assert distances.max() <= gamma * (1 + 1e-12)
@@ -401,7 +402,8 @@ def test_non_convergence_warns_and_returns_the_best_iterate():
     assert_allclose(W, iterates[best], rtol=1e-10, atol=1e-14)
     # the estimator too
     with pytest.warns(ConvergenceWarning):
-        model = DefiniteBoostKernel(n_objects=d, gamma=0.05, max_iter=3).fit(pairs)
+        model = DefiniteBoostKernel(validation_fraction=None,
+                                    n_objects=d, gamma=0.05, max_iter=3).fit(pairs)
     assert not model.converged_ and model.n_iter_ == 3
 
 
@@ -422,7 +424,8 @@ def test_warning_and_progress_report_the_violation_in_kernel_units(trace, capsys
 
 def test_infeasible_constraints_end_with_a_warning_and_finite_numbers():
     # the same pair similar (small gamma) and dissimilar (large gamma_dissimilar)
-    model = DefiniteBoostKernel(n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
+    model = DefiniteBoostKernel(validation_fraction=None,
+                                n_objects=4, gamma=0.01, gamma_dissimilar=1.0,
                                 max_iter=100_000)
     with pytest.warns(ConvergenceWarning):
         model.fit(np.array([[0, 1], [0, 1]]), np.array([1, -1]))
@@ -531,14 +534,14 @@ def test_dataframe_and_trace():
     K = low_rank_kernel(d, 2, 62)
     pairs = _close_pairs(K, 0.5 / d)
     frame = pd.DataFrame(pairs, columns=["i", "j"])
-    m_df = DefiniteBoostKernel(n_objects=d).fit(frame)
-    m_np = DefiniteBoostKernel(n_objects=d).fit(pairs)
+    m_df = DefiniteBoostKernel(validation_fraction=None, n_objects=d).fit(frame)
+    m_np = DefiniteBoostKernel(validation_fraction=None, n_objects=d).fit(pairs)
     assert_array_equal(m_df.kernel_, m_np.kernel_)
     assert list(m_df.feature_names_in_) == ["i", "j"]
     assert_array_equal(m_df.predict(frame), m_np.predict(pairs))
     # scale: trace tau with gamma scaled by tau gives tau times the kernel
     tau = 52.0
-    m_tau = DefiniteBoostKernel(n_objects=d, trace=tau).fit(pairs)
+    m_tau = DefiniteBoostKernel(validation_fraction=None, n_objects=d, trace=tau).fit(pairs)
     assert m_tau.gamma_ == pytest.approx(tau * m_np.gamma_)
     assert_allclose(m_tau.kernel_, tau * m_np.kernel_, rtol=1e-10, atol=1e-12)
 
@@ -546,12 +549,14 @@ def test_dataframe_and_trace():
 def test_verbose_prints_prefixed_progress(capsys):
     d = 12
     pairs = _close_pairs(low_rank_kernel(d, 2, 64), 0.5 / d)
-    DefiniteBoostKernel(n_objects=d).fit(pairs)
+    DefiniteBoostKernel(validation_fraction=None, n_objects=d).fit(pairs)
     assert capsys.readouterr() == ("", "")
-    DefiniteBoostKernel(n_objects=d, verbose=1).fit(pairs)  # a bar on stderr
+    DefiniteBoostKernel(validation_fraction=None,
+                        n_objects=d, verbose=1).fit(pairs)  # a bar on stderr
     captured = capsys.readouterr()
     assert captured.out == "" and "DefiniteBoostKernel" in captured.err
-    DefiniteBoostKernel(n_objects=d, verbose=2).fit(pairs)  # plus detail lines
+    DefiniteBoostKernel(validation_fraction=None,
+                        n_objects=d, verbose=2).fit(pairs)  # plus detail lines
     lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines()
              if line.startswith("[")]
     assert lines and all(line.startswith("[DefiniteBoostKernel] iter") for line in lines)
@@ -581,6 +586,7 @@ _BAD_FITS = {
 
 
 def _fitted_model(**params):
+    params = {"validation_fraction": None, **params}  # two pairs: no verdict to hold out
     return DefiniteBoostKernel(n_objects=5, **params).fit(np.array([[0, 1], [2, 3]]))
 
 
@@ -637,7 +643,7 @@ def test_solver_validation():
 
 def test_pair_distances_is_a_deprecated_alias_of_pair_sq_distances():
     pairs = np.array([[0, 1], [2, 3], [4, 5]])
-    model = DefiniteBoostKernel(n_objects=8).fit(pairs)
+    model = DefiniteBoostKernel(validation_fraction=None, n_objects=8).fit(pairs)
     with pytest.warns(FutureWarning, match="pair_sq_distances"):
         old = model.pair_distances(pairs)
     assert_array_equal(old, model.pair_sq_distances(pairs))
@@ -646,8 +652,8 @@ def test_pair_distances_is_a_deprecated_alias_of_pair_sq_distances():
 
 @pytest.mark.parametrize("labels", [[1, 0, 1], [True, False, True], [1.0, 0.0, 1.0]])
 def test_pair_labels_may_be_one_zero_or_boolean(labels):
-    reference = DefiniteBoostKernel(n_objects=6).fit(_PAIRS, [1, -1, 1])
-    model = DefiniteBoostKernel(n_objects=6).fit(_PAIRS, np.array(labels))
+    reference = DefiniteBoostKernel(validation_fraction=None, n_objects=6).fit(_PAIRS, [1, -1, 1])
+    model = DefiniteBoostKernel(validation_fraction=None, n_objects=6).fit(_PAIRS, np.array(labels))
     assert_array_equal(model.kernel_, reference.kernel_)
     assert_array_equal(model.predict(_PAIRS), reference.predict(_PAIRS))
 
@@ -712,7 +718,8 @@ def test_trace_auto_keeps_the_units_of_the_prior_given():
     assert_array_equal(scaled.predict(pairs), base.predict(pairs))
     # a factor's prior: ||F||_F^2; the identity prior has no units: 1
     factor = np.random.default_rng(4).standard_normal((d, 3))
-    low = DefiniteBoostKernel(init_factor=factor, validation_fraction=None).fit(pairs)
+    with pytest.warns(ConvergenceWarning, match="infeasible"):  # a rank-3 range: said
+        low = DefiniteBoostKernel(init_factor=factor, validation_fraction=None).fit(pairs)
     assert low.trace_ == pytest.approx((factor ** 2).sum())
     assert DefiniteBoostKernel(n_objects=d, validation_fraction=None).fit(pairs).trace_ == 1.0
 
@@ -721,7 +728,8 @@ def test_a_gamma_every_constraint_already_meets_warns_with_the_numbers():
     """Issue 19: gamma=327.7 in the user's distance units ran 0 iterations and
     reported converged_=True, returning the prior, silently."""
     pairs, _ = _families(40, seed=1)
-    model = DefiniteBoostKernel(objects=np.arange(40), gamma=327.7, random_state=0)
+    model = DefiniteBoostKernel(validation_fraction=None,
+                                objects=np.arange(40), gamma=327.7, random_state=0)
     with pytest.warns(NoImprovementWarning, match=r"already holds under the prior") as record:
         model.fit(pairs)
     message = str([w.message for w in record if "already holds" in str(w.message)][0])

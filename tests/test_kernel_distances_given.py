@@ -2,6 +2,8 @@
 missing entries): the no-learning baseline in the same Pipeline and grid."""
 
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -99,7 +101,8 @@ def test_pair_table_without_learner_is_the_observed_distances_averaged():
     names = np.array(["a", "b", "c", "d"], dtype=object)
     table = pd.DataFrame({"x": ["a", "b", "c", "b", "a"], "y": ["b", "a", "d", "c", "a"],
                           "d": [1.0, 3.0, 5.0, np.nan, 0.0]})
-    step = KernelDistances(pairs=table[["x", "y"]], targets=table["d"]).fit(names)
+    with pytest.warns(UserWarning, match="1 of 5 pairs have no distance"):  # a missing pair
+        step = KernelDistances(pairs=table[["x", "y"]], targets=table["d"]).fit(names)
     expected = np.full((4, 4), MISSING_DISTANCE)
     np.fill_diagonal(expected, 0.0)
     expected[0, 1] = expected[1, 0] = 2.0           # (a, b) and (b, a): 1 and 3
@@ -150,7 +153,9 @@ def test_learned_and_raw_in_one_grid():
     cv = ShuffleSplit(4, test_size=0.5, random_state=0)
     grid = [{"distances__learner": [None]},
             {"distances__learner__learning_rate": [0.5, 2.0]}]
-    search = GridSearchCV(pipe, grid, cv=cv).fit(names, labels)
+    with warnings.catch_warnings():  # beside the point: the on-line kernels' verdicts
+        warnings.filterwarnings("ignore", category=NoImprovementWarning)
+        search = GridSearchCV(pipe, grid, cv=cv).fit(names, labels)
     raw = search.cv_results_["split0_test_score"][0]
     # the raw candidate: the observed distances of the table, 1-NN among the measured
     measured = np.full((24, 24), np.nan)

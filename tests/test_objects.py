@@ -14,6 +14,7 @@ from megkernel import (
     DefiniteBoostKernel,
     KernelDistances,
     MEGKernelRegressor,
+    NoImprovementWarning,
     kernel_to_distances,
     nearest_neighbor_error,
 )
@@ -89,9 +90,10 @@ def test_categorical_pairs_use_their_categories_and_integer_ids_may_be_named():
 
 def test_definiteboost_takes_ids_too():
     pairs = np.array([["x", "y"], ["y", "z"], ["u", "v"]])
-    model = DefiniteBoostKernel().fit(pairs, [1, 1, 0])
+    model = DefiniteBoostKernel(validation_fraction=None).fit(pairs, [1, 1, 0])
     assert_array_equal(model.objects_, ["u", "v", "x", "y", "z"])
-    reference = DefiniteBoostKernel(n_objects=5).fit([[2, 3], [3, 4], [0, 1]], [1, 1, -1])
+    reference = DefiniteBoostKernel(n_objects=5, validation_fraction=None).fit(
+        [[2, 3], [3, 4], [0, 1]], [1, 1, -1])
     assert_allclose(model.kernel_, reference.kernel_, rtol=1e-12, atol=1e-15)
     assert_array_equal(model.predict([["x", "y"], ["u", "v"]]), reference.predict([[2, 3], [0, 1]]))
 
@@ -116,7 +118,8 @@ def test_auto_trace_is_the_prior_at_the_targets_mean_distance():
     assert model.trace_ == pytest.approx(12 * y[moving].mean() / 2, rel=1e-12)
     assert np.trace(model.kernel_) == pytest.approx(model.trace_, rel=1e-12)
     # a fixed trace is used as given, and unreachable targets are named once
-    with pytest.warns(UserWarning, match=r"targets \(up to .*\) exceed 2 \* trace"):
+    with pytest.warns(NoImprovementWarning, match="on-line trials predicted"), \
+            pytest.warns(UserWarning, match=r"targets \(up to .*\) exceed 2 \* trace"):
         MEGKernelRegressor(solver="online", n_objects=12, trace=1.0, learning_rate=1e-3).fit(
             np.column_stack([a, b]), 100 * y)
     with warnings.catch_warnings():
