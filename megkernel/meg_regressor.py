@@ -497,7 +497,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                     f"each update is {progressive:.4g} against {result.prior_loss:.4g} for "
                     f"the prior on the same pairs (trace-one units), at learning_rate="
                     f"{self.learning_rate!r} ({result.learning_rate:.4g}). The on-line "
-                    "algorithm needs many trials per object; for a table of observed "
+                    "algorithm needs many trials per object, in no particular order (a "
+                    "table sorted by its objects: shuffle=True); for a table of observed "
                     "distances use solver='batch' (the default).", NoImprovementWarning)
             return
         if not self.converged_:
