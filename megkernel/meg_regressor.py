@@ -728,6 +728,12 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 raise ValueError(
                     f"y contains infinite {kind} (row {row!r}: {values.ravel()[bad[0]]}); "
                     "give finite ones, or NaN for a pair nobody measured (left out).")
+        if isinstance(y, pd.Series) and values.dtype.kind in "iuf" and values.ndim == 1:
+            negative = np.flatnonzero(values < 0)  # named by the Series' own label
+            if negative.size:
+                raise ValueError(
+                    f"y contains negative {kind} (row {y.index[negative[0]]!r}: "
+                    f"{values[negative[0]]:.6g}).")
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""

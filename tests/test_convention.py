@@ -318,3 +318,12 @@ def test_text_anywhere_is_named_by_its_row_and_column():
         KernelDistances(learner=MEGKernelRegressor(solver="online"), given_squared=False,
                         pairs=lambda: iter([(table[["a", "b"]].to_numpy(),
                                              table["distance"].to_numpy())])).fit(ids)
+
+
+def test_a_negative_target_in_a_series_is_named_by_its_label():
+    y = pd.Series([1.0, -2.0, 3.0], index=["p", "q", "r"])
+    pairs = [["a", "b"], ["b", "c"], ["a", "c"]]
+    with pytest.raises(ValueError, match=r"negative distances \(row 'q': -2\)"):
+        MEGKernelRegressor(squared=False).fit(pairs, y)
+    with pytest.raises(ValueError, match=r"negative squared distances \(row 'q': -2\)"):
+        MEGKernelRegressor().fit(pairs, y)
