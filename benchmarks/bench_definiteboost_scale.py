@@ -31,13 +31,16 @@ of ``d`` objects given as the 50-nearest-neighbour graph of their distances
 topped up with random pairs to ``50 d`` pairs (1e5 at 2000), from the same-family
 labels and from the distances; ``--user-tables`` adds a word list (600 words, an
 edit distance, 20 % of the pairs) and a survey (944 respondents, a Gower
-distance, 17 %) from ``_user_tables.py``, with MEG's batch fit on each.
+distance, 17 %) from ``_user_tables.py``, with MEG's batch fit on each;
+``--roundoff`` fits MEG again on the same targets one ulp up
+(``numpy.nextafter``) and notes the kernels' relative difference (Frobenius).
 
 Usage::
 
     python benchmarks/bench_definiteboost_scale.py [--sizes 500 1000 2000]
         [--iterations 1500] [--converge]
     python benchmarks/bench_definiteboost_scale.py --defaults --sizes 2000 [--user-tables]
+        [--roundoff]
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ def timed_fit(model, X, y):
     return time.perf_counter() - wall, time.process_time() - cpu, notes
 
 
-def defaults_table(sizes, user_tables):
+def defaults_table(sizes, user_tables, roundoff=False):
     """DefiniteBoostKernel (and MEG's batch fit) at their defaults, as a user calls them."""
     from _family_data import knn_accuracy, raw_knn_accuracy
     from _user_tables import survey_table, word_table
@@ -171,6 +174,12 @@ def defaults_table(sizes, user_tables):
             y = table["distance"] if signs is None else signs
             learner = "DefiniteBoost"
         wall, cpu, notes = timed_fit(model, table[["a", "b"]], y)
+        if roundoff and learner == "MEG batch":
+            again = MEGKernelRegressor(objects=ids, random_state=0)
+            timed_fit(again, table[["a", "b"]], np.nextafter(y, np.inf))
+            change = (np.linalg.norm(again.kernel_ - model.kernel_)
+                      / np.linalg.norm(model.kernel_))
+            notes = f"targets one ulp up: kernel {change:.1e} apart; {notes}"
         n_iter = getattr(model, "n_iter_", "")
         converged = getattr(model, "converged_", "")
         print(f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | {len(ids)} | "
@@ -185,6 +194,8 @@ def main():
                         help="the estimators at their defaults on user-like tables instead")
     parser.add_argument("--user-tables", action="store_true",
                         help="with --defaults: also the word list and the survey")
+    parser.add_argument("--roundoff", action="store_true",
+                        help="with --defaults: MEG again on targets one ulp up")
     parser.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000])
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--window", type=int, default=250)
@@ -192,7 +203,7 @@ def main():
                         help="also run auto to convergence (up to 400,000 iterations)")
     args = parser.parse_args()
     if args.defaults:
-        defaults_table(args.sizes, args.user_tables)
+        defaults_table(args.sizes, args.user_tables, args.roundoff)
         return
     print(f"{'d':>5} {'pairs':>6} {'method':>7}  iterations / s by window of {args.window}")
     for d in args.sizes:
