@@ -44,6 +44,15 @@ BLOCK = re.compile(r"^\.\. code-block:: python\n((?:   :[\w-]+:.*\n)*)\n((?:(?: 
 #: User-guide blocks quick enough for the quick suite (page stem-number).
 _QUICK_BLOCKS = {"kernel_learners-0", "meg-0", "metrics-0", "metrics-1"}
 
+#: Warnings a block rightly shows its reader, ignored in its test by category and
+#: the start of the message (any other warning of a block fails it).
+_BLOCK_NOTES = {
+    # the paper's grid of on-line rates: at 0.05 the trials predict little better
+    # than the prior on every fold (in the search's workers), which each fit says
+    "reproduction-0": ["ignore:MEGKernelRegressor. the on-line trials predicted little better"
+                       ":megkernel.NoImprovementWarning"],
+}
+
 
 def _blocks():
     for page in PAGES:
@@ -58,8 +67,10 @@ def _blocks():
             # each block fits on real data, end to end: the full suite only,
             # but for a few that take under half a second (the quick suite)
             name = f"{page.stem}-{number}"
-            yield pytest.param(body, claims, id=name,
-                               marks=[] if name in _QUICK_BLOCKS else [pytest.mark.slow])
+            marks = [pytest.mark.filterwarnings(note) for note in _BLOCK_NOTES.get(name, [])]
+            if name not in _QUICK_BLOCKS:
+                marks.append(pytest.mark.slow)
+            yield pytest.param(body, claims, id=name, marks=marks)
 
 
 BLOCKS = list(_blocks())
