@@ -49,6 +49,9 @@ FITTING |= set(PROTOCOL_METHODS) | set(OPTIONAL_PROTOCOL_METHODS)
 CASES = pytest.mark.parametrize("case", ESTIMATORS, ids=[case.name for case in ESTIMATORS])
 
 
+#: The deprecated properties' warning (every public property is read here).
+DEPRECATED_PROPERTIES = r"(prior_)?constraint_loss_ is deprecated"
+
 def _public(cls):
     """``(methods using a fit, properties)`` of the class, by name."""
     methods, properties = set(), set()
@@ -87,7 +90,7 @@ def _answers(case, model):
     out = {name: _answer(lambda name=name: call(model, name, args))
            for name, args in case.calls.items() if name not in case.updates}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated properties
+        warnings.filterwarnings("ignore", DEPRECATED_PROPERTIES, FutureWarning)
         out.update({name: _answer(lambda name=name: getattr(model, name))
                     for name in properties})
     return out
@@ -137,7 +140,7 @@ def test_use_before_fit_raises_not_fitted_error_and_changes_nothing(case):
         with unchanged_on_error(model, NotFittedError):
             call(model, name, args)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated properties
+        warnings.filterwarnings("ignore", DEPRECATED_PROPERTIES, FutureWarning)
         for name in _public(type(model))[1]:
             with unchanged_on_error(model, NotFittedError):
                 getattr(model, name)

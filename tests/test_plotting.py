@@ -1,8 +1,6 @@
 """plot_learning_curve on a user's own models, and what the reproduction's
 figures must show (the target's line at 0, DefiniteBoost's note)."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -125,9 +123,7 @@ def test_online_curve_without_target_draws_no_bound(stream):
 def test_online_bound_refused_when_it_does_not_apply(wine, stream, make, target_scale,
                                                      match):
     pairs, y = stream
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = make().partial_fit(pairs[:200], y[:200])
+    model = make().partial_fit(pairs[:200], y[:200])
     ax = _axes()
     with pytest.raises(ValueError, match=match):
         plot_learning_curve(model, ax, target=target_scale * wine.kernel)

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import low_rank_kernel, sq_dist
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, ShuffleSplit
 from sklearn.neighbors import KNeighborsClassifier
@@ -37,20 +38,22 @@ def test_short_parameters_are_shown_as_given():
     assert repr(MEGKernelRegressor(objects=["a", "b"])) == "MEGKernelRegressor(objects=['a', 'b'])"
 
 
+# max_iter=20 keeps the learner's fits short, which each says: beside the point here
+@pytest.mark.filterwarnings("ignore:MEGKernelRegressor. the batch fit stopped at max_iter=20 "
+                            ":sklearn.exceptions.ConvergenceWarning")
 def test_a_grid_over_learners_reads():
     ids = IDS[:30]
     rng = np.random.default_rng(0)
-    a, b = rng.integers(0, 30, size=(2, 200))
+    a = rng.integers(0, 30, size=200)
+    b = (a + rng.integers(1, 30, size=200)) % 30  # pairs of distinct objects
     pipe = Pipeline([("kernel", KernelDistances(pairs=np.column_stack([ids[a], ids[b]]),
-                                                targets=rng.uniform(1, 2, 200),
+                                                targets=sq_dist(low_rank_kernel(30, 3, 0),
+                                                                np.column_stack([a, b])),
                                                 given_squared=True)),
                      ("knn", KNeighborsClassifier(n_neighbors=1, metric="precomputed"))])
     learner = MEGKernelRegressor(objects=ids, random_state=0, max_iter=20)
     search = GridSearchCV(pipe, {"kernel__learner": [None, learner]},
                           cv=ShuffleSplit(2, test_size=0.5, random_state=0))
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        search.fit(ids, np.arange(30) % 3)
+    search.fit(ids, np.arange(30) % 3)
     shown = [repr(value) for value in search.cv_results_["param_kernel__learner"]]
     assert max(len(text) for text in shown) < 200, shown
