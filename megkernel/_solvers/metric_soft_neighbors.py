@@ -64,9 +64,10 @@ def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None, bloc
     """Stochastic-neighbour probabilities of the rows of ``embedded``.
 
     ``same``: the ``same`` of an earlier call on the same ``codes`` (not
-    computed again), or of given pairs (:func:`pair_masks`). ``blocked``:
-    ``True`` where a point may not pick the other (given pairs: the points
-    it is not paired with; every row needs one it may pick).
+    computed again; boolean or 0/1), or of given pairs (:func:`pair_masks`).
+    ``blocked``: ``-inf`` where a point may not pick the other, else 0
+    (given pairs: the points it is not paired with; every row needs one it
+    may pick).
 
     Returns
     -------
@@ -82,13 +83,13 @@ def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None, bloc
         np.maximum(logits, -1e300, out=logits)
     np.fill_diagonal(logits, -np.inf)
     if blocked is not None:
-        np.copyto(logits, -np.inf, where=blocked)
+        logits += blocked  # 0, or -inf where blocked
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits, out=logits)
     P /= P.sum(axis=1, keepdims=True)
     if same is None:
         same = codes[:, None] == codes[None, :]
-    return P, np.sum(P, axis=1, where=same), same
+    return P, np.einsum("ij,ij->i", P, same), same
 
 
 def pair_masks(n_points, pairs, signs):
@@ -110,14 +111,17 @@ def pair_masks(n_points, pairs, signs):
 
     Returns
     -------
-    blocked, same : ndarray of bool, shape (n_points, n_points)
+    blocked : ndarray of shape (n_points, n_points)
+        ``-inf`` where a point may not pick the other, else 0.
+    same : ndarray of shape (n_points, n_points)
+        1 where the pair is similar, else 0.
     """
     a, b = pairs[:, 0], pairs[:, 1]
-    blocked = np.ones((n_points, n_points), dtype=bool)
-    blocked[a, b] = blocked[b, a] = False
-    same = np.zeros((n_points, n_points), dtype=bool)
+    blocked = np.full((n_points, n_points), -np.inf)
+    blocked[a, b] = blocked[b, a] = 0.0
+    same = np.zeros((n_points, n_points))
     similar = signs > 0
-    same[a[similar], b[similar]] = same[b[similar], a[similar]] = True
+    same[a[similar], b[similar]] = same[b[similar], a[similar]] = 1.0
     return blocked, same
 
 
@@ -131,7 +135,7 @@ def prior_temperature(coordinates, prior, blocked=None):
     sq = _sq_distances(coordinates * np.sqrt(prior))
     np.fill_diagonal(sq, np.inf)
     if blocked is not None:
-        np.copyto(sq, np.inf, where=blocked)
+        sq -= blocked  # +inf where blocked
     temperature = float(np.mean(sq.min(axis=1)))
     if temperature > 0:
         return temperature
@@ -163,8 +167,9 @@ class SoftNeighborAscent:
         self.exponent = MetricExponent.from_prior(prior)
         self.step, self.n_iter, self.converged = 1.0, 0, False
         self._blocked, self._same = masks if masks is not None else (None, None)
+        if self._same is None:  # 0/1: a product, not a masked reduction, per step
+            self._same = (self.codes[:, None] == self.codes[None, :]).astype(float)
         self.objective, self._state = self._evaluate(self.exponent)
-        self._same = self._state[2]
         self.objectives = [self.objective]
 
     @classmethod
@@ -195,8 +200,8 @@ class SoftNeighborAscent:
         product).
         """
         P, p, same = self._state
-        weights = P * p[:, None]
-        np.subtract(weights, P, out=weights, where=same)
+        weights = p[:, None] - same
+        weights *= P
         weights += weights.T.copy()
         laplacian_z = (weights.sum(axis=1)[:, None] * self.coordinates
                        - weights @ self.coordinates)
