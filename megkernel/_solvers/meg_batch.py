@@ -351,8 +351,10 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             change, last_gradient = previous
             difference = G - last_gradient
             curvature = train.inner(change, difference)
-            if curvature > 0:
-                bb = _power_of_two_below(curvature / train.inner(difference, difference))
+            # (<g, g> > 0 whenever <s, g> > 0, unless it underflows: a subnormal gradient)
+            squared = train.inner(difference, difference)
+            if curvature > 0 and squared > 0:
+                bb = _power_of_two_below(curvature / squared)
                 step = min(max(bb, step / _BB_RANGE), step * _BB_RANGE)
             else:
                 step *= 2.0
