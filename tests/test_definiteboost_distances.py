@@ -170,8 +170,9 @@ _BAD_DISTANCES = {
 def test_bad_distances_raise_naming_the_problem_and_change_nothing(case,
                                                                   assert_unchanged_on_error):
     params, y, message = _BAD_DISTANCES[case]
-    model = DefiniteBoostKernel(n_objects=5).fit(np.array([[0, 1], [2, 3]]))
-    model.set_params(**params)
+    model = DefiniteBoostKernel(n_objects=5, validation_fraction=None).fit(
+        np.array([[0, 1], [2, 3]]))
+    model.set_params(validation_fraction=0.1, **params)
     with assert_unchanged_on_error(model, ValueError, match=message):
         model.fit(_PAIRS, y)
     fresh = DefiniteBoostKernel(n_objects=5, **params)
@@ -193,8 +194,8 @@ def test_an_object_at_a_positive_distance_from_itself_is_refused():
 def test_an_interrupted_distance_fit_leaves_the_model_unchanged(monkeypatch,
                                                                 assert_unchanged_on_error):
     ids, _, pairs, sq = _families(seed=3, d=24)
-    model = _quiet_fit(DefiniteBoostKernel(objects=ids, validation_fraction=None),
-                       pairs[:50], sq[:50])
+    model = _quiet_fit(DefiniteBoostKernel(objects=ids, validation_fraction=None,
+                                           y_kind="sq_distances"), pairs[:50], sq[:50])
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt

@@ -72,6 +72,8 @@ def test_low_rank_kernel_stays_in_the_prior_range():
                                atol=1e-12)
 
 
+@pytest.mark.filterwarnings(  # the rate's formula is tested here, not the fit
+    "ignore:MEGKernelRegressor. the on-line fit diverged:sklearn.exceptions.ConvergenceWarning")
 def test_auto_rate_uses_the_restricted_range():
     pairs, y = _distance_trials()
     F = np.random.default_rng(3).normal(size=(12, 3))
@@ -174,6 +176,8 @@ def test_bad_low_rank_inputs(Estimator):
         Estimator(init_factor=F[:10]).fit(pairs, y)
 
 
+@pytest.mark.filterwarnings(  # ten trials over 6000 objects: the storage is tested
+    "ignore:MEGKernelRegressor. the on-line trials predicted:megkernel.NoImprovementWarning")
 def test_kernel_is_not_formed_for_many_objects():
     d = 6000
     rng = np.random.default_rng(8)
