@@ -360,7 +360,8 @@ def test_k_nn_of_the_learned_kernel_beats_the_observed_distances():
     knn = KNeighborsClassifier(1, metric="precomputed")
 
     def accuracy(learner):
-        step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["d"])
+        step = KernelDistances(learner=learner, pairs=table[["a", "b"]], targets=table["d"],
+                               given_squared=False)  # plain distances (squared for MEG)
         return cross_val_score(make_pipeline(step, knn), ids, labels, cv=cv).mean()
 
     raw = accuracy(None)
