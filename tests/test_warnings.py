@@ -155,3 +155,16 @@ def test_a_tie_at_the_best_possible_score_is_said_as_such():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert warn_if_not_better("L", 0.95, 0.9, what="AUC", best_possible=1.0)
+
+
+def test_the_suite_runs_with_warnings_as_errors(pytestconfig):
+    """Every warning fails the test it arises in (pyproject's filterwarnings):
+    an expected one is asserted or ignored where it arises. An ignore listed
+    there must name the message it ignores, never a whole category."""
+    filters = pytestconfig.getini("filterwarnings")
+    assert filters[0] == "error", filters
+    for entry in filters[1:]:
+        action, message = (entry.split(":") + [""])[:2]
+        assert action == "ignore" and message.strip(), entry
+    with pytest.raises(UserWarning, match="an unasserted warning"):
+        warnings.warn("an unasserted warning", UserWarning, stacklevel=1)
