@@ -179,7 +179,8 @@ def defaults_table(sizes, user_tables, roundoff=False):
             timed_fit(again, table[["a", "b"]], np.nextafter(y, np.inf))
             change = (np.linalg.norm(again.kernel_ - model.kernel_)
                       / np.linalg.norm(model.kernel_))
-            notes = f"targets one ulp up: kernel {change:.1e} apart; {notes}"
+            notes = "; ".join(filter(None, [f"targets one ulp up: kernel {change:.1e} apart",
+                                            notes]))
         n_iter = getattr(model, "n_iter_", "")
         converged = getattr(model, "converged_", "")
         print(f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | {len(ids)} | "
