@@ -601,7 +601,7 @@ def test_an_iteration_costs_about_one_eigendecomposition():
         result = minimize_pair_loss(state, PairLoss(state, pairs[:, 0], pairs[:, 1], z),
                                     max_iter=300, tol=1e-6)
         assert result.converged and result.loss_curve[-1] < 1e-3 * result.loss_curve[0]
-        assert result.n_eigh <= 2.2 * result.n_iter
+        assert result.n_eigh <= 2.5 * result.n_iter  # 1.5-2.1 here
 
 
 def _word_table(n_words, seed):
