@@ -44,7 +44,7 @@ __all__ = ["DefiniteBoostKernel"]
 #: What ``y_kind="auto"`` says when it reads float targets as squared distances.
 AMBIGUOUS_DISTANCES = (
     "DefiniteBoostKernel: y_kind='auto' read the float targets as squared distances, "
-    "but plain distances are floats too. From megkernel 0.3 y_kind='auto' will refuse "
+    "but plain distances are floats too. From megkernel 0.4 y_kind='auto' will refuse "
     "float distances: give y_kind='sq_distances' if they are squared distances (this "
     "result) or y_kind='distances' if they are plain (squared on input). In a "
     "KernelDistances, its given_squared says it for every step.")

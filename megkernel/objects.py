@@ -109,7 +109,7 @@ def _unset_message(name):
     """Return the deprecation of a learner's targets read without ``given_squared``."""
     return (
         f"KernelDistances: given_squared is not set, so {name} read its targets as "
-        "squared distances, as it does alone. From megkernel 0.3 the default, "
+        "squared distances, as it does alone. From megkernel 0.4 the default, "
         "given_squared=False (plain distances, as for the given distances without a "
         "learner), will cover a learner's targets too: these would be read as plain "
         "distances and squared. Set given_squared=True if they are squared distances "
@@ -335,7 +335,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``targets`` (or stream), which are read as the learner reads them
         alone (:class:`~megkernel.MEGKernelRegressor` by its ``squared``,
         squared distances by default), with a ``FutureWarning`` where that
-        reads them as squared: from megkernel 0.3 the default will be
+        reads them as squared: from megkernel 0.4 the default will be
         ``False`` for them too.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
