@@ -529,6 +529,7 @@ def test_relative_loss_bound_after_fit(seed):
     _check_bound(model, A_start, rho_start, points, signs, rng)
 
 
+@pytest.mark.filterwarnings("ignore:The first pairs of partial_fit span")  # small chunks
 @pytest.mark.parametrize("seed", range(30))
 def test_relative_loss_bound_from_scratch(seed):
     rng, X, labels, points, signs, params, cuts = _stream_case(100 + seed)

@@ -467,3 +467,22 @@ def test_a_clearly_worse_temperature_stops_at_the_race():
     log, longest = _race(monkeypatch, 300, (1.0, 0.05))
     assert log["temperature"] == 0.05
     assert longest[1.0] <= module.RACE_ITERATIONS < longest[0.05]
+
+
+def test_a_pair_of_a_point_with_itself_is_no_pick_among_partners():
+    """A point paired only with itself has no partner to pick (a row of the
+    softmax with nothing allowed): it is left out, with no RuntimeWarning;
+    without any other pair the ascent stays at the prior."""
+    from megkernel._solvers.metric_soft_neighbors import SoftNeighborAscent
+
+    prior = np.full(3, 1 / 3)
+    alone = SoftNeighborAscent.of_pairs(np.eye(3), np.array([[2, 2]]), np.array([1]), prior, 1.0)
+    assert alone.converged and alone.advance(3).n_iter == 0
+    np.testing.assert_allclose(alone.exponent.density(), np.diag(prior), atol=1e-12)
+    points = np.random.default_rng(0).normal(size=(4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        mixed = SoftNeighborAscent.of_pairs(points, np.array([[0, 1], [2, 2], [0, 3]]),
+                                            np.array([1, 1, -1]), prior, 1.0)
+        mixed.advance(2)
+    assert len(mixed.coordinates) == 3 and np.isfinite(mixed.objective)

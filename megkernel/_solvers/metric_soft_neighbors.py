@@ -178,8 +178,19 @@ class SoftNeighborAscent:
 
         Over the points in ``pairs`` (rows of ``coordinates``), at
         ``temperature`` times their :func:`prior_temperature` among
-        partners.
+        partners. A pair of a point with itself is no pick and is left out;
+        without any other pair the ascent stays at the prior (converged).
         """
+        other = pairs[:, 0] != pairs[:, 1]
+        pairs, signs = pairs[other], np.asarray(signs)[other]
+        if not len(pairs):
+            ascent = cls.__new__(cls)
+            ascent.coordinates, ascent.codes = coordinates[:0], np.zeros(0, dtype=int)
+            ascent.temperature, ascent.exponent = float(temperature), \
+                MetricExponent.from_prior(prior)
+            ascent.step, ascent.n_iter, ascent.converged = 1.0, 0, True
+            ascent.objective, ascent.objectives = 0.0, [0.0]
+            return ascent
         points, local = np.unique(pairs, return_inverse=True)
         masks = pair_masks(len(points), local.reshape(-1, 2), signs)
         own = coordinates[points]

@@ -370,7 +370,7 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
     >>> labels = (points[:, 0] > 0).astype(int)
     >>> a, b = rng.integers(0, 40, (2, 200))
     >>> pairs = np.stack([points[a], points[b]], axis=1)
-    >>> model = DefiniteBoostPairMetric(random_state=0).fit(pairs, labels[a] == labels[b])
-    >>> model.predict(pairs[:3]).shape
+    >>> model = DefiniteBoostPairMetric(gamma_dissimilar=1.0, random_state=0)
+    >>> model.fit(pairs, labels[a] == labels[b]).predict(pairs[:3]).shape
     (3,)
     """
