@@ -769,7 +769,7 @@ def test_an_interrupt_in_the_soft_neighbor_prior_leaves_the_model_unchanged(
         reference = DefiniteBoostMetric(random_state=0).fit(2 * X, labels).transform(X)
     assert model.init_ == "soft-neighbors"
     before = pickle.dumps(model)
-    target = {"prior": (db, "fit_meg_metric", 1), "fold prior": (db, "fit_meg_metric", 2),
+    target = {"prior": (db, "fit_meg_metric", 1), "fold prior": (db, "SoftNeighborAscent", 1),
               "sweeps": (db, "fit_pair_constraints", 1)}[where]
     owner, name, nth = target
     real, calls = getattr(owner, name), []

@@ -351,23 +351,27 @@ def test_definiteboost_folds_refit_their_prior_at_the_prior_temperature(monkeypa
     import megkernel._solvers.metric_definiteboost as db_module
     from megkernel import DefiniteBoostMetric
 
-    seen = []
-    real = db_module.fit_meg_metric
+    bases, used = [], []
+    real_base, real_ascent = db_module.prior_temperature, db_module.SoftNeighborAscent
 
-    def spy(*args, options, **kwargs):
-        result = real(*args, options=options, **kwargs)
-        seen.append((options.n_epochs, options.temperature, result.temperature))
-        return result
+    def base(*args, **kwargs):
+        bases.append(real_base(*args, **kwargs))
+        return bases[-1]
 
-    monkeypatch.setattr(db_module, "fit_meg_metric", spy)
+    def ascent(coordinates, codes, prior, temperature):
+        used.append(temperature)
+        return real_ascent(coordinates, codes, prior, temperature)
+
+    monkeypatch.setattr(db_module, "prior_temperature", base)
+    monkeypatch.setattr(db_module, "SoftNeighborAscent", ascent)
     X, y = _moons(seed=13, n=200)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit(X, y)
     assert model.init_ == "soft-neighbors"
     chosen = model.prior_temperature_
-    folds = [entry for entry in seen if entry[0] != "auto"]
-    assert folds and all(t == chosen and used == chosen for _, t, used in folds)
+    assert used and len(used) == len(bases)  # one ascent per fold, at its own points' scale
+    np.testing.assert_allclose(used, [chosen * b for b in bases], rtol=1e-15)
 
 
 def test_only_the_kept_temperature_s_warnings_are_shown(monkeypatch):

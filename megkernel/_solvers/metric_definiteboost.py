@@ -38,9 +38,11 @@ from .holdout import (
     resolve_n_folds,
     validate_length,
 )
+from .metric_meg import metric_components, whiten
 from .metric_meg_fit import MEGMetricFit, MEGMetricOptions, fit_meg_metric
 from .metric_pairs import N_NEIGHBORS, ClassPairs, label_candidates
 from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
+from .metric_soft_neighbors import SoftNeighborAscent, prior_temperature
 
 __all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
            "fit_definiteboost_metric"]
@@ -235,9 +237,15 @@ def _fold_prior(centred, classes, train, prior):
     train = train[classes.codes[train] >= 0]
     if np.unique(classes.codes[train]).size < 2:
         return centred
-    fold = _soft_neighbor_fit(centred[train], classes.codes[train], MEGMetricOptions(
-        n_epochs=prior.n_epochs, temperature=prior.temperature))
-    return centred @ fold.components.T
+    # MEGMetric's soft-neighbour fit at a fixed length, without what only its report
+    # needs (the neighbourhood pairs, the targets): the same ascent, the same map
+    points = centred[train]
+    coordinates, scales, directions, trace = whiten(points - points.mean(axis=0))
+    start = scales**2 / trace
+    ascent = SoftNeighborAscent(
+        coordinates, classes.codes[train], start,
+        prior.temperature * prior_temperature(coordinates, start)).advance(int(prior.n_epochs))
+    return centred @ metric_components(ascent.exponent, scales, directions, trace).T
 
 
 def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classes, *,
