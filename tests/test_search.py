@@ -1,8 +1,6 @@
 """Hyper-parameter search of the kernel learners: own scores, the k-NN
 scorer, n_jobs=2, and joblib's Dask backend on a local cluster."""
 
-import warnings
-
 import joblib
 import numpy as np
 import pytest
@@ -97,12 +95,14 @@ def test_meg_learning_rate_search_prefers_the_bound_optimal_rate(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("by_knn", [False, True])
+# a grid's gamma may rank a fold's held-out pairs no better than the prior does
+# (the held-out split is random), which that fit says, in its worker
+@pytest.mark.filterwarnings("ignore:DefiniteBoostKernel. the learned kernel is no better than its"
+                            " prior on held-out pairs:megkernel.NoImprovementWarning")
 def test_definiteboost_gamma_search(wine, constraints, by_knn):
     pairs, y, gamma, gamma_dissimilar = constraints
     scoring = make_knn_kernel_scorer(wine.labels) if by_knn else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # some folds stop at max_iter
-        search = _definiteboost_search(gamma, gamma_dissimilar, scoring, 2).fit(pairs, y)
+    search = _definiteboost_search(gamma, gamma_dissimilar, scoring, 2).fit(pairs, y)
     scores = search.cv_results_["mean_test_score"]
     assert np.all((scores >= 0) & (scores <= 1))
     assert search.best_params_["gamma"] in (gamma / 4, gamma / 2, gamma)
