@@ -292,12 +292,11 @@ def test_kernel_distances_learned_kernel(data):
         targets = data.draw(st.one_of(
             hnp.arrays(np.int64, len(pairs), elements=SIGNS), hostile_arrays(max_dims=2)),
             label="labels")
-        convention = {}
     else:
         model = MEGKernelRegressor(solver=learner, max_iter=20)
         targets = targets_for(data.draw, len(pairs))
-        convention = {"given_squared": True}  # squared-distance targets
-    step = KernelDistances(learner=model, pairs=pairs, targets=targets, **convention)
+    # targets that are not labels are squared distances, said so
+    step = KernelDistances(learner=model, pairs=pairs, targets=targets, given_squared=True)
     fit_ids = pick(data.draw, ids, label="fit ids")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
