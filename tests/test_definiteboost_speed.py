@@ -175,28 +175,3 @@ def test_a_budget_spreads_the_ties_over_the_objects(monkeypatch):
     fit_pair_constraints(again, pairs, signs, max_iter=budget, warn=False)
     assert np.array_equal(again.exponent, state.exponent)
 
-
-def test_a_slow_first_prior_says_the_fit_takes_as_long_again(monkeypatch):
-    """From distances the prior is fitted twice (the verdict's, then on every
-    pair): a first one that took long says so, before the second starts."""
-    import itertools
-    import warnings
-
-    from megkernel import DefiniteBoostKernel
-
-    rng = np.random.default_rng(0)
-    points = rng.normal(size=(60, 3))
-    pairs = _problem(60, 1500, seed=5)[0]
-    distances = np.sqrt(((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2).sum(axis=1))
-
-    def fit(seconds_per_read):
-        ticks = itertools.count(0.0, seconds_per_read)
-        monkeypatch.setattr(definiteboost_projections, "clock", lambda: next(ticks))
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            DefiniteBoostKernel(random_state=0, y_kind="distances").fit(pairs, distances)
-        return [str(w.message) for w in caught if "as long again" in str(w.message)]
-
-    said = fit(20.0)  # 20 s between two reads: the first prior "took" 20 s
-    assert len(said) == 1 and "took 20 s" in said[0] and "about 44 s or more" in said[0]
-    assert not fit(1e-3)

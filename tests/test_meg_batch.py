@@ -649,3 +649,40 @@ def test_the_refit_continues_from_the_training_runs_kernel():
     refit_iterations = fit.n_iter - len(training)
     assert 0 < refit_iterations < len(training)
     assert fit.loss_curve[0] < 1.5 * fit.loss_curve[-1]
+
+
+def test_the_training_runs_kernel_and_held_out_pairs_are_returned():
+    """Besides the refit on every pair, the batch fit returns the kernel of its
+    run on the training pairs alone and the pairs it held out: the held-out
+    R^2 recomputed from that kernel's squared distances is the fit's
+    validation score; the same pairs in another row order and orientation
+    give the same held-out pairs and the same kernel, bit for bit."""
+    from megkernel._solvers.meg_batch import fit_batch
+
+    ids, table, _ = _family_table(seed=0)
+    index = {name: k for k, name in enumerate(ids)}
+    pairs = np.column_stack([table["a"].map(index), table["b"].map(index)])
+    y = table["sq"].to_numpy()
+
+    def fit(pairs, y, **kwargs):
+        return fit_batch(pairs, y, prior=ExponentState.identity(len(ids)), spectral=True,
+                         random_state=0, **kwargs)
+
+    result = fit(pairs, y)
+    held = result.held_pairs
+    assert len(held) == round(0.1 * len(y)) and np.array_equal(held, np.unique(held))
+    kernel = result.training.trace * result.training.state.matrix()
+    a, b = pairs[held].T
+    predicted = kernel[a, a] + kernel[b, b] - 2 * kernel[a, b]
+    r2 = 1.0 - np.mean((predicted - y[held]) ** 2) / np.var(y[held])
+    assert r2 == pytest.approx(result.validation_score, rel=1e-9)
+    # the refit on every pair is another kernel
+    assert np.abs(result.training.state.matrix() - result.state.matrix()).max() > 1e-6
+    order = np.random.default_rng(1).permutation(len(y))
+    again = fit(pairs[order][:, ::-1], y[order])
+    assert ({tuple(sorted(p)) for p in pairs[held]}
+            == {tuple(sorted(p)) for p in pairs[order][again.held_pairs]})
+    assert np.array_equal(again.training.state.exponent, result.training.state.exponent)
+    assert again.training.trace == result.training.trace
+    whole = fit(pairs, y, validation_fraction=None)
+    assert whole.training is None and whole.held_pairs is None

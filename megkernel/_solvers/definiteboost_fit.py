@@ -8,7 +8,11 @@ the pairs (:func:`~megkernel._solvers.definiteboost_distances.distance_constrain
 and the prior is the kernel that fits the distances (MEG's batch fit,
 :func:`~megkernel._solvers.meg_batch.fit_batch`): a verdict fit whose
 prior and kernel never see the held-out constraint pairs decides whether the
-projection, refitted on every pair, or the prior is returned.
+projection, refitted on every pair, or the prior is returned. With the prior
+fitted to the distances, one batch fit gives both priors: the held-out
+constraint pairs are the constraint pairs among those it holds out, so its
+run on its training pairs is the verdict's prior and its refit on every pair
+the prior returned.
 """
 
 from __future__ import annotations
@@ -17,8 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._warnings import deferred_warnings, replay, warn_user
-from . import definiteboost_projections as projections
+from .._warnings import deferred_warnings, replay
 from .definiteboost_distances import distance_constraints
 from .definiteboost_rules import (
     Chosen,
@@ -170,33 +173,20 @@ def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
     if data_prior:
         fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
                            random_state=random_state)
-        state = working_state(fitted.state, fitted.subspace, method, projection)
-        fitted_trace = fitted.trace
+        return _fitted_prior(fitted, fitted.trace, trace, method, projection)
+    state = prior.copy()
+    if init_trace is None and state.basis is None:
+        distinct = pairs[:, 0] != pairs[:, 1]
+        fitted_trace = 0.5 * state.n_objects * float(np.mean(sq_distances[distinct]))
     else:
-        state = prior.copy()
-        if init_trace is None and state.basis is None:
-            distinct = pairs[:, 0] != pairs[:, 1]
-            fitted_trace = 0.5 * state.n_objects * float(np.mean(sq_distances[distinct]))
-        else:
-            fitted_trace = init_trace if init_trace is not None else 1.0
+        fitted_trace = init_trace if init_trace is not None else 1.0
     return state, fitted_trace if trace == "auto" else float(trace)
 
 
-def _say_second_prior(seconds, data_prior):
-    """Say up front that a fit whose first prior took long will take about as long again.
-
-    The verdict's prior (without the held-out pairs) is fitted first; the
-    returned one, on every pair, costs about as much again, and the
-    projections follow. Said once the first took more than half of
-    :data:`~.definiteboost_projections.SLOW_RUN_SECONDS`.
-    """
-    if data_prior and seconds > 0.5 * projections.SLOW_RUN_SECONDS:
-        warn_user(
-            f"DefiniteBoostKernel: fitting the prior to the distances (MEG's batch fit, "
-            f"without the held-out pairs) took {projections._duration(seconds)}; the "
-            f"prior on every pair takes about as long again, then the projections: "
-            f"about {projections._duration(2.2 * seconds)} or more in all. "
-            "validation_fraction=None fits the prior once (no verdict).", UserWarning)
+def _fitted_prior(fitted, fitted_trace, trace, method, projection):
+    """Return a batch fit's kernel (or its training run's) as the projections' prior and trace."""
+    state = working_state(fitted.state, fitted.subspace, method, projection)
+    return state, fitted_trace if trace == "auto" else float(trace)
 
 
 def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, trace, gamma,
@@ -222,7 +212,10 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     max_iter : int or "auto"
         Projections allowed.
     validation_fraction : float or None
-        Share of each kind of constraint held out for the verdict.
+        Share of each kind of constraint held out for the verdict. With a
+        prior fitted to the distances, the share of the pairs its batch fit
+        holds out (``None``: the batch fit's default), the constraint pairs
+        among them held out for the verdict.
     random_state : int, RandomState instance or None
         The splits' randomness.
     progress : callable
@@ -242,8 +235,6 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     gamma = Chosen(auto_gamma) if gamma == "auto" else gamma
     gamma_dissimilar = Chosen(auto_gamma_d) if gamma_dissimilar == "auto" else gamma_dissimilar
     constrained = pairs[chosen]
-    train, held_out, reason = _split(constrained, signs, prior.n_objects,
-                                     validation_fraction, random_state)
     max_iter = (auto_max_iter(len(chosen), prior.n_objects) if max_iter == "auto"
                 else max_iter)
     run = dict(gamma=gamma, gamma_dissimilar=gamma_dissimilar, max_iter=max_iter,
@@ -251,16 +242,43 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
     make_prior = dict(prior=prior, data_prior=data_prior, init_trace=init_trace, trace=trace,
                       random_state=random_state, method=options["method"],
                       projection=options["projection"])
+    if data_prior:
+        # one batch fit gives both priors: the held-out constraint pairs are
+        # those among the pairs it held out, so its run on its training pairs
+        # is the verdict's prior and its refit on every pair the one returned
+        fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
+                           random_state=random_state,
+                           **({} if validation_fraction is None
+                              else {"validation_fraction": validation_fraction}))
+        state, fitted_trace = _fitted_prior(fitted, fitted.trace, trace, options["method"],
+                                            options["projection"])
+        train, held_out, reason = None, None, ""
+        if validation_fraction is not None and fitted.held_pairs is not None:
+            train, held_out, reason = split_labelled_pairs(
+                constrained, signs, prior.n_objects, validation_fraction, random_state,
+                held=np.flatnonzero(np.isin(chosen, fitted.held_pairs)))
+    shared = data_prior and held_out is not None
+    if not shared:
+        # no prior fit, or too few constraint pairs among the pairs the batch
+        # fit held out (a small table): a share of each kind is held out, and
+        # a fitted verdict's prior is fitted again without them (below)
+        train, held_out, reason = _split(constrained, signs, prior.n_objects,
+                                         validation_fraction, random_state)
+    if not data_prior:
+        state, fitted_trace = distance_prior(pairs, sq_distances, **make_prior)
     verdict = None
     if held_out is not None:
-        seen = np.setdiff1d(np.arange(len(pairs)), np.setdiff1d(chosen, chosen[train]))
-        start = projections.clock()
-        state, fitted_trace = distance_prior(pairs[seen], sq_distances[seen], **make_prior)
-        _say_second_prior(projections.clock() - start, data_prior)
+        if shared:
+            verdict_state, verdict_trace = _fitted_prior(
+                fitted.training, fitted.training.trace, trace, options["method"],
+                options["projection"])
+        else:
+            seen = np.setdiff1d(np.arange(len(pairs)), np.setdiff1d(chosen, chosen[train]))
+            verdict_state, verdict_trace = distance_prior(pairs[seen], sq_distances[seen],
+                                                          **make_prior)
         with deferred_warnings() as verdict_warnings:  # said only if it is returned
-            verdict = _run(state, constrained[train], signs[train], trace=fitted_trace,
-                           held_out=held_out, **run)
-    state, fitted_trace = distance_prior(pairs, sq_distances, **make_prior)
+            verdict = _run(verdict_state, constrained[train], signs[train],
+                           trace=verdict_trace, held_out=held_out, **run)
     prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
     if prior_kept:
         log = keep_the_prior(state, constrained, signs, gamma=gamma, trace=fitted_trace,

@@ -261,7 +261,7 @@ class HeldOutPairs:
                                 sq_distances(self.farther[:, 0], self.farther[:, 1]))
 
 
-def split_labelled_pairs(pairs, signs, n_objects, fraction, random_state):
+def split_labelled_pairs(pairs, signs, n_objects, fraction, random_state, *, held=None):
     """Hold out a share of each kind of labelled pair (similar / dissimilar).
 
     When only one kind is held out, random pairs of distinct objects stand on
@@ -279,6 +279,10 @@ def split_labelled_pairs(pairs, signs, n_objects, fraction, random_state):
         Share of each kind held out (rounded down).
     random_state : int, RandomState instance or None
         The split's randomness.
+    held : ndarray of int, optional
+        Hold out exactly these pairs (indices) instead of drawing a share:
+        the pairs another split held out, so that one fit's held-out data
+        serve both.
 
     Returns
     -------
@@ -292,10 +296,13 @@ def split_labelled_pairs(pairs, signs, n_objects, fraction, random_state):
     """
     rng = check_random_state(random_state)
     similar, dissimilar = np.flatnonzero(signs > 0), np.flatnonzero(signs < 0)
-    held = []
-    for kind in (similar, dissimilar):
-        n_held = int(np.floor(fraction * kind.size))
-        held.append(rng.permutation(kind)[:n_held] if n_held else kind[:0])
+    if held is not None:
+        held = [np.intersect1d(kind, held) for kind in (similar, dissimilar)]
+    else:
+        held = []
+        for kind in (similar, dissimilar):
+            n_held = int(np.floor(fraction * kind.size))
+            held.append(rng.permutation(kind)[:n_held] if n_held else kind[:0])
     n_held = sum(part.size for part in held)
     if n_held < MIN_HELD_OUT or n_held == len(pairs):
         needed = int(np.ceil(MIN_HELD_OUT / fraction))

@@ -78,7 +78,8 @@ from .spectral_prior import (
 
 __all__ = ["ISOTROPIC_FLOOR", "OVERFIT_Z", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS",
            "SUBSPACE_FROM", "SUBSPACE_GROWTH", "SUBSPACE_MAX", "SUBSPACE_START", "BatchResult",
-           "MEGBatchFit", "PairLoss", "SpectralPrior", "SubspacePairLoss", "check_batch_units",
+           "MEGBatchFit", "PairLoss", "SpectralPrior", "SubspacePairLoss", "TrainingRun",
+           "check_batch_units",
            "fit_batch", "minimize_pair_loss", "spectral_prior", "subspace_dimension"]
 
 #: Largest step tried: beyond it ``eta * ||G||`` leaves double precision.
@@ -430,6 +431,24 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
 
 # -- the whole batch fit: split, units, prior, minimisation, refit ----------------
 
+class TrainingRun(NamedTuple):
+    """The kernel of a batch fit's run on its training pairs (before the refit).
+
+    Attributes
+    ----------
+    state : ExponentState
+        Its exponent (trace one).
+    trace : float
+        Its trace, in the targets' units.
+    subspace : SubspaceState or None
+        The same kernel in its subspace form (a subspace fit), else ``None``.
+    """
+
+    state: ExponentState
+    trace: float
+    subspace: object = None
+
+
 class MEGBatchFit(NamedTuple):
     """What :func:`fit_batch` returns.
 
@@ -462,6 +481,13 @@ class MEGBatchFit(NamedTuple):
         Why nothing was held out although asked (empty otherwise).
     subspace : SubspaceState or None
         The kernel in its subspace form (a subspace fit), else ``None``.
+    held_pairs : ndarray of int or None
+        Sorted indices into the given pairs of those held out (``None``
+        when nothing was).
+    training : TrainingRun or None
+        The kernel of the run on the training pairs alone (the held-out
+        pairs chose only its stopping iteration and the spectral prior's
+        rank); ``None`` when nothing was held out.
     """
 
     state: ExponentState
@@ -478,6 +504,8 @@ class MEGBatchFit(NamedTuple):
     held_out: bool
     split_reason: str
     subspace: object
+    held_pairs: np.ndarray | None = None
+    training: TrainingRun | None = None
 
 
 def check_batch_units(y, unit, what):
@@ -603,7 +631,9 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         state, train_loss, validation=validation, learning_rate=learning_rate,
         max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
         early_stopping=validation is not None, callback=callback, grow=SUBSPACE_GROWTH)
+    training = None
     if held is not None:
+        training = TrainingRun(result.state, fitted_trace * unit, result.subspace)
         # the held-out pairs chose the rank and the number of iterations;
         # the kernel returned learns from every pair
         a_all, b_all = pairs.T
@@ -663,7 +693,8 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         prior_score=scores[0] if len(scores) else np.nan,
         prior_rank=prior_rank, prior_imputations=prior_imputations,
         held_out=validation is not None, split_reason=split_reason,
-        subspace=result.subspace)
+        subspace=result.subspace,
+        held_pairs=np.sort(order[held]) if held is not None else None, training=training)
 
 
 def _start_loss(loss, state):
