@@ -388,7 +388,8 @@ def plot_learning_curve(model, ax=None, *, target=None):
     >>> pairs = rng.integers(0, 20, size=(500, 2))
     >>> a, b = pairs.T
     >>> sq_dist = target[a, a] + target[b, b] - 2 * target[a, b]
-    >>> model = MEGKernelRegressor(n_objects=20, trace=1.0).partial_fit(pairs, sq_dist)
+    >>> model = MEGKernelRegressor(n_objects=20, trace=1.0, learning_rate=0.5)  # the bound's rate
+    >>> model = model.partial_fit(pairs, sq_dist)
     >>> ax = plot_learning_curve(model, target=target)
     >>> ax.get_lines()[1].get_label()
     'Lemma 3.2 bound (...)'
