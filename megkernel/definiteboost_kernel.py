@@ -185,7 +185,11 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         of held-out constraints met is not: a larger ``gamma`` meets more of
         them without learning). When the held-out pairs would be fewer than
         10, nothing is held out: a UserWarning says so and the scores are
-        NaN. ``None``: train on every pair, no verdict, no warning.
+        NaN. ``None``: train on every pair, no verdict, no warning. From
+        distances with the default prior, the held-out constraint pairs are
+        those among the share of every pair the prior's batch fit holds out
+        (about that share of each kind), so one MEG fit gives both the
+        verdict's prior (its run without them) and the prior returned.
     random_state : int, RandomState instance or None, default=None
         Seeds the held-out split (and the random pairs it ranks against).
     method : {"auto", "eigh", "rank-one"}, default="auto"
