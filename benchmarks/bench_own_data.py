@@ -292,14 +292,14 @@ def steps(name, ids, table):
         "raw": KernelDistances(pairs=pairs, targets=targets, given_squared=True,
                                objects=ids),
         "MEG": KernelDistances(learner=Learner(meg, tag=(name, "MEG")), pairs=pairs,
-                               targets=targets),
+                               targets=targets, given_squared=True),
         "MEG tuned": KernelDistances(
             learner=Learner(meg, MEG_GRID, ShuffleSplit(1, test_size=SEARCH_HELD_OUT,
                                                         random_state=0),
                             tag=(name, "MEG tuned")),
-            pairs=pairs, targets=targets),
+            pairs=pairs, targets=targets, given_squared=True),
         "DB": KernelDistances(learner=Learner(db, tag=(name, "DB")), pairs=pairs,
-                              targets=targets),
+                              targets=targets, given_squared=True),
         "DB tuned": KernelDistances(
             learner=Learner(db_fixed, {"gamma": gammas},
                             StratifiedShuffleSplit(1, test_size=SEARCH_HELD_OUT,
@@ -465,7 +465,7 @@ def grid(parts=GRID, n_splits=10):
                             warnings.simplefilter("ignore")
                             step = KernelDistances(
                                 learner=Learner(objects=ids, random_state=0),
-                                pairs=pairs, targets=targets).fit(ids)
+                                pairs=pairs, targets=targets, given_squared=True).fit(ids)
                         seconds = time.perf_counter() - start
                         row += [knn_accuracy(step, ids, labels, n_splits), seconds]
                     rows.append(row)

@@ -86,7 +86,7 @@ def _pipe(problem, log, memory):
     learner = LoggedMEG(objects=ids, random_state=next(_RUN), log=log)  # cold caches
     return Pipeline([
         ("distances", KernelDistances(learner=learner, pairs=pairs, targets=sq,
-                                      memory=memory)),
+                                      given_squared=True, memory=memory)),
         ("knn", KNeighborsClassifier(1, metric="precomputed")),
     ])
 

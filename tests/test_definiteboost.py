@@ -518,7 +518,7 @@ def test_predict_decision_function_score():
 def test_gridsearch_over_gamma_on_labelled_pairs():
     d = 30
     pairs, y, low, high = _labelled_pairs(d, seed=61)
-    grid = {"gamma": [0.5 * low, low, 3 * low]}
+    grid = {"gamma": [0.25 * low, 0.5 * low, low]}  # below gamma_dissimilar=high
     search = GridSearchCV(DefiniteBoostKernel(n_objects=d, gamma_dissimilar=high,
                                               max_iter=300), grid, cv=3)
     _quiet(search.fit, pairs, y)

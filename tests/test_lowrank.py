@@ -191,6 +191,9 @@ def test_kernel_is_not_formed_for_many_objects():
 
 
 @pytest.mark.slow
+# about memory: 2000 trials on 100,000 objects learn little, and the fit says so
+@pytest.mark.filterwarnings(
+    "ignore:MEGKernelRegressor. the on-line trials predicted:megkernel.NoImprovementWarning")
 def test_no_quadratic_allocation_at_one_hundred_thousand_objects():
     d, r = 100_000, 20
     rng = np.random.default_rng(9)

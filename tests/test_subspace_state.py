@@ -139,7 +139,8 @@ def test_definiteboost_continues_a_subspace_prior_in_its_subspace(monkeypatch):
         return state
 
     monkeypatch.setattr("megkernel._solvers.definiteboost_fit.working_state", spy)
-    model = DefiniteBoostKernel(random_state=0).fit(pairs, sq)
+    model = DefiniteBoostKernel(random_state=0, y_kind="sq_distances",  # no verdict:
+                                validation_fraction=None).fit(pairs, sq)  # too few pairs
     assert seen and all(kind is SubspaceState for kind in seen)
     assert type(model.state_) is ExponentState and model.state_.basis is None
     K = model.kernel_
@@ -148,5 +149,6 @@ def test_definiteboost_continues_a_subspace_prior_in_its_subspace(monkeypatch):
     assert model.n_iter_ > 0
     # the exact projection needs a dense state
     seen.clear()
-    DefiniteBoostKernel(random_state=0, projection="exact", max_iter=50).fit(pairs, sq)
+    DefiniteBoostKernel(random_state=0, projection="exact", max_iter=50, y_kind="sq_distances",
+                        validation_fraction=None).fit(pairs, sq)
     assert seen and all(kind is ExponentState for kind in seen)
