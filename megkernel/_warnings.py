@@ -6,6 +6,18 @@ would point at ``sklearn/base.py`` or at megkernel itself. :func:`warn_user`
 walks the call stack to the first frame outside megkernel, scikit-learn, joblib and
 the ``contextlib`` / ``functools`` wrappers, and warns with the matching
 ``stacklevel`` (``skip_file_prefixes`` needs Python 3.12).
+
+One warning per distinct problem: Python shows a warning once per text and
+line of the user's code (the ``"default"`` action), but megkernel's
+warnings carry each fit's figures, so a grid search of twenty fits that
+meet the same problem would show twenty. :func:`warn_user` shows the first
+in full and, the first time a later fit meets the same problem (the same
+warning of megkernel, the same learner, the same line of the user's code),
+one fixed line saying that it recurs; then nothing more. (Python's own
+once-per-line memory cannot do this: any ``catch_warnings`` in between, as
+scikit-learn's fits have, clears it.) Under an
+``"always"`` or ``"error"`` filter (``pytest.warns``, ``catch_warnings``
+that record every warning) each is shown in full.
 """
 
 from __future__ import annotations
@@ -68,12 +80,61 @@ def user_stacklevel(depth=1):
     return level if frame is not None else 2
 
 
+#: Problems warned in this process, and how often: ``(category, learner, the
+#: warning's line in megkernel, the user's file and line) -> count``.
+_WARNED = {}
+
+
+def _action(message, category, module, lineno):
+    """Return the action of the first warnings filter that matches, as ``warnings.warn`` does."""
+    for action, text, kind, where, line in warnings.filters:
+        if ((text is None or text.match(message)) and issubclass(category, kind)
+                and (where is None or where.match(module)) and line in (0, lineno)):
+            return action
+    return warnings.defaultaction
+
+
+def _user_frame(depth):
+    """Return the first frame outside megkernel above ``depth`` (``None``: none is)."""
+    prefixes = _internal_prefixes()
+    cache = {}
+    frame = sys._getframe(depth + 1)
+    while frame is not None and _is_internal(frame.f_code.co_filename, prefixes, cache):
+        frame = frame.f_back
+    return frame
+
+
+def recurring(message):
+    """Return the fixed text that stands for ``message`` when its problem recurs."""
+    learner = message.split(":", 1)[0] if ":" in message[:60] else "megkernel"
+    return (f"{learner}: the problem warned above recurs in another fit from this line "
+            "(with its own figures; warnings.simplefilter('always') shows each in full).")
+
+
 def warn_user(message, category=UserWarning):
-    """Warn, attributed to the user's line.
+    """Warn, attributed to the user's line; a recurring problem in one fixed line.
 
     That is ``warnings.warn`` attributed to the first frame outside
-    megkernel and scikit-learn.
+    megkernel and scikit-learn. When the same warning of megkernel (its
+    line, the learner it names) was already shown in full for the same line
+    of the user's code, and the filters would show it once anyway
+    (``"default"``, ``"module"``, ``"once"``), the warning is the fixed line
+    of :func:`recurring` instead, once; later recurrences are not shown.
     """
+    frame = _user_frame(1)
+    if frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if _action(message, category, module, frame.f_lineno) in ("default", "module",
+                                                                    "once"):
+            site = sys._getframe(1)
+            key = (category, message.split(":", 1)[0], site.f_code.co_filename,
+                   site.f_lineno, frame.f_code.co_filename, frame.f_lineno)
+            seen = _WARNED.get(key, 0)
+            _WARNED[key] = seen + 1
+            if seen > 1:
+                return
+            if seen == 1:
+                message = recurring(message)
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
 
 

@@ -168,3 +168,54 @@ def test_the_suite_runs_with_warnings_as_errors(pytestconfig):
         assert action == "ignore" and message.strip(), entry
     with pytest.raises(UserWarning, match="an unasserted warning"):
         warnings.warn("an unasserted warning", UserWarning, stacklevel=1)
+
+
+def _weak_online_search(filter_action, monkeypatch):
+    """Six fits (five splits and the refit) that each warn of the same weak
+    on-line gain with their own figures, from one line of this file."""
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    from megkernel import MEGKernelRegressor, _warnings
+    from megkernel.datasets import distance_triples, load_wine_kernel
+
+    monkeypatch.setattr(_warnings, "_WARNED", {})
+    wine = load_wine_kernel(20, random_state=0)
+    pairs, y = distance_triples(wine.kernel, 400, random_state=0)
+    search = GridSearchCV(MEGKernelRegressor(n_objects=20, solver="online", learning_rate=1e-4,
+                                             trace=1.0), {"n_epochs": [1]}, cv=KFold(5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(filter_action)
+        search.fit(pairs, y)
+    return [w for w in caught if "on-line trials" in str(w.message)
+            or "recurs" in str(w.message)]
+
+
+def test_a_search_shows_a_recurring_problem_once_in_full_and_once_as_recurring(monkeypatch):
+    shown = _weak_online_search("default", monkeypatch)
+    assert len(shown) == 2, [str(w.message) for w in shown]
+    assert "predicted little better than the prior (R^2" in str(shown[0].message)
+    assert str(shown[1].message).startswith(
+        "MEGKernelRegressor: the problem warned above recurs in another fit from this line")
+    assert [w.filename for w in shown] == [__file__] * 2
+
+
+def test_an_always_filter_shows_every_fit_in_full(monkeypatch):
+    shown = _weak_online_search("always", monkeypatch)
+    assert len(shown) == 6
+    assert all("predicted little better than the prior (R^2" in str(w.message) for w in shown)
+
+
+def test_the_same_problem_from_another_line_is_shown_in_full(monkeypatch):
+    from megkernel import _warnings
+
+    monkeypatch.setattr(_warnings, "_WARNED", {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            _warnings.warn_user("Learner: a problem (figure 1).")
+        _warnings.warn_user("Learner: a problem (figure 2).")
+    assert [str(w.message) for w in caught] == [
+        "Learner: a problem (figure 1).",
+        _warnings.recurring("Learner: a problem (figure 1)."),
+        "Learner: a problem (figure 2).",   # another line of this file
+    ]
