@@ -959,3 +959,14 @@ def test_five_folds_see_a_gain_the_halves_cannot():
     assert auto.validation_["n_folds"] == 5 and halves.validation_["n_folds"] == 2
     assert not halves.validation_["gain_is_real"] and auto.validation_["gain_is_real"]
     assert held_out(auto) >= held_out(halves) + 0.05
+
+
+@pytest.mark.parametrize("learner", [MEGMetric, DefiniteBoostMetric])
+def test_infinite_points_are_refused_without_a_runtime_warning(learner):
+    # scikit-learn's check sums the points (+inf - inf): its RuntimeWarning came
+    # before its ValueError, and the suite's filters turn it into the error
+    X = np.array([[np.inf], [-np.inf], [1.0]])
+    with pytest.raises(ValueError, match="infinity"):
+        learner().fit(X, np.array([0, 1, 1]))
+    with pytest.raises(ValueError, match="infinity"):
+        learner().fit_pairs(X, np.array([[0, 1]]), np.array([1]))

@@ -88,7 +88,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_class_labels(y)  # a missing label or a mix of kinds, named
         X = self._points(X)
-        X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=float)
+        # scikit-learn finds an infinity by summing X (+inf - inf: a RuntimeWarning)
+        with np.errstate(invalid="ignore", over="ignore"):
+            X, y = validate_data(self, X, y, ensure_min_samples=2, dtype=float)
         check_classification_targets(y)
         n_classes = np.unique(y).size
         if n_classes < 2:
@@ -133,7 +135,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self : object
             The fitted estimator.
         """
-        X = validate_data(self, self._points(X), ensure_min_samples=2, dtype=float)
+        # scikit-learn finds an infinity by summing X (+inf - inf: a RuntimeWarning)
+        with np.errstate(invalid="ignore", over="ignore"):
+            X = validate_data(self, self._points(X), ensure_min_samples=2, dtype=float)
         pairs = check_pair_indices(pairs, len(X), name="pairs", min_pairs=1)
         # one check of pair labels for fit, fit_pairs and partial_fit
         pair_labels = check_pair_labels(pair_labels, pairs, name="pair_labels")
@@ -228,7 +232,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "a k-NN classifier in a Pipeline, use a learner of points from class labels "
                 "(MEGMetric, DefiniteBoostMetric: fit(X, y)), as metric-learn's *_Supervised "
                 "learners.")
-        X = validate_data(self, self._points(X), reset=False, dtype=float)
+        # scikit-learn finds an infinity by summing X (+inf - inf: a RuntimeWarning)
+        with np.errstate(invalid="ignore", over="ignore"):
+            X = validate_data(self, self._points(X), reset=False, dtype=float)
         return (X - self.mean_) @ self.components_.T
 
     def _points(self, X):
