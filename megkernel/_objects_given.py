@@ -23,7 +23,7 @@ from ._pair_estimator import (
     check_id_kinds,
 )
 from ._solvers.holdout import canonical_order
-from ._warnings import warn_user
+from ._warnings import limit_error, warn_user
 
 _UNKNOWN_HINT = ("The kernel covers objects_ only: give the learner objects=[...] "
                  "listing every object, or a kernel over all of them.")
@@ -231,11 +231,11 @@ def _table_matrix(pairs, targets, objects):
                          "an object's distance to itself is 0.")
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
-        raise ValueError(
+        raise limit_error(
             f"The pair table names {d} objects: its distance matrix would take "
             f"{d} x {d} doubles ({8 * float(d) ** 2 / 2**30:.3g} GiB); KernelDistances "
             f"holds the user's distances for at most {MAX_DENSE_OBJECTS} objects "
-            "(MAX_DENSE_OBJECTS).")
+            "(MAX_DENSE_OBJECTS).", limit="MAX_DENSE_OBJECTS")
     a, b, y = rows[known, 0], rows[known, 1], y[known]
     flat = np.concatenate([a * d + b, b * d + a])
     sums = np.bincount(flat, np.concatenate([y, y]), minlength=d * d)

@@ -30,7 +30,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["NoImprovementWarning", "warn_if_not_better", "warn_user"]
+__all__ = ["NoImprovementWarning", "limit_error", "warn_if_not_better", "warn_user"]
 
 
 def _directory(path):
@@ -111,7 +111,7 @@ def recurring(message):
             "(with its own figures; warnings.simplefilter('always') shows each in full).")
 
 
-def warn_user(message, category=UserWarning):
+def warn_user(message, category=UserWarning, *, problem=None):
     """Warn, attributed to the user's line; a recurring problem in one fixed line.
 
     That is ``warnings.warn`` attributed to the first frame outside
@@ -120,6 +120,8 @@ def warn_user(message, category=UserWarning):
     of the user's code, and the filters would show it once anyway
     (``"default"``, ``"module"``, ``"once"``), the warning is the fixed line
     of :func:`recurring` instead, once; later recurrences are not shown.
+    ``problem``: the problem's name when the message's start (before its
+    first colon) does not name it without figures.
     """
     frame = _user_frame(1)
     if frame is not None:
@@ -127,7 +129,7 @@ def warn_user(message, category=UserWarning):
         if _action(message, category, module, frame.f_lineno) in ("default", "module",
                                                                     "once"):
             site = sys._getframe(1)
-            key = (category, message.split(":", 1)[0], site.f_code.co_filename,
+            key = (category, problem or message.split(":", 1)[0], site.f_code.co_filename,
                    site.f_lineno, frame.f_code.co_filename, frame.f_lineno)
             seen = _WARNED.get(key, 0)
             _WARNED[key] = seen + 1
@@ -136,6 +138,36 @@ def warn_user(message, category=UserWarning):
             if seen == 1:
                 message = recurring(message)
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
+
+
+def limit_error(message, *, limit):
+    """Return the ``ValueError`` of a limit, said in a warning at the user's line too.
+
+    A fit refused for a limit inside a cross-validation (``GridSearchCV``,
+    ``cross_val_score``) is caught by scikit-learn, whose "All the N fits
+    failed" shows the message only at the end of its own; the
+    ``UserWarning`` says it at the top, once per search (:func:`warn_user`).
+    Where warnings are errors or ignored, only the ``ValueError`` (the more
+    specific) is raised.
+
+    Parameters
+    ----------
+    message : str
+        What was asked, the limit and what to do.
+    limit : str
+        The limit's name (``"MAX_TRIALS"``): the problem, whatever the figures.
+
+    Returns
+    -------
+    ValueError
+        To raise.
+    """
+    frame = _user_frame(1)
+    module = frame.f_globals.get("__name__", "") if frame is not None else ""
+    line = frame.f_lineno if frame is not None else 0
+    if _action(message, UserWarning, module, line) not in ("error", "ignore"):
+        warn_user(message, UserWarning, problem=limit)
+    return ValueError(message)
 
 
 @contextlib.contextmanager

@@ -219,3 +219,36 @@ def test_the_same_problem_from_another_line_is_shown_in_full(monkeypatch):
         _warnings.recurring("Learner: a problem (figure 1)."),
         "Learner: a problem (figure 2).",   # another line of this file
     ]
+
+
+def test_a_limit_error_in_a_search_is_said_at_the_top_too(monkeypatch):
+    """scikit-learn shows a fit's error only at the end of its "All the N fits
+    failed"; the limit is also a warning at the user's line, once in full."""
+    from sklearn.model_selection import GridSearchCV
+
+    from megkernel import MEGKernelRegressor, _warnings
+    from megkernel.datasets import distance_triples, load_wine_kernel
+
+    monkeypatch.setattr(_warnings, "_WARNED", {})
+    wine = load_wine_kernel(20, random_state=0)
+    pairs, y = distance_triples(wine.kernel, 300, random_state=0)
+    search = GridSearchCV(MEGKernelRegressor(n_objects=20, solver="online"),
+                          {"n_epochs": [2**42]}, cv=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        with pytest.raises(ValueError, match="All the 5 fits failed"):
+            search.fit(pairs, y)
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)
+            and ("MAX_TRIALS" in str(w.message) or "recurs" in str(w.message))]
+    assert len(said) == 2 and "lower n_epochs" in said[0], said
+    assert [w.filename for w in caught if "MAX_TRIALS" in str(w.message)] == [__file__]
+
+
+def test_where_warnings_are_errors_a_limit_raises_its_value_error():
+    from megkernel import MEGKernelRegressor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="MAX_TRIALS"):
+            MEGKernelRegressor(n_objects=4, solver="online", n_epochs=2**42).fit(
+                np.array([[0, 1], [1, 2]]), np.array([1.0, 1.0]))

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from .._warnings import limit_error
 from .limits import (
     MAX_DENSE_OBJECTS,
     MAX_SCALE,
@@ -254,11 +255,12 @@ def check_n_objects(n_objects, *, name="n_objects"):
         raise ValueError(f"{name} must be at least 2 (a kernel's distances need two "
                          f"objects), got {n_objects}.")
     if n_objects > MAX_DENSE_OBJECTS:  # before any d x d allocation
-        raise ValueError(
+        raise limit_error(
             f"{name}={n_objects} asks for a dense model of {n_objects} x {n_objects} "
             f"matrices ({8 * float(n_objects) ** 2 / 2**30:.3g} GiB each); dense mode "
             f"holds at most {MAX_DENSE_OBJECTS} objects (MAX_DENSE_OBJECTS). For more, "
-            "give a low-rank prior (init_factor; prior_factor for the functions).")
+            "give a low-rank prior (init_factor; prior_factor for the functions).",
+            limit="MAX_DENSE_OBJECTS")
     return int(n_objects)
 
 
@@ -298,17 +300,18 @@ def check_n_trials(n_epochs, n_pairs, *, name="n_epochs", bytes_per_trial=0,
     epochs = float(n_epochs)  # 10**20 as a float: the product cannot overflow
     trials = epochs * float(n_pairs)
     if not trials <= MAX_TRIALS:
-        raise ValueError(
+        raise limit_error(
             f"{name}={epochs:.6g} passes over {n_pairs} pairs are {trials:.3g} trials, "
             f"beyond the {MAX_TRIALS:.3g} one call runs (MAX_TRIALS: "
-            f"{MAX_TRIALS * 1e-6 / 86400:.0f} days at 1 us a trial); lower {name}.")
+            f"{MAX_TRIALS * 1e-6 / 86400:.0f} days at 1 us a trial); lower {name}.",
+            limit="MAX_TRIALS")
     needed = trials * bytes_per_trial
     if needed > MAX_TRIAL_BYTES:
-        raise ValueError(
+        raise limit_error(
             f"{name}={epochs:.6g} passes over {n_pairs} pairs are {trials:.3g} trials, "
             f"each keeping {bytes_per_trial} bytes ({record}): {needed / 2**30:.3g} GiB, "
             f"beyond the {MAX_TRIAL_BYTES / 2**30:g} GiB one call may set aside "
-            f"(MAX_TRIAL_BYTES); lower {name}.")
+            f"(MAX_TRIAL_BYTES); lower {name}.", limit="MAX_TRIAL_BYTES")
     return trials
 
 
