@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import warnings
 
@@ -104,11 +105,15 @@ def _user_frame(depth):
     return frame
 
 
-def recurring(message):
+def recurring(message, problem=None):
     """Return the fixed text that stands for ``message`` when its problem recurs."""
-    learner = message.split(":", 1)[0] if ":" in message[:60] else "megkernel"
-    return (f"{learner}: the problem warned above recurs in another fit from this line "
+    name = problem or (message.split(":", 1)[0] if ":" in message[:60] else "megkernel")
+    return (f"{name}: the problem warned above recurs in another fit from this line "
             "(with its own figures; warnings.simplefilter('always') shows each in full).")
+
+
+#: Numbers in a message: a fit's figures, which do not make another problem.
+_FIGURES = re.compile(r"\d[\d.,]*(?:e[-+]?\d+)?")
 
 
 def warn_user(message, category=UserWarning, *, problem=None):
@@ -120,8 +125,10 @@ def warn_user(message, category=UserWarning, *, problem=None):
     of the user's code, and the filters would show it once anyway
     (``"default"``, ``"module"``, ``"once"``), the warning is the fixed line
     of :func:`recurring` instead, once; later recurrences are not shown.
-    ``problem``: the problem's name when the message's start (before its
-    first colon) does not name it without figures.
+    The same warning is the same category and text up to its figures
+    (numbers), from the same line of megkernel. ``problem``: the name the
+    recurring line gives (default: the message's start, before its first
+    colon).
     """
     frame = _user_frame(1)
     if frame is not None:
@@ -129,14 +136,14 @@ def warn_user(message, category=UserWarning, *, problem=None):
         if _action(message, category, module, frame.f_lineno) in ("default", "module",
                                                                     "once"):
             site = sys._getframe(1)
-            key = (category, problem or message.split(":", 1)[0], site.f_code.co_filename,
+            key = (category, _FIGURES.sub("#", message), site.f_code.co_filename,
                    site.f_lineno, frame.f_code.co_filename, frame.f_lineno)
             seen = _WARNED.get(key, 0)
             _WARNED[key] = seen + 1
             if seen > 1:
                 return
             if seen == 1:
-                message = recurring(message)
+                message = recurring(message, problem)
     warnings.warn(message, category, stacklevel=user_stacklevel(1))
 
 
@@ -166,7 +173,7 @@ def limit_error(message, *, limit):
     module = frame.f_globals.get("__name__", "") if frame is not None else ""
     line = frame.f_lineno if frame is not None else 0
     if _action(message, UserWarning, module, line) not in ("error", "ignore"):
-        warn_user(message, UserWarning, problem=limit)
+        warn_user(message, UserWarning, problem=f"megkernel ({limit})")
     return ValueError(message)
 
 

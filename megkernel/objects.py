@@ -572,7 +572,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             verdict["keep_given"] = keeps_given
         if verdict is not None and verdict["worse"]:
             warn_user(verdict_message(type(self.learner).__name__, verdict),
-                      NoImprovementWarning)
+                      NoImprovementWarning, problem="KernelDistances")
         with unchanged_on_error(self):  # an interrupt up to the return restores it
             self.__dict__.update(kernel_=kernel, objects_=objects, fit_objects_=fit_objects,
                                  n_features_in_=1, _index=index, _fit_rows=rows,
