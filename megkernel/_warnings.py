@@ -81,8 +81,9 @@ def user_stacklevel(depth=1):
     return level if frame is not None else 2
 
 
-#: Problems warned in this process, and how often: ``(category, learner, the
-#: warning's line in megkernel, the user's file and line) -> count``.
+#: Problems warned in this process, and how often: ``(category, the text with
+#: its figures masked, the warning's line in megkernel, the user's file and
+#: line) -> count``.
 _WARNED = {}
 
 
@@ -120,9 +121,9 @@ def warn_user(message, category=UserWarning, *, problem=None):
     """Warn, attributed to the user's line; a recurring problem in one fixed line.
 
     That is ``warnings.warn`` attributed to the first frame outside
-    megkernel and scikit-learn. When the same warning of megkernel (its
-    line, the learner it names) was already shown in full for the same line
-    of the user's code, and the filters would show it once anyway
+    megkernel and scikit-learn. When the same warning of megkernel was
+    already shown in full for the same line of the user's code, and the
+    filters would show it once anyway
     (``"default"``, ``"module"``, ``"once"``), the warning is the fixed line
     of :func:`recurring` instead, once; later recurrences are not shown.
     The same warning is the same category and text up to its figures
