@@ -62,6 +62,23 @@ def _is_internal(filename, prefixes, cache):
     return internal
 
 
+def _user_frame(depth):
+    """Return the first frame outside megkernel and its ``stacklevel``, from ``depth`` up.
+
+    ``depth`` as for :func:`user_stacklevel`, counted from this function's
+    caller. The frame is ``None`` (and the level ``2``) when every frame is
+    internal.
+    """
+    prefixes = _internal_prefixes()
+    cache = {}
+    frame = sys._getframe(depth)  # the frame that will call warnings.warn
+    level = 1
+    while frame is not None and _is_internal(frame.f_code.co_filename, prefixes, cache):
+        frame = frame.f_back
+        level += 1
+    return frame, (level if frame is not None else 2)
+
+
 def user_stacklevel(depth=1):
     """Return the ``stacklevel`` that attributes a warning to the user's line.
 
@@ -71,14 +88,7 @@ def user_stacklevel(depth=1):
     ``contextlib`` and ``functools``; when every frame is internal (e.g.
     ``python -m megkernel``) returns ``2``, the caller of the warning function.
     """
-    prefixes = _internal_prefixes()
-    cache = {}
-    frame = sys._getframe(depth)  # the frame that will call warnings.warn
-    level = 1
-    while frame is not None and _is_internal(frame.f_code.co_filename, prefixes, cache):
-        frame = frame.f_back
-        level += 1
-    return level if frame is not None else 2
+    return _user_frame(depth + 1)[1]
 
 
 #: Problems warned in this process, and how often: ``(category, the text with
@@ -94,16 +104,6 @@ def _action(message, category, module, lineno):
                 and (where is None or where.match(module)) and line in (0, lineno)):
             return action
     return warnings.defaultaction
-
-
-def _user_frame(depth):
-    """Return the first frame outside megkernel above ``depth`` (``None``: none is)."""
-    prefixes = _internal_prefixes()
-    cache = {}
-    frame = sys._getframe(depth + 1)
-    while frame is not None and _is_internal(frame.f_code.co_filename, prefixes, cache):
-        frame = frame.f_back
-    return frame
 
 
 def recurring(message, problem=None):
@@ -131,7 +131,7 @@ def warn_user(message, category=UserWarning, *, problem=None):
     recurring line gives (default: the message's start, before its first
     colon).
     """
-    frame = _user_frame(1)
+    frame, level = _user_frame(1)
     if frame is not None:
         module = frame.f_globals.get("__name__", "")
         if _action(message, category, module, frame.f_lineno) in ("default", "module",
@@ -145,7 +145,7 @@ def warn_user(message, category=UserWarning, *, problem=None):
                 return
             if seen == 1:
                 message = recurring(message, problem)
-    warnings.warn(message, category, stacklevel=user_stacklevel(1))
+    warnings.warn(message, category, stacklevel=level)
 
 
 def limit_error(message, *, limit):
@@ -170,7 +170,7 @@ def limit_error(message, *, limit):
     ValueError
         To raise.
     """
-    frame = _user_frame(1)
+    frame = _user_frame(1)[0]
     module = frame.f_globals.get("__name__", "") if frame is not None else ""
     line = frame.f_lineno if frame is not None else 0
     if _action(message, UserWarning, module, line) not in ("error", "ignore"):
