@@ -468,11 +468,15 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,
                 note=""):
-        """Store the fit and warn what must be said (``note``: for the verdict)."""
+        """Store the fit and warn what must be said (``note``: for the verdict).
+
+        One warning per problem: a fit that made no projection says so, and
+        the held-out verdict (the prior against itself) is not added to it.
+        """
         self._store(state, index, signs, log, trace, n_train)
         if log["n_iter_total"] == 0:
             self._nothing_learned(state, pairs, signs, trace, log)
-        if held_out is not None and "projection_score" in log:  # the prior returned
+        elif held_out is not None and "projection_score" in log:  # the prior returned
             warn_user(prior_kept_message(log, held_out.description), NoImprovementWarning)
         elif held_out is not None:
             warn_if_not_better(

@@ -815,6 +815,24 @@ def test_auto_gamma_with_nothing_to_learn_warns_instead_of_claiming_convergence(
     assert "median" in str(record[0].message)
 
 
+def test_nothing_learned_with_a_verdict_is_said_once():
+    # A prior that already meets every constraint: the held-out verdict would
+    # only compare the prior with itself, so the fit says one thing.
+    d, n_families = 60, 4
+    labels = np.arange(d) % n_families
+    prior = (labels[:, None] == labels[None, :]).astype(float) + 1e-3 * np.eye(d)
+    iu = np.triu_indices(d, 1)
+    pairs = np.column_stack(iu)
+    y = np.where(labels[iu[0]] == labels[iu[1]], 1, -1)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model = DefiniteBoostKernel(init=prior, gamma=0.05, gamma_dissimilar=0.05,
+                                    random_state=0).fit(pairs, y)
+    messages = [str(w.message) for w in record]
+    assert model.n_iter_ == 0 and not np.isnan(model.validation_score_)
+    assert len(messages) == 1 and "learned nothing" in messages[0], messages
+
+
 def test_non_convergence_names_the_numbers():
     pairs, _ = _families(40, seed=2)
     with pytest.warns(ConvergenceWarning, match=r"constraints still violated .*gamma="):
