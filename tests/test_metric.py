@@ -659,10 +659,13 @@ def test_a_fold_learns_from_as_many_pairs_and_updates_as_the_final_fit(Metric):
         assert scorer.steps(1.0) == n_pairs and scorer.steps(4.0) == 4 * n_pairs
 
 
-def test_definiteboost_fold_reruns_score_as_one_long_run():
-    """The fold path reruns from the prior past its horizon; each checkpoint's
-    score must be that of a fresh run of exactly that many projections."""
+def test_definiteboost_fold_is_one_run_paused_at_its_checkpoints(monkeypatch):
+    """A fold path runs its projections once, paused at each checkpoint: every
+    checkpoint's score must be that of a fresh run of exactly that many
+    projections, the run never restarts from the prior nor goes past the last
+    checkpoint asked for, and closing it ends its thread."""
     from megkernel._numerics.state import ExponentState
+    from megkernel._solvers import metric_definiteboost
     from megkernel._solvers.definiteboost import fit_pair_constraints
     from megkernel._solvers.holdout import (
         HeldOutScorer,
@@ -680,10 +683,22 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
     held_out = np.arange(len(points)) % 2 == 0
     scorer = HeldOutScorer(held_out, pairs, signs, labels, np.random.default_rng(0))
     learner = DefiniteBoostMetricOptions(slack=np.log(2), tol=1e-12)
-    checkpoints = doubling_checkpoints(16)
+    checkpoints = doubling_checkpoints(64)
+    runs, projections = [], []
+
+    def counted(*args, callback=None, **kwargs):
+        def count(t, record):
+            projections.append(t)
+            callback(t, record)
+
+        runs.append(kwargs["max_iter"])
+        return fit_pair_constraints(*args, callback=count, **kwargs)
+
+    monkeypatch.setattr(metric_definiteboost, "fit_pair_constraints", counted)
     path = SweepPath(scorer, centred, trace, checkpoints, learner)
     fold_pairs, fold_signs = pairs[scorer.train], signs[scorer.train]
-    for sweeps in checkpoints:
+    asked = [sweeps for sweeps in checkpoints if sweeps <= 4]
+    for sweeps in asked:
         state = ExponentState.from_factor(centred, name="X")
         steps = int(round(sweeps * len(fold_pairs)))
         if steps:
@@ -696,7 +711,10 @@ def test_definiteboost_fold_reruns_score_as_one_long_run():
             scores, expected = (scores,), (expected,)
         for part, expected_part in zip(scores, expected):
             np.testing.assert_allclose(part, expected_part, rtol=1e-9, atol=1e-12)
-    assert path.horizon >= 16.0
+    assert len(runs) == 1 and path.n_runs == 1  # one run, continued
+    assert max(projections) == int(round(4 * len(fold_pairs)))  # not past the last asked
+    path.close()
+    assert not path._thread.is_alive()
 
 
 @pytest.mark.parametrize("Metric", METRICS)

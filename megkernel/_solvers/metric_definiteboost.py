@@ -16,6 +16,8 @@ gives way to it.
 
 from __future__ import annotations
 
+import queue
+import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +34,6 @@ from .definiteboost_fit import fit_from_labels
 from .definiteboost_rules import nothing_learned_message
 from .holdout import (
     MAX_PASSES,
-    PATIENCE_FROM,
     doubling_checkpoints,
     pair_components,
     resolve_n_folds,
@@ -46,14 +47,6 @@ from .metric_soft_neighbors import SoftNeighborAscent, prior_temperature
 
 __all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
            "fit_definiteboost_metric"]
-
-#: A fold's first run goes this far (in sweeps): the checkpoint where the
-#: validation's patience ends when nothing beats the prior (two checkpoints
-#: from one pass on); a longer length asked for later runs again from the
-#: prior to ``_LOOKAHEAD`` times that length (the runs' trajectories are the
-#: same however far they go, so the horizon changes only the time).
-_FIRST_HORIZON, _LOOKAHEAD = 2.0 * PATIENCE_FROM, 4.0
-
 
 @dataclass(frozen=True)
 class DefiniteBoostMetricOptions:
@@ -101,59 +94,92 @@ class DefiniteBoostMetricFit:
     prior_loss: float
 
 
+class _Stop(BaseException):
+    """Ends a fold's paused run from inside its callback (never an error of the run)."""
+
+
 class SweepPath:
     """One fold of DefiniteBoostMetric's validation.
 
     The greedy projections on the fold's training pairs, scored after each
     number of sweeps (see :mod:`megkernel._solvers.holdout`).
 
-    A run cannot be resumed (its multipliers live inside the solver), so it
-    is made ahead, to a horizon, and scored on its way at every checkpoint
-    (a callback); a length beyond the horizon reruns from the prior to
-    ``_LOOKAHEAD`` times it. A run that converges earlier stays there.
+    One run per fold, paused at each checkpoint: the projections' multipliers
+    live inside the solver, so the run goes on in a thread of its own that
+    waits in its callback until the loop asks for the next checkpoint (only
+    one side runs at a time). A fold is thus never run again from the prior
+    nor past the last checkpoint the loop asks for; :meth:`close` ends a run
+    the loop no longer needs. A run that converges earlier stays there; one
+    whose arithmetic overflows scores as the prior from there on.
     """
 
     def __init__(self, scorer, start, trace, checkpoints, options):
         self.scorer, self.options = scorer, options
-        self.start, self.trace, self.checkpoints = start, trace, list(checkpoints)
+        self.start, self.trace = start, trace
         self.pairs, self.signs = scorer.train_pairs, scorer.train_signs
-        self.scores, self.horizon, self.converged = {}, -1.0, False
+        self.steps = sorted({scorer.steps(s) for s in checkpoints} - {0})
+        self.scores = {0: None}  # by projections made; 0: the prior, scored when asked
+        self.after = None  # the score from the end of the run on (converged or overflowed)
+        self.n_runs = 0
+        self._thread, self._wanted = None, 0
+        self._orders, self._events = queue.SimpleQueue(), queue.SimpleQueue()
 
     def score_at(self, sweeps):
-        if sweeps not in self.scores:
-            if self.converged or sweeps <= self.horizon:  # converged on the way
-                return self.scores[max(self.scores)]
-            horizon = max(_FIRST_HORIZON, _LOOKAHEAD * sweeps)
-            self._run([s for s in self.checkpoints if s <= horizon] or [sweeps])
-        return self.scores[sweeps]
+        step = self.scorer.steps(sweeps)
+        if self.scores[0] is None:
+            self.scores[0] = self.scorer.score(self.start)
+        if step in self.scores:
+            return self.scores[step]
+        if self.after is not None:
+            return self.after
+        self._wanted = step
+        if self._thread is None:
+            self.n_runs += 1
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        else:
+            self._orders.put(True)
+        with warnings.catch_warnings():  # the final fit warns, not its folds
+            warnings.simplefilter("ignore")
+            event = self._events.get()  # the run works meanwhile
+        if isinstance(event, BaseException):
+            raise event
+        return self.scores.get(step, self.after)
 
-    def _run(self, sweeps):
-        options, scorer = self.options, self.scorer
-        state = ExponentState.from_factor(self.start, name="X")
-        steps = [scorer.steps(s) for s in sweeps]
-        found = {0: scorer.score(state.factor())}
+    def close(self):
+        """End the fold's run if it waits for a checkpoint the loop will not ask for."""
+        if self._thread is not None and self._thread.is_alive() and self.after is None:
+            self._orders.put(False)
+            self._thread.join()
 
-        def callback(t, record):
-            if t in steps and t not in found:
-                found[t] = scorer.score(state.factor())
+    def _pause(self, t, record):
+        self.scores[t] = self.scorer.score(self.state.factor())
+        if t >= self._wanted:
+            self._events.put("paused")
+            if not self._orders.get():
+                raise _Stop
 
+    def _run(self):
+        options = self.options
+        self.state = ExponentState.from_factor(self.start, name="X")
         try:
-            with warnings.catch_warnings():  # the final fit warns, not its folds
-                warnings.simplefilter("ignore")
-                log = fit_pair_constraints(
-                    state, self.pairs, self.signs, gamma=options.gamma,
-                    gamma_dissimilar=options.gamma_dissimilar, trace=self.trace,
-                    slack=options.slack, projection=options.projection,
-                    max_iter=max(steps[-1], 1), tol=options.tol, method=options.method,
-                    callback=callback, callback_at=steps)
-        except ValueError:  # the arithmetic overflowed on the way: no better than the prior
-            self.scores.update({s: found.get(step, found[0]) for s, step in zip(sweeps, steps)})
-            self.horizon, self.converged = sweeps[-1], True
+            log = fit_pair_constraints(
+                self.state, self.pairs, self.signs, gamma=options.gamma,
+                gamma_dissimilar=options.gamma_dissimilar, trace=self.trace,
+                slack=options.slack, projection=options.projection,
+                max_iter=max(self.steps[-1], 1), tol=options.tol, method=options.method,
+                callback=self._pause, callback_at=self.steps)
+            self.after = self.scorer.score(self.state.factor())  # converged: it stays there
+            del log
+        except _Stop:
             return
-        final = scorer.score(state.factor())  # converged early: it stays there
-        self.scores.update({s: found.get(step, final) for s, step in zip(sweeps, steps)})
-        self.horizon = sweeps[-1]
-        self.converged = log["n_iter"] < steps[-1]
+        except ValueError:  # the arithmetic overflowed on the way: no better than the prior
+            self.after = self.scores[0]
+        except BaseException as error:  # the loop raises it where it waits
+            self.after = self.scores[0]
+            self._events.put(error)
+            return
+        self._events.put("done")
 
 
 def _pair_classes(centred, pairs, signs, init):
@@ -266,18 +292,25 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
     seed = derived_seed(options.random_state)
     checkpoints = doubling_checkpoints(MAX_PASSES)
 
+    paths = []
+
     def make_path(scorer):
         fold_start = (_fold_prior(centred, classes, scorer.references, prior)
                       if init == "soft-neighbors" else start)
-        return SweepPath(scorer, fold_start, trace, checkpoints, options)
+        paths.append(SweepPath(scorer, fold_start, trace, checkpoints, options))
+        return paths[-1]
 
-    best, log = validate_length(len(centred), pairs, signs, make_path,
-                                checkpoints=checkpoints, n_folds=options.n_folds,
-                                rng=np.random.default_rng(seed),
-                                learner="DefiniteBoostMetric",
-                                safety_net=f"the sweeps ({MAX_PASSES})",
-                                classes=classes if drew_pairs else None,
-                                reference=lambda scorer: scorer.score(centred))
+    try:
+        best, log = validate_length(len(centred), pairs, signs, make_path,
+                                    checkpoints=checkpoints, n_folds=options.n_folds,
+                                    rng=np.random.default_rng(seed),
+                                    learner="DefiniteBoostMetric",
+                                    safety_net=f"the sweeps ({MAX_PASSES})",
+                                    classes=classes if drew_pairs else None,
+                                    reference=lambda scorer: scorer.score(centred))
+    finally:  # the runs paused at a checkpoint the loop did not ask for
+        for path in paths:
+            path.close()
     if best is None:  # nothing to validate on: one sweep, as MEGMetric's pass
         best = 1.0
     return (0 if best == 0 else max(1, int(round(best * len(pairs))))), log
