@@ -273,6 +273,16 @@ class GivenSquaredDistances:
         Object indices of the given pairs.
     sq : ndarray of float
         Their squared distances, in the kernel's units.
+
+    Attributes
+    ----------
+    a, b, sq : ndarray
+        The given pairs of distinct objects and their squared distances
+        (repeats kept), in an order independent of the table's rows.
+    n_pairs : int
+        Their number.
+    largest : float
+        The largest given squared distance.
     """
 
     def __init__(self, n_objects, a, b, sq):
@@ -282,6 +292,7 @@ class GivenSquaredDistances:
         # repeats summed in one order whatever the table's row order (bit for bit)
         order = canonical_order(np.column_stack([a, b]), sq)
         a, b, sq = a[order], b[order], sq[order]
+        self.a, self.b, self.sq = a, b, sq  # the given pairs, in one order
         rows, cols = np.concatenate([a, b]), np.concatenate([b, a])
         shape = (int(n_objects), int(n_objects))
         self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()

@@ -22,8 +22,11 @@ learned kernel is worse on held-out objects warn on some split.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
+from sklearn.isotonic import IsotonicRegression
 from sklearn.utils.multiclass import type_of_target
 
 from ._objects_given import MISSING_DISTANCE
@@ -128,10 +131,72 @@ KEEP_Z = 1.0
 
 #: The ways ``KernelDistances(keep_given=...)`` combines the learned kernel
 #: with the distances it was taught, in the order a tie prefers them.
-KEEP_GIVEN_MODES = ("never", "where_given", "first")
+KEEP_GIVEN_MODES = ("never", "where_given", "first", "blend")
+
+#: What ``keep_given="auto"`` keeps without labels to choose by: ``"blend"``.
+#: Label-free scores can only judge a combination by how it reproduces the
+#: given distances, which prefers keeping them even where the kernel ranks
+#: neighbours far better (planted-partition graphs); of the modes, the blend
+#: lost least where the kernel alone lost and kept most of its gains where it
+#: won (the benchmarks page, "Sparse tables").
+UNLABELLED_MODE = "blend"
+
+#: Ties of the scale map's flat stretches are broken by the learned distance
+#: itself, at this fraction of it: the learned kernel's order among pairs the
+#: map cannot tell apart is kept, at no visible change of a distance.
+TIE_BREAK = 1e-9
 
 
-def with_given(learned_sq, given_sq, mode, offset):
+class ScaleMap(NamedTuple):
+    """The learned squared distances mapped onto the given ones' scale.
+
+    A non-decreasing piecewise-linear map through the origin (an object's
+    distance to itself is 0 under both), fitted by isotonic regression of
+    the given squared distances on the learned ones over the given pairs:
+    a learned distance becomes the given distance it predicts, so where the
+    kernel explains little its distances shrink towards the typical given
+    one and rarely outrank a measured pair.
+
+    Parameters
+    ----------
+    learned : ndarray
+        Learned squared distances at the knots (increasing, from 0).
+    given : ndarray
+        The given squared distances they map to (non-decreasing, from 0).
+    """
+
+    learned: np.ndarray
+    given: np.ndarray
+
+    def __call__(self, learned_sq):
+        """Return ``learned_sq`` on the given distances' scale."""
+        return np.interp(learned_sq, self.learned, self.given) + TIE_BREAK * learned_sq
+
+
+def scale_map(learned_sq, given_sq):
+    """Fit the :class:`ScaleMap` of learned squared distances onto the given ones.
+
+    Parameters
+    ----------
+    learned_sq, given_sq : ndarray of shape (n_pairs,)
+        The learned and the given squared distances of the given pairs.
+
+    Returns
+    -------
+    ScaleMap
+    """
+    learned_sq = np.asarray(learned_sq, dtype=float)
+    given_sq = np.asarray(given_sq, dtype=float)
+    if learned_sq.size == 0:
+        return ScaleMap(np.array([0.0, 1.0]), np.array([0.0, 1.0]))
+    fit = IsotonicRegression(out_of_bounds="clip").fit(learned_sq, given_sq)
+    knots, values = fit.X_thresholds_, fit.y_thresholds_
+    keep = knots > 0  # the origin is the first knot
+    return ScaleMap(np.concatenate([[0.0], knots[keep]]),
+                    np.concatenate([[0.0], np.maximum(values[keep], 0.0)]))
+
+
+def with_given(learned_sq, given_sq, mode, offset, scale=None):
     """Combine learned and given squared distances as ``keep_given=mode`` says.
 
     Parameters
@@ -139,12 +204,16 @@ def with_given(learned_sq, given_sq, mode, offset):
     learned_sq, given_sq : ndarray of the same shape
         The learned kernel's squared distances; the given ones (NaN where
         none was given).
-    mode : {"never", "where_given", "first"}
+    mode : {"never", "where_given", "first", "blend"}
         ``"where_given"``: the given distance where there is one;
         ``"first"``: that, and the learned ones beyond every given one
-        (``offset`` added), so a measured pair is nearer than any other.
+        (``offset`` added), so a measured pair is nearer than any other;
+        ``"blend"``: the learned distances mapped onto the given ones' scale
+        (``scale``), and where a given one exists the mean of the two.
     offset : float
         The largest given squared distance.
+    scale : ScaleMap, optional
+        The map of ``"blend"``.
 
     Returns
     -------
@@ -154,6 +223,9 @@ def with_given(learned_sq, given_sq, mode, offset):
     if mode == "never":
         return learned_sq
     missing = np.isnan(given_sq)
+    if mode == "blend":
+        mapped = scale(learned_sq)
+        return np.where(missing, mapped, 0.5 * (given_sq + mapped))
     return np.where(missing, learned_sq + (offset if mode == "first" else 0.0), given_sq)
 
 
@@ -213,6 +285,8 @@ _MODE_WORDS = {
                    "one for the others",
     "first": "keeps the given distance for every pair that has one and places the others "
              "beyond them (a measured pair is always nearer)",
+    "blend": "averages the given and the learned distance where both exist, the learned "
+             "distances mapped onto the given ones' scale",
 }
 
 

@@ -86,9 +86,11 @@ from ._objects_new import (
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     KEEP_GIVEN_MODES,
+    UNLABELLED_MODE,
     class_labels,
     neighbour_verdict,
     observed_distances_known,
+    scale_map,
     verdict_message,
     verdict_rows,
     with_given,
@@ -339,7 +341,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``False`` for them too.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
-    keep_given : {"auto", "never", "where_given", "first"}, default="auto"
+    keep_given : {"auto", "never", "where_given", "first", "blend"}, default="auto"
         With a ``learner`` taught distances (``pairs`` and ``targets`` of a
         learner of distances, or ``distances``), whether the distances it
         was given are kept beside its kernel. ``"never"``: the learned
@@ -350,17 +352,27 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         distances placed beyond every given one (the largest given squared
         distance added), so that a measured pair is nearer than any other:
         the observed distances' neighbours, completed by the kernel.
+        ``"blend"``: the learned squared distances mapped onto the given
+        ones' scale (the isotonic regression of the given squared distances
+        on the learned ones over the given pairs, through the origin), and
+        for a pair that has a given distance the mean of the two: where the
+        kernel explains little, its distances shrink towards the typical
+        given one and rarely outrank a measured pair; where it explains
+        much, it re-ranks the measured pairs too.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
         a later mode in this list replacing the kept one only when it is
         more accurate by more than one standard error of their paired
         difference (``verdict_`` holds the figures, ``keeps_given_`` the
-        choice);
-        ``"never"`` without labels. Where few pairs are given, a learned
-        kernel can rank an object's neighbours worse than the distances it
-        was taught (it fits all the pairs, mostly the large distances; 1-NN
-        needs the small ones): the given distances then carry the nearest
-        neighbours, the kernel the pairs nobody measured.
+        choice); without labels, ``"blend"``: a score without labels can
+        only judge a mode by how it reproduces the given distances, which
+        cannot tell where the kernel ranks neighbours better than they do.
+        Where few pairs are given, a learned kernel can rank an object's
+        neighbours worse than the distances it was taught (it fits all the
+        pairs, mostly the large distances; 1-NN needs the small ones): the
+        given distances then carry the nearest neighbours, the kernel the
+        pairs nobody measured. See the user guide's conventions, "Labels
+        stay out of the kernel".
     memory : str, path, joblib.Memory or None, default=None
         On-disk cache of learned kernels: a folder (``~`` expanded, made
         absolute), or a ``joblib.Memory`` whose ``location`` is one
@@ -428,7 +440,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         :data:`MISSING_DISTANCE`.
     n_features_in_ : int
         Always 1 (an object id per row).
-    keeps_given_ : {"never", "where_given", "first"}
+    keeps_given_ : {"never", "where_given", "first", "blend"}
         How the distances the learner was taught are kept beside its kernel
         (``keep_given``, or what ``"auto"`` chose at :meth:`fit`); "never"
         without such distances.
@@ -558,14 +570,17 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
                           else _UNKNOWN_HINT_GIVEN)
         # the given distances, for the verdict (labels) or to keep beside the kernel
-        needed = labels is not None or self.keep_given in KEEP_GIVEN_MODES[1:]
+        needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None
+        blend = None if given_sq is None else scale_map(
+            kernel_pair_sq_distances(kernel / scale, given_sq.a, given_sq.b) * scale,
+            given_sq.sq)
         verdict = (None if labels is None  # (no learner: no labels either)
-                   else self._verdict(kernel, scale, rows, labels, given_sq))
+                   else self._verdict(kernel, scale, rows, labels, given_sq, blend))
         if given_sq is None:
             keeps_given = "never"
         elif self.keep_given == "auto":
-            keeps_given = "never" if verdict is None else verdict["keep_given"]
+            keeps_given = UNLABELLED_MODE if verdict is None else verdict["keep_given"]
         else:
             keeps_given = self.keep_given
         if verdict is not None:
@@ -580,12 +595,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  _kernel_scale=scale, verdict_=verdict,
                                  keeps_given_=keeps_given,
                                  _kept_given=None if keeps_given == "never" else given_sq,
+                                 _scale_map=blend,
                                  _extension=None)
             if self.new_pairs is not None and self._given is None:
                 self._extension_state()  # the eigendecomposition now, not at the first predict
             return self
 
-    def _verdict(self, kernel, scale, rows, labels, given_sq):
+    def _verdict(self, kernel, scale, rows, labels, given_sq, blend):
         """Compare by leave-one-out 1-NN on the fit objects.
 
         The learned kernel, the observed distances, and the learned kernel
@@ -601,7 +617,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         if given_sq is not None:
             observed = given_sq.block(unique_rows, unique_rows)
             combined = {mode: _with_copies(with_given(learned, observed, mode,
-                                                      given_sq.largest), copies)
+                                                      given_sq.largest, blend), copies)
                         for mode in KEEP_GIVEN_MODES[1:]}
         return neighbour_verdict(
             _with_copies(learned, copies),
@@ -742,7 +758,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 kept = np.full(len(self.objects_), np.nan)
                 kept[known] = mean  # as the known objects' kept distances: as given
                 kept = kept[self._fit_rows]
-                sq[i] = with_given(sq[i], kept, self.keeps_given_, self._kept_given.largest)
+                sq[i] = with_given(sq[i], kept, self.keeps_given_, self._kept_given.largest,
+                                   self._scale_map)
         return sq if self.squared else np.sqrt(sq)
 
     def _extension_state(self):
@@ -836,7 +853,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                       squared=self.squared or kept is not None)
         if kept is None:
             return block
-        block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest)
+        block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
+                           self._scale_map)
         return block if self.squared else np.sqrt(block)
 
     def _source(self):

@@ -200,10 +200,10 @@ def test_keep_given_auto_follows_the_labels():
                            learner=MEGKernelRegressor(objects=ids, random_state=0),
                            pairs=table[["a", "b"]], targets=table["sq"]).fit(ids, labels)
     assert good.verdict_["learned"] == 1.0 and good.keeps_given_ == "never"
-    # no labels, no decision: the learned kernel
+    # no labels to decide by: the blend of the given and the learned distances
     assert KernelDistances(given_squared=True,
                            learner=Forgetful(objects=ids), pairs=table[["a", "b"]],
-                           targets=table["sq"]).fit(ids).keeps_given_ == "never"
+                           targets=table["sq"]).fit(ids).keeps_given_ == "blend"
 
 
 def test_keep_given_true_without_distances_is_refused_before_any_change():
