@@ -530,6 +530,31 @@ def test_a_first_pass_significantly_below_the_prior_stops_the_folds():
     assert full_best == best
 
 
+@pytest.mark.parametrize("dip, recovers", [
+    ({0.125: -1.0, 0.25: -1.1, 0.5: -1.05, 1.0: -1.0}, False),  # below the prior, flat
+    ({0.125: -1.0, 0.25: -0.9, 0.5: -0.4, 1.0: 0.6}, True),  # below, rising fast: 1 pass wins
+])
+def test_early_prior_stops_at_half_a_pass_only_where_the_prior_stays_out_of_reach(dip,
+                                                                                 recovers):
+    """With ``early_prior`` (DefiniteBoost's sweeps) a prior still chosen at half
+    a pass and significantly above the scores, whose rise over the last doubling
+    twice more would still not reach it, stops the folds there; a curve that
+    climbs back fast runs on to one pass and beyond, and the choice is that of
+    the full table either way."""
+    def curve(length):  # past one pass: as at one pass
+        return dip.get(length, dip[1.0]) if length else 0.0
+
+    best, log, asked = _run_loop(curve, max_length=1000, early_prior=True)
+    full_best, _, _ = _run_loop(curve, max_length=1000, patience=None)
+    assert best == full_best
+    if recovers:
+        assert max(asked) >= 1.0 and best >= 1.0
+    else:
+        assert best == 0.0 and log["stopped"] == "out_of_reach" and max(asked) == 0.5
+    _, _, without = _run_loop(curve, max_length=1000)  # the other learners' loop
+    assert max(without) >= 1.0
+
+
 def test_a_score_still_accelerating_after_a_miss_runs_its_patience():
     """8 misses the choice at 4 but adds more per doubling than 4 did: no
     extrapolation stops it, and 16 (which replaces the choice) is scored."""
@@ -594,9 +619,14 @@ def test_both_learners_choose_their_length_by_the_same_loop(Metric):
     # no learner runs to the safety net here
     assert log["stopped"] in ("patience", "out_of_reach")
     best = log["checkpoints"].index(log["chosen"])
-    # patience: 2 checkpoints of at least one pass after the choice; out of reach: 1
-    assert sum(c >= 1 for c in log["checkpoints"][best + 1:]) == (
-        2 if log["stopped"] == "patience" else 1)
+    # patience: 2 checkpoints of at least one pass after the choice; out of reach: 1,
+    # or (DefiniteBoost's sweeps) none when the prior is kept at half a pass
+    passes = sum(c >= 1 for c in log["checkpoints"][best + 1:])
+    if log["stopped"] == "patience":
+        assert passes == 2
+    else:
+        assert passes == 1 or (Metric is DefiniteBoostMetric and log["chosen"] == 0
+                               and log["checkpoints"][-1] == 0.5)
 
 
 def test_meg_metric_max_iter_is_the_safety_net_of_its_validated_epochs():

@@ -664,6 +664,21 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     return True
 
 
+def _prior_out_of_reach(table, *, z, n_repeats, scores):
+    """Whether the prior, still the choice before one pass, stays out of the learner's reach.
+
+    The last checkpoint's score is significantly below the prior's, and two
+    more doublings at the pace of the last one (the scores' rise per
+    doubling, none if they fell) still leave it below the prior's: the
+    checkpoints of the patience, one and two passes, would not replace it.
+    """
+    last = len(table) - 1
+    if last < 2 or not gain_is_real(table[0], table[last], z, n_repeats):
+        return False
+    rise = max(scores[last] - scores[last - 1], 0.0)
+    return bool(scores[last] + 2.0 * rise < scores[0])
+
+
 def _mean_scores(items):
     return [float(np.mean([_fold_mean(item) for item in row])) for row in items]
 
@@ -720,7 +735,7 @@ def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
 def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
                     learner="The learner", safety_net="max_iter", classes=None,
-                    reference=None):
+                    reference=None, early_prior=False):
     """How long to train: cross-validated over the training points.
 
     Parameters
@@ -793,6 +808,13 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``"gain_over_reference"`` and ``"worse_than_reference"`` (the
         chosen length's paired gain over it, or loss, beyond ``z`` standard
         errors).
+    early_prior : bool, default=False
+        Also stop at the last checkpoint before one pass (``PATIENCE_FROM``)
+        where the prior is still the choice and out of reach
+        (:func:`_prior_out_of_reach`): for learners whose every pass costs
+        much (DefiniteBoost's sweeps). Earlier checkpoints never stop it:
+        projections that start by pulling a good prior apart often recover
+        within the first pass.
     """
     redraw = classes is not None
     labels = classes.codes if redraw else pair_components(n_objects, pairs, signs)
@@ -819,6 +841,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         if _replaces(table, len(table) - 1, chosen, log["checkpoints"], z=z,
                      n_repeats=n_repeats, elasticity=elasticity, scores=scores):
             chosen, since = len(table) - 1, 0
+        elif (early_prior and chosen == 0 and length < PATIENCE_FROM <= 2 * length
+              and _prior_out_of_reach(table, z=z, n_repeats=n_repeats, scores=scores)):
+            log["stopped"] = "out_of_reach"
+            break
         elif patience is not None and length >= PATIENCE_FROM:
             since += 1
             if since >= patience:

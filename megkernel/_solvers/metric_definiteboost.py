@@ -307,7 +307,8 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
                                     learner="DefiniteBoostMetric",
                                     safety_net=f"the sweeps ({MAX_PASSES})",
                                     classes=classes if drew_pairs else None,
-                                    reference=lambda scorer: scorer.score(centred))
+                                    reference=lambda scorer: scorer.score(centred),
+                                    early_prior=True)
     finally:  # the runs paused at a checkpoint the loop did not ask for
         for path in paths:
             path.close()
