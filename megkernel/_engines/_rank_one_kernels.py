@@ -87,10 +87,12 @@ def make_workspace(n, m):
 
 
 @_reduction
-def _secular_sums(zk, shifted, tau, row, split):
-    """Set ``row = shifted - tau``; return ``psi, psi', phi, phi'`` of ``zk_i^2 / row_i``.
+def _secular_sums(zk, shifted, tau, row, inverse, split):
+    """Set ``row = shifted - tau`` and ``inverse = 1 / row``; return ``psi, psi', phi, phi'``.
 
-    ``psi`` sums over the poles up to ``split``, ``phi`` over the rest.
+    The sums are of ``zk_i^2 / row_i`` and its derivative; ``psi`` sums
+    over the poles up to ``split``, ``phi`` over the rest. The reciprocals
+    are kept: at the root they are the eigenvector's entries up to ``zhat``.
     """
     psi = 0.0
     dpsi = 0.0
@@ -99,7 +101,9 @@ def _secular_sums(zk, shifted, tau, row, split):
     for i in range(zk.size):
         r = shifted[i] - tau
         row[i] = r
-        t = zk[i] / r
+        q = 1.0 / r
+        inverse[i] = q
+        t = zk[i] * q
         u = zk[i] * t
         v = t * t
         if i <= split:
@@ -112,39 +116,47 @@ def _secular_sums(zk, shifted, tau, row, split):
 
 
 @_reduction
-def _eigenvectors(dk, zk, delta, zhat, small):
-    """Eigenvectors of the kept block, as the rows of ``small`` (``dlaed3``).
+def _eigenvectors(dk, zk, delta, poles, vectors, current, zhat):
+    """Eigenvectors of the kept block, as the rows of ``vectors`` (``dlaed3``).
 
     Gu & Eisenstat's recomputed ``zhat`` (from the secular deltas
-    ``delta[j, i] = dk_i - roots_j``) makes them numerically orthogonal.
-    Loops run over ``i`` innermost (vectorized); only the norms are sums.
-    Returns False if a vector is not finite (a root on a pole: the update
-    must then be recomputed from the exponent), else True.
+    ``delta[j, i] = dk_i - roots_j`` and, for ``k >= 3``, the pole
+    reciprocals ``poles[j, i] = 1 / (dk_i - dk_j)`` of
+    :func:`_secular_roots_vectorised`) makes them numerically orthogonal.
+    On entry row ``j`` of ``vectors`` holds ``1 / delta[j]`` where
+    ``current[j] == 1`` (the secular solver's last evaluation, at the root);
+    other rows are computed here. Loops run over ``i`` innermost
+    (vectorized); only the norms are sums. Returns False if a vector is
+    not finite (a root on a pole: the update must then be recomputed from
+    the exponent), else True.
     """
     k = dk.size
     if k <= 2:
         ok = True
         for j in range(k):
             for i in range(k):
-                small[j, i] = delta[j, i] if k == 2 else 1.0
-                ok = ok and math.isfinite(small[j, i])
+                vectors[j, i] = delta[j, i] if k == 2 else 1.0
+                ok = ok and math.isfinite(vectors[j, i])
         return ok
     for i in range(k):
         zhat[i] = delta[i, i]
     for j in range(k):
         row = delta[j]
-        pole = dk[j]
+        inverse = poles[j]
         for i in range(k):  # one full-length pass (vectorized); i == j skipped
-            ratio = row[i] / (dk[i] - pole)
+            ratio = row[i] * inverse[i]
             zhat[i] *= 1.0 if i == j else ratio
     for i in range(k):
         zhat[i] = math.sqrt(-zhat[i]) if zk[i] >= 0 else -math.sqrt(-zhat[i])
     for j in range(k):
-        vec = small[j]
+        vec = vectors[j]
         row = delta[j]
+        if current[j] != 1:
+            for i in range(k):
+                vec[i] = 1.0 / row[i]
         norm2 = 0.0
         for i in range(k):
-            x = zhat[i] / row[i]
+            x = zhat[i] * vec[i]
             vec[i] = x
             norm2 += x * x
         if not 0.0 < norm2 < math.inf:  # a NaN or infinite entry (or all zero)
@@ -156,7 +168,8 @@ def _eigenvectors(dk, zk, delta, zhat, small):
 
 
 @_strict
-def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cauchy):
+def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cauchy,
+                              poles, inverses):
     """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
 
     ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
@@ -165,26 +178,37 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
     ``delta`` (``delta[j, i] = dk_i - roots_j``, from ``shifted = dk -
     dk[origin]``, computed once per origin) and the secular sums vectorized
     over the poles. Roots not converged after :data:`_MAX_STEPS` steps keep
-    ``converged[j] == 0`` for ``dlaed4``.
+    ``converged[j] == 0`` for ``dlaed4``; a root whose last evaluation was
+    at the root itself gets ``converged[j] == 1`` and ``inverses[j] = 1 /
+    delta[j]`` (the reciprocals of that evaluation), one found by a step of
+    round-off size ``2`` (its ``inverses`` row is stale).
 
     Unlike ``dlaed4``, a root starts from its first-order perturbation
     ``rho zk_j^2 / (1 + rho sum_{i != j} zk_i^2 / (dk_i - dk_j))`` above its
     lower pole when that lies in the lower half of the interval (a small
     step: the usual case late in a run), which saves about one evaluation
     of the secular sums per root; the sums over ``i != j`` for all roots
-    take one pass (vectorized over the roots). Otherwise it starts
-    mid-interval. ``shifted`` and ``cauchy`` (``k`` each) are scratch.
+    take one pass over the pole reciprocals ``poles[j, i] = 1 / (dk_i -
+    dk_j)`` (zero for ``i == j``), which are computed here once, with one
+    division each, and kept for Gu & Eisenstat's ``zhat``
+    (:func:`_eigenvectors`). Otherwise it starts mid-interval. ``shifted``
+    and ``cauchy`` (``k`` each) are scratch; ``poles`` and ``inverses`` are
+    ``k x k``.
     """
     k = dk.size
     for j in range(k):
         cauchy[j] = 0.0
     for i in range(k):
+        inverse = poles[i]
+        pole = dk[i]
+        for j in range(k):  # one full-length pass (vectorized)
+            q = 1.0 / (dk[j] - pole)
+            inverse[j] = 0.0 if j == i else q
+        # poles[i, j] = -poles[j, i] exactly: the sum over i of zk_i^2 / (dk_i -
+        # dk_j), accumulated in the order of i, vectorized over j
         zi2 = zk[i] * zk[i]
-        di = dk[i]
-        for j in range(i):
-            cauchy[j] += zi2 / (di - dk[j])
-        for j in range(i + 1, k):
-            cauchy[j] += zi2 / (di - dk[j])
+        for j in range(k):
+            cauchy[j] -= zi2 * inverse[j]
     for j in range(k):
         row = delta[j]
         converged[j] = 0
@@ -208,7 +232,7 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
         for i in range(k):
             shifted[i] = dk[i] - base
         for step in range(_MAX_STEPS):
-            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, p)
+            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, inverses[j], p)
             w = 1.0 / rho + psi + phi
             dw = dpsi + dphi
             erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
@@ -265,7 +289,7 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
                 # a rational step at round-off size: converged
                 for i in range(k):
                     row[i] = shifted[i] - tau
-                converged[j] = 1
+                converged[j] = 2
                 break
             if w_prev * w > 0 and abs(w) > abs(w_prev) / 10:
                 middle_way = not middle_way
@@ -539,12 +563,16 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
             rho_k = rho * knorm2
             delta = floats[blocks:blocks + k * k].reshape((k, k))
             small = floats[blocks + n * n:blocks + n * n + k * k].reshape((k, k))
+            # the pole reciprocals: in the block of the updated rows, which is
+            # written only after the eigenvectors
+            start_poles = blocks + 2 * n * n + n * m
+            poles = floats[start_poles:start_poles + k * k].reshape((k, k))
             converged = order  # free until the final sort
             for j in range(k):
                 converged[j] = 0
             if k >= 3:
                 _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta, converged,
-                                          shifted, zhat)
+                                          shifted, zhat, poles, small)
             info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
                                   lapack_ints, rbuf)
             if info != 0:
@@ -552,7 +580,7 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
             # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3);
             # never a non-finite one into the eigenpairs: the next prediction
             # would be NaN, and its step would spoil the exact exponent
-            if not _eigenvectors(dk[:k], zk[:k], delta, zhat, small):
+            if not _eigenvectors(dk[:k], zk[:k], delta, poles, small, converged, zhat):
                 return t, updates, swapped, -1
             for j in range(k):
                 lam[pos[kept[j]]] = sign * roots[j]
