@@ -227,36 +227,37 @@ def _noisy_moons(seed, n=200):
     return np.hstack([X, np.random.default_rng(seed).normal(size=(n, 6))]), y
 
 
-def test_definiteboost_fit_pairs_starts_from_the_soft_neighbours_of_its_components():
-    """Given pairs whose similar pairs' components are classes: DefiniteBoostMetric's
-    prior is MEGMetric's soft-neighbour metric of those components, as from labels
-    (issue 20: from pairs it kept the Euclidean metric where MEGMetric learned)."""
+def test_definiteboost_fit_pairs_learns_its_prior_from_the_pairs_as_pairs():
+    """Given pairs: DefiniteBoostMetric's prior is the pairs' own soft-neighbour
+    objective (each point's stochastic neighbour among the points it is paired
+    with), MEGMetric's fit of those pairs, not a fit of classes rebuilt from the
+    similar pairs' components (which made fit_pairs the same fit as fit from labels)."""
     from megkernel._numerics.seeding import derived_seed
-    from megkernel._solvers.holdout import pair_components
+    from megkernel._solvers import metric_definiteboost
     from megkernel.metric import draw_pairs
 
     X, y = _noisy_moons(seed=21)
     pairs, signs = draw_pairs(y, 300, random_state=0)
-    components = pair_components(len(X), pairs, signs)
-    assert components is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
-        labelled = components >= 0
-        expected = MEGMetric(from_labels="soft-neighbors", n_folds=2,
-                             random_state=derived_seed(0)).fit(
-            (X - X.mean(axis=0))[labelled], components[labelled])
+        expected = MEGMetric(random_state=derived_seed(0)).fit_pairs(
+            X - X.mean(axis=0), pairs, signs)
         euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
             X, pairs, signs)
-    assert model.init_ == "soft-neighbors" and model.from_labels_ is None
+    assert model.init_ == "soft-pairs" and model.from_labels_ is None
+    assert set(expected.validation_.get("from_labels", {"soft-pairs": 0})) == {"soft-pairs"}
+    assert expected.temperature_ == model.prior_temperature_
     np.testing.assert_allclose(model.prior_components_, expected.components_,
                                rtol=1e-10, atol=1e-12)
     assert euclidean.init_ == "euclidean" and euclidean.prior_components_ is None
+    # no class is rebuilt from the pairs on the way
+    assert not hasattr(metric_definiteboost, "_pair_classes")
 
 
-def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes():
-    """A dissimilar pair inside a component: the components are no classes and no
-    soft-neighbour fit is tried."""
+def test_definiteboost_fit_pairs_keeps_euclidean_where_the_pairs_carry_no_signal():
+    """Pair labels unrelated to the points: the pairs' objective is tried, and the
+    fit claims no real gain over the Euclidean metric."""
     X, y = _noisy_moons(seed=22, n=120)
     rng = np.random.default_rng(0)
     pairs = rng.integers(0, 120, size=(400, 2))
@@ -265,13 +266,14 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_components_are_no_classes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
-    assert model.init_ == "euclidean" and model.prior_components_ is None
+    assert model.prior_components_ is not None  # tried
+    assert not model.validation_["gain_is_real"]
 
 
-def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_little():
-    """Components that are classes but whose points span fewer directions than X
-    (22 linked points in 30 dimensions): a prior learned on them would drop the other
-    directions for every point, so none is tried (issue 20's review)."""
+def test_definiteboost_fit_pairs_keeps_every_direction_when_few_points_are_paired():
+    """22 paired points in 30 dimensions: whatever prior the pairs give, the
+    learned map keeps all 30 directions (no direction of X is dropped for every
+    point)."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(200, 30))
     y = (X[:, 0] > 0).astype(int)
@@ -280,19 +282,16 @@ def test_definiteboost_fit_pairs_keeps_euclidean_where_the_components_span_too_l
     dissimilar = np.column_stack([chains[0], chains[1]])
     pairs = np.vstack([similar, dissimilar])
     signs = np.r_[np.ones(len(similar)), -np.ones(len(dissimilar))]
-    from megkernel._solvers.holdout import pair_components
-
-    assert pair_components(len(X), pairs, signs) is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostMetric(random_state=0).fit_pairs(X, pairs, signs)
-    assert model.init_ == "euclidean" and model.prior_components_ is None
     assert model.n_components_ == 30
+    assert np.linalg.matrix_rank(model.transform(X)) == 30
 
 
-def test_definiteboost_fit_pairs_with_an_unused_component_prior_validates_as_euclidean():
-    """Components that are classes, a soft-neighbour prior without a real gain (labels
-    unrelated to X): the sweeps' validation is init="euclidean"'s to the digit (its
+def test_definiteboost_fit_pairs_with_an_unused_pairs_prior_validates_as_euclidean():
+    """A soft-pairs prior without a real gain (labels unrelated to X): the sweeps'
+    validation is init="euclidean"'s to the digit (its
     folds' queries drawn from the same generator; 1000 points, so a fold subsamples
     its 400 queries)."""
     rng = np.random.default_rng(0)

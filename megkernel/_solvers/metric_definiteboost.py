@@ -35,15 +35,15 @@ from .definiteboost_rules import nothing_learned_message
 from .holdout import (
     MAX_PASSES,
     doubling_checkpoints,
-    pair_components,
     resolve_n_folds,
     validate_length,
 )
 from .metric_meg import metric_components, whiten
-from .metric_meg_fit import MEGMetricFit, MEGMetricOptions, fit_meg_metric
-from .metric_pairs import N_NEIGHBORS, ClassPairs, label_candidates
+from .metric_meg_fit import MEGMetricFit, MEGMetricOptions, fit_meg_metric, pair_kinds
+from .metric_pairs import N_NEIGHBORS, label_candidates
 from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .metric_soft_neighbors import SoftNeighborAscent, prior_temperature
+from .metric_validation import SOFT_PAIRS
 
 __all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
            "fit_definiteboost_metric"]
@@ -133,14 +133,14 @@ class SweepPath:
         if self.after is not None:
             return self.after
         self._wanted = step
-        if self._thread is None:
-            self.n_runs += 1
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        else:
-            self._orders.put(True)
         with warnings.catch_warnings():  # the final fit warns, not its folds
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # (the filters are the process's: the run's too)
+            if self._thread is None:
+                self.n_runs += 1
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+            else:
+                self._orders.put(True)
             event = self._events.get()  # the run works meanwhile
         if isinstance(event, BaseException):
             raise event
@@ -149,8 +149,10 @@ class SweepPath:
     def close(self):
         """End the fold's run if it waits for a checkpoint the loop will not ask for."""
         if self._thread is not None and self._thread.is_alive() and self.after is None:
-            self._orders.put(False)
-            self._thread.join()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._orders.put(False)
+                self._thread.join()
 
     def _pause(self, t, record):
         self.scores[t] = self.scorer.score(self.state.factor())
@@ -182,24 +184,6 @@ class SweepPath:
         self._events.put("done")
 
 
-def _pair_classes(centred, pairs, signs, init):
-    """Return the classes of given pairs for the soft-neighbour prior, or ``None``.
-
-    Those of the similar pairs' connected components, where they stand in
-    for classes (:func:`pair_components`, as MEGMetric validates them) and
-    their points span the training points' features (a prior learned on a
-    lower-dimensional subset would drop the other directions for every
-    point).
-    """
-    if not (isinstance(init, str) and init == "auto"):
-        return None
-    components = pair_components(len(centred), pairs, signs)
-    if components is None or (np.linalg.matrix_rank(centred[components >= 0])
-                              < np.linalg.matrix_rank(centred)):
-        return None
-    return ClassPairs(None, "soft-neighbors", None, pairs, signs, codes=components)
-
-
 def _soft_neighbor_fit(points, codes, options):
     """MEGMetric's soft-neighbour fit of labelled points (its warnings are not the user's)."""
     with warnings.catch_warnings():
@@ -226,31 +210,59 @@ def _linear_prior(centred, init, random_state):
     return rng.standard_normal((centred.shape[1], centred.shape[1]))
 
 
-def _prior(centred, classes, options):
+def _prior(centred, classes, options, pairs=None, signs=None):
     """Return the prior's embedding of the training points, ``init_``, the fit tried, ``L``.
 
     ``init="auto"`` from labels (and at most 4000 points): the soft-neighbour
     metric of MEGMetric when its validated gain is real, otherwise the
-    centred points (the Euclidean metric); ``"euclidean"`` or ``"identity"``:
-    the centred points; ``"covariance"``, ``"random"`` or an array: the
-    centred points under the linear map ``L`` (:func:`_linear_prior`, the
-    last item; ``None`` for the others).
+    centred points (the Euclidean metric); from given ``pairs`` (``classes``
+    ``None``): the same with the pairs' own soft-neighbour objective (each
+    point's stochastic neighbour among the points it is paired with, as
+    MEGMetric learns them), ``init_`` ``"soft-pairs"``; ``"euclidean"`` or
+    ``"identity"``: the centred points; ``"covariance"``, ``"random"`` or an
+    array: the centred points under the linear map ``L``
+    (:func:`_linear_prior`, the last item; ``None`` for the others).
     """
     init = options.init
     if not isinstance(init, str) or init in ("covariance", "random"):
         linear = _linear_prior(centred, init, options.random_state)
         return centred @ linear.T, "given" if not isinstance(init, str) else init, None, linear
-    labelled = np.flatnonzero(classes.codes >= 0) if classes is not None else []
-    if (init != "auto" or classes is None
+    meg_options = MEGMetricOptions(n_folds=options.n_folds,
+                                   random_state=derived_seed(options.random_state))
+    if classes is None:  # given pairs
+        if init != "auto" or pairs is None or pair_kinds(pairs, signs) is None:
+            return centred, "euclidean", None, None
+        with warnings.catch_warnings():  # its warnings are not the user's
+            warnings.simplefilter("ignore")
+            fit = fit_meg_metric(centred, pairs, signs, kinds=(SOFT_PAIRS,),
+                                 options=meg_options)
+        if not (fit.validation or {}).get("gain_is_real", False):
+            return centred, "euclidean", fit, None
+        return centred @ fit.components.T, SOFT_PAIRS, fit, fit.components
+    labelled = np.flatnonzero(classes.codes >= 0)
+    if (init != "auto"
             or np.unique(classes.codes[labelled]).size < 2
             or not (resolve_n_folds(options.n_folds, len(labelled)) <= len(labelled)
                     <= SOFT_NEIGHBORS_MAX_POINTS)):
         return centred, "euclidean", None, None
-    fit = _soft_neighbor_fit(centred[labelled], classes.codes[labelled], MEGMetricOptions(
-        n_folds=options.n_folds, random_state=derived_seed(options.random_state)))
+    fit = _soft_neighbor_fit(centred[labelled], classes.codes[labelled], meg_options)
     if not (fit.validation or {}).get("gain_is_real", False):
         return centred, "euclidean", fit, None
     return centred @ fit.components.T, "soft-neighbors", fit, fit.components
+
+
+def _fold_pairs_prior(centred, scorer, prior):
+    """Return a validation fold's soft-pairs prior, from its training pairs only.
+
+    The pairs' soft-neighbour ascent over the fold's pairs (both ends among
+    its training points), as long as the final prior, in the final prior's
+    whitened space (whitening uses no pair label).
+    """
+    ascent = SoftNeighborAscent.of_pairs(
+        prior.coordinates, scorer.train_pairs, scorer.train_signs,
+        prior.scales**2 / prior.trace, prior.temperature).advance(int(prior.n_epochs))
+    return centred @ metric_components(ascent.exponent, prior.scales, prior.directions,
+                                       prior.trace).T
 
 
 def _fold_prior(centred, classes, train, prior):
@@ -295,8 +307,12 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
     paths = []
 
     def make_path(scorer):
-        fold_start = (_fold_prior(centred, classes, scorer.references, prior)
-                      if init == "soft-neighbors" else start)
+        if init == SOFT_PAIRS:
+            fold_start = _fold_pairs_prior(centred, scorer, prior)
+        elif init == "soft-neighbors":
+            fold_start = _fold_prior(centred, classes, scorer.references, prior)
+        else:
+            fold_start = start
         paths.append(SweepPath(scorer, fold_start, trace, checkpoints, options))
         return paths[-1]
 
@@ -389,8 +405,8 @@ def fit_definiteboost_metric(X, pairs=None, signs=None, *, trace, labels=None, k
     mean = X.mean(axis=0)
     centred = X - mean
     if not drew_pairs:
-        classes = _pair_classes(centred, pairs, signs, options.init)
-    start, init, prior, linear = _prior(centred, classes, options)
+        classes = None
+    start, init, prior, linear = _prior(centred, classes, options, pairs, signs)
     validation, max_iter = None, options.max_iter
     if max_iter == "auto":
         max_iter, validation = _validated_max_iter(

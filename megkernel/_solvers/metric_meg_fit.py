@@ -36,7 +36,7 @@ from .metric_soft_neighbors import TEMPERATURES, SoftNeighborAscent, prior_tempe
 from .metric_validation import SOFT_PAIRS, validate_kinds
 
 __all__ = ["MEGMetricFit", "MEGMetricOptions", "fit_meg_metric", "metric_space",
-           "pair_sq_distance_quantiles"]
+           "pair_kinds", "pair_sq_distance_quantiles"]
 
 #: Rows up to which the median squared distance (``gamma_dissimilar="auto"``)
 #: is exact; beyond, that of all pairs of this many random rows.
@@ -132,7 +132,7 @@ def metric_space(centred, gamma, gamma_dissimilar, rng):
     return coordinates, scales, directions, trace, gamma, float(gamma_dissimilar)
 
 
-def _pair_kinds(pairs, signs):
+def pair_kinds(pairs, signs):
     """Return the kinds to validate for given pairs (``None``: their loss alone).
 
     The pairs' own soft-neighbour objective (each point's stochastic
@@ -175,6 +175,8 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         of ``kinds`` (validated between them; the first without validation).
     kinds : tuple of str
         From labels: ``"soft-neighbors"``, ``"neighbors"``, ``"random"``.
+        From pairs: ``("soft-pairs",)`` validates the pairs' own soft-neighbour
+        objective alone (without MEG's pair loss as its fallback).
     options : MEGMetricOptions
         The learner's options.
 
@@ -201,7 +203,9 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
     from_labels = candidates[0].from_labels if candidates else None
     kept = candidates[0] if candidates else None
     if candidates is None and options.n_epochs == "auto":  # given pairs
-        candidates = _pair_kinds(pairs, signs)
+        candidates = pair_kinds(pairs, signs)
+        if candidates is not None and SOFT_PAIRS in kinds:  # their own objective alone
+            candidates = [SOFT_PAIRS]
     if options.n_epochs == "auto":
         epochs, validation, rng, (pairs, signs, kept) = validate_kinds(
             coordinates, prior, pairs, signs, candidates or [None], gamma=gamma,

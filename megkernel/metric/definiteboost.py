@@ -110,9 +110,10 @@ class DefiniteBoostMetric(_FeatureMetric):
         (``from_labels="soft-neighbors"``, its length validated by its own
         folds) when its held-out gain over the Euclidean metric is real,
         else the Euclidean metric; from given pairs (:meth:`fit_pairs`) the
-        same when their similar pairs' connected components stand in for
-        classes (as :class:`MEGMetric` validates them), else the Euclidean
-        metric. (The
+        pairs' own soft-neighbour metric (each point's stochastic neighbour
+        among the points it is paired with, as :class:`MEGMetric` learns
+        given pairs; ``init_="soft-pairs"``) when its validated gain is
+        real, else the Euclidean metric. (The
         sweeps' validation refits that prior on each fold's training points,
         so a fold scores it on labels it has not seen.)
         DefiniteBoost is the metric closest to its prior that meets the
@@ -137,11 +138,12 @@ class DefiniteBoostMetric(_FeatureMetric):
     Attributes
     ----------
     init_ : str
-        The prior used: ``"soft-neighbors"``, ``"euclidean"``,
-        ``"covariance"``, ``"random"`` or ``"given"`` (an array).
+        The prior used: ``"soft-neighbors"`` (from labels), ``"soft-pairs"``
+        (from given pairs), ``"euclidean"``, ``"covariance"``, ``"random"``
+        or ``"given"`` (an array).
     prior_components_ : ndarray of shape (rank, n_features) or None
-        The soft-neighbour metric tried as the prior (``init="auto"`` from
-        labels, or from given pairs whose components stand in for classes):
+        The soft-neighbour metric tried as the prior (``init="auto"``: of the
+        labels, or of the given pairs' own objective):
         ``(X - mean_) @ prior_components_.T`` embeds points under it
         (used only when ``init_`` says so); ``None`` when none was tried.
     prior_n_iter_ : int or None
@@ -318,9 +320,8 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         Unused: the pairs are given.
     init : str or array-like of shape (n_components, n_features), default="auto"
         The prior, as in :meth:`~DefiniteBoostMetric.fit_pairs`: with
-        ``"auto"``, the soft-neighbour metric of the similar pairs'
-        components where those stand in for classes, else the Euclidean
-        metric.
+        ``"auto"``, the pairs' own soft-neighbour metric where its validated
+        gain is real, else the Euclidean metric.
     random_state : int, RandomState instance or None, default=None
         Seed for the validation's folds.
     method : {"auto", "eigh", "rank-one"}, default="auto"

@@ -46,9 +46,9 @@ class MEGPairMetric(_PairInput, MEGMetric):
     shuffle : bool, default=True
         Draw a new order of the pairs for each epoch.
     from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
-        As in :meth:`MEGMetric.fit_pairs`: with ``"auto"``, the
-        soft-neighbour objective of the similar pairs' connected components
-        where those stand in for classes, else the pairs.
+        As in :meth:`MEGMetric.fit_pairs`: with ``"auto"``, the pairs' own
+        soft-neighbour objective, and MEG's pair loss where that shows no
+        validated gain.
     n_neighbors : int, default=5
         As in :class:`MEGMetric`.
     temperature : float or "auto", default="auto"
