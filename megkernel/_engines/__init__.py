@@ -288,6 +288,17 @@ AUTO_MAX_DECLINED = 4
 AUTO_MEMO_BELOW = 256
 AUTO_MEMO_TRIALS = 1024
 
+#: A longer call whose whole work is expected to take less than this many
+#: seconds (the cost model's, :func:`auto_plan` for all its trials, each of
+#: which may keep one eigenpair more) runs by that one engine instead of
+#: segments: the first use of an engine in a process compiles its kernels
+#: (seconds, :attr:`Engine.compile_seconds`), which switching to a second
+#: engine within a short call cannot pay back (a d = 300 call of 2000 trials
+#: from ``I/d`` ran five short rank-one segments before Lanczos, compiling
+#: both engines). The rule reads the state and the call only, never the
+#: numba cache, so the same data run by the same engines.
+AUTO_ONE_ENGINE_BELOW = 0.1
+
 
 #: ``method="rank-one"`` on a dense state of at least this many objects is
 #: checked against the cost model before its trials run: its updates cost
@@ -497,6 +508,12 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
         state.engine_memo = (memo[0], kind, memo[2] + n)
         if stats is not None:
             stats.setdefault("auto_segments", []).append((memo[0], n))
+    if plan:  # a short call: one engine (the second one's compile would not pay)
+        name, _, seconds = auto_plan(state, None, None, n)
+        if seconds[name] * n < AUTO_ONE_ENGINE_BELOW:
+            engine, plan = ENGINES[name], False
+            if stats is not None:
+                stats.setdefault("auto_segments", []).append((name, n))
     predictions = np.empty(n)
     t = declined = 0
     # pinning the BLAS threads costs about as much as a few small trials

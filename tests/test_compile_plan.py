@@ -1,0 +1,120 @@
+"""Which engines a call runs, hence which numba kernels its first use compiles."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import megkernel._engines as engines
+from megkernel._engines import ENGINES, run_pair_trials
+from megkernel._numerics.state import ExponentState
+
+
+def _trials(d, n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((d, 5))
+    K = X @ X.T / np.trace(X @ X.T)
+    a = rng.integers(0, d, n)
+    b = (a + rng.integers(1, d, n)) % d
+    return a, b, K[a, a] + K[b, b] - 2 * K[a, b]
+
+
+def _counting(monkeypatch):
+    """Count the calls of each engine's ``pair_trials``."""
+    calls = {}
+    for name, engine in list(ENGINES.items()):
+
+        def counted(*args, _name=name, _run=engine.pair_trials, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _run(*args, **kwargs)
+
+        monkeypatch.setitem(ENGINES, name, engine._replace(pair_trials=counted))
+    return calls
+
+
+def test_a_short_call_from_the_identity_runs_by_one_engine(monkeypatch):
+    """d = 300, 2000 trials from I/d: the call's work is a fraction of a
+    second, so it runs by the engine chosen for all of it (Lanczos), not by
+    short rank-one segments first (their engine's compile would cost more
+    than the whole call)."""
+    calls = _counting(monkeypatch)
+    state, stats = ExponentState.identity(300), {}
+    run_pair_trials(state, *_trials(300, 2000), learning_rate=0.5, stats=stats)
+    assert stats["auto_segments"] == [("lanczos", 2000)]
+    assert set(calls) == {"lanczos"}
+
+
+def test_a_long_call_still_switches_engines(monkeypatch):
+    """The rule reads the expected work: a long call from a trained d = 52
+    state goes on in segments as before (to the rank-one engine, the cheaper
+    one there), so the paper's run keeps its speed."""
+    a, b, y = _trials(52, 11000, seed=1)
+    state = ExponentState.identity(52)
+    run_pair_trials(state, a[:3000], b[:3000], y[:3000], learning_rate=0.5)
+    stats, segmented = {}, {}
+    copy = state.copy()
+    run_pair_trials(state, a[3000:], b[3000:], y[3000:], learning_rate=0.5, stats=stats)
+    monkeypatch.setattr(engines, "AUTO_ONE_ENGINE_BELOW", 0.0)  # always in segments
+    run_pair_trials(copy, a[3000:], b[3000:], y[3000:], learning_rate=0.5, stats=segmented)
+    assert stats["auto_segments"] == segmented["auto_segments"]
+    assert len(stats["auto_segments"]) > 1
+    assert stats["auto_segments"][-1][0] == "rank-one"
+
+
+def test_the_choice_reads_the_call_not_the_numba_cache():
+    """The same call on the same state runs by the same engines whatever has
+    been compiled before (same data, same answer)."""
+    a, b, y = _trials(300, 2000, seed=2)
+    runs = []
+    for _ in range(2):
+        state, stats = ExponentState.identity(300), {}
+        predictions = run_pair_trials(state, a, b, y, learning_rate=0.5, stats=stats)
+        runs.append((stats["auto_segments"], predictions, state.matrix()))
+    assert runs[0][0] == runs[1][0]
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+    np.testing.assert_array_equal(runs[0][2], runs[1][2])
+
+
+_FIRST_FITS = textwrap.dedent("""
+    import numpy as np
+    from numba.core import event
+    from megkernel import MEGKernelRegressor
+    from megkernel.datasets import distance_triples
+
+    compiled = set()
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            compiled.add(ev.data["dispatcher"].py_func.__module__)
+
+        def on_end(self, ev):
+            pass
+
+    event.register("numba:compile", Listener())
+    rng = np.random.default_rng(0)
+    kernels = []
+    for d in (52, 300):
+        X = rng.standard_normal((d, 5))
+        K = X @ X.T / np.trace(X @ X.T)
+        pairs, y = distance_triples(K, 2000, random_state=0)
+        kernels.append(MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y).kernel_)
+    print(sorted(m for m in compiled if m.startswith("megkernel")))
+    print(np.concatenate([k.ravel() for k in kernels]).tobytes().hex()[:4000])
+""")
+
+
+@pytest.mark.slow
+def test_the_first_fits_compile_one_engine(tmp_path):
+    """The cold start of the benchmarks page (a d = 52 then a d = 300 on-line
+    fit, empty numba cache) compiles the Lanczos kernels only, and gives the
+    same kernels as the same fits with a warm cache."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1")
+    outputs = [subprocess.run([sys.executable, "-c", _FIRST_FITS], env=env, check=True,
+                              capture_output=True, text=True).stdout.splitlines()
+               for _ in range(2)]
+    assert outputs[0][0] == "['megkernel._engines._lanczos_kernels']"
+    assert outputs[1][0] == "[]"  # the second process loads them from the cache
+    assert outputs[0][1] == outputs[1][1]
