@@ -30,10 +30,10 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
 from tqdm import tqdm
 
 from ._engines import ENGINES
+from ._solvers.definiteboost_choice import tolerance_share
 
 __all__ = ["bar", "detail", "note_compiling", "numba_cache_cold", "tolerance_share",
            "ToleranceBar"]
@@ -201,20 +201,6 @@ def bar(*, total, desc, unit, enabled=True, leave=True, clock=None, bar_format=N
     return _WarmingBar(total=total, desc=desc, unit=unit, disable=not enabled, leave=leave,
                        file=sys.stderr, dynamic_ncols=True, mininterval=0.2, smoothing=0.1,
                        clock=clock, bar_format=bar_format)
-
-
-def tolerance_share(first, current, goal):
-    """Share of the way from ``first`` down to ``goal`` on a log scale, in ``[0, 1]``.
-
-    For a quantity that falls geometrically towards its tolerance (the
-    largest violation of a run of projections): ``log(first / current) /
-    log(first / goal)``; 1 at or below ``goal``, 0 above ``first``.
-    """
-    if current <= goal:
-        return 1.0
-    if not (goal > 0 and np.isfinite(first) and first > goal):  # no scale to go by
-        return 0.0
-    return float(min(max(np.log(first / current) / np.log(first / goal), 0.0), 1.0))
 
 
 class ToleranceBar:

@@ -126,6 +126,36 @@ def test_the_slow_run_note_leaves_the_setup_out_of_the_pace(monkeypatch):
             note(done)
 
 
+def test_the_slow_run_note_counts_towards_the_tolerance(monkeypatch):
+    """A run whose largest violation falls steadily (log scale) towards tol
+    ends by it long before max_iter: the note projects that end, not the time
+    to max_iter ("at this pace the 13333 projections ... 11 min" for a run of
+    40 s used to be said); a run that stalls short of tol is still said, with
+    both estimates."""
+    clock = iter(0.01 * np.arange(100_000))
+    monkeypatch.setattr(definiteboost_projections, "clock", lambda: next(clock))
+    tol = 1e-4
+
+    def steady(done):  # 1 -> tol in 3000 projections (30 s at 0.01 s each)
+        return max(tol, 10.0 ** (-4 * done / 2900))
+
+    note = definiteboost_projections.SlowRunNote(ChosenCount(60_000), 90_000, tol)
+    with _no_warning():
+        for done in range(1, 2901):
+            note(done, steady(done))
+    # without violations (or for a run that stalls) the end is max_iter's
+    note = definiteboost_projections.SlowRunNote(ChosenCount(60_000), 90_000)
+    with pytest.warns(UserWarning, match=r"60000 projections .* take about 10 min if the run"):
+        for done in range(1, 500):
+            note(done)
+    note = definiteboost_projections.SlowRunNote(ChosenCount(60_000), 90_000, tol)
+    with pytest.warns(UserWarning, match=r"take about 10 min; the largest violation has come "
+                                         r"25 % of the way to tol \(log scale\), and at this "
+                                         r"pace reaches it in about"):
+        for done in range(1, 5000):
+            note(done, max(0.1, steady(done)))  # stalls at a quarter of the way
+
+
 class _no_warning:
     def __enter__(self):
         import warnings

@@ -16,11 +16,25 @@ from scipy import optimize
 from .bounds import definiteboost_step
 
 __all__ = ["TIE_RTOL", "choose", "exact_step", "kept_best", "most_violated", "run_bounds",
-           "run_log", "scores", "step"]
+           "run_log", "scores", "step", "tolerance_share"]
 
 
 #: Scores within this relative distance of the largest count as tied.
 TIE_RTOL = 1e-9
+
+
+def tolerance_share(first, current, goal):
+    """Share of the way from ``first`` down to ``goal`` on a log scale, in ``[0, 1]``.
+
+    For a quantity that falls geometrically towards its tolerance (the
+    largest violation of a run of projections): ``log(first / current) /
+    log(first / goal)``; 1 at or below ``goal``, 0 above ``first``.
+    """
+    if current <= goal:
+        return 1.0
+    if not (goal > 0 and np.isfinite(first) and first > goal):  # no scale to go by
+        return 0.0
+    return float(min(max(np.log(first / current) / np.log(first / goal), 0.0), 1.0))
 
 
 def most_violated(found):

@@ -33,7 +33,14 @@ from .._numerics.threads import blas_threads
 from .._numerics.validation import in_scale_range
 from .._warnings import warn_user
 from .bounds import _log_rho
-from .definiteboost_choice import choose, kept_best, run_bounds, run_log, step
+from .definiteboost_choice import (
+    choose,
+    kept_best,
+    run_bounds,
+    run_log,
+    step,
+    tolerance_share,
+)
 from .definiteboost_fused import fused_applies, run_fused
 from .definiteboost_lazy import lazy_applies, run_lazy
 
@@ -315,24 +322,58 @@ clock = time.perf_counter
 class SlowRunNote:
     """Warn once when a run will take long: an estimate from its first iterations.
 
-    Called with the number of iterations done; after :data:`SLOW_RUN_AFTER`
-    seconds, if the pace so far takes more than :data:`SLOW_RUN_SECONDS` to
-    reach ``max_iter``, it warns with the estimate and the ways to shorten
-    the run (``max_iter``, ``slack``, ``tol``). The pace is that of the
-    projections since the first one: the setup before it (a first ``eigh``,
-    seconds at thousands of objects) is paid once, not per projection.
+    Called with the number of iterations done and, from the solvers, the
+    violation of the constraint projected; after :data:`SLOW_RUN_AFTER`
+    seconds, if the run at its pace so far ends after more than
+    :data:`SLOW_RUN_SECONDS`, it warns with the estimate and the ways to
+    shorten the run (``max_iter``, ``slack``, ``tol``). The pace is that of
+    the projections since the first one: the setup before it (a first
+    ``eigh``, seconds at thousands of objects) is paid once, not per
+    projection.
+
+    The end is the sooner of ``max_iter`` and the tolerance: an ordinary
+    run converges long before ``max_iter`` (thousands of projections of
+    the tens of thousands allowed), and an estimate from ``max_iter`` alone
+    alarmed about minutes for a run of seconds. Progress towards ``tol`` is
+    the share of the way the smallest violation so far has come from the
+    first one down to ``tol`` on a log scale (the progress bar's
+    :func:`~.definiteboost_choice.tolerance_share`); the time left at that
+    pace is ``elapsed * (1 - share) / share``. A run that stalls short of
+    ``tol`` sees that estimate grow with its elapsed time, and says so.
+
+    Parameters
+    ----------
+    max_iter : int
+        The run's ``max_iter`` (a :class:`ChosenCount` is named as such).
+    n_constraints : int
+        Constraints, for the message.
+    tol : float, optional
+        The run stops when the largest violation is at most ``tol``;
+        without it (or without violations) the estimate is to ``max_iter``.
     """
 
-    def __init__(self, max_iter, n_constraints):
+    def __init__(self, max_iter, n_constraints, tol=None):
         self.max_iter = max_iter  # a ChosenCount kept as such, for the message
         self.n_constraints = int(n_constraints)
+        self.tol = tol
         self.start = clock()
         self.first = None  # (time, done) at the first call
+        self.first_violation = self.best_violation = None
         self.said = False
 
-    def __call__(self, done):
+    def _share(self, violation):
+        """Share of the way to ``tol`` made so far (0 without a measure)."""
+        if violation is None or self.tol is None or not self.tol > 0:
+            return 0.0
+        if self.first_violation is None:
+            self.first_violation = self.best_violation = violation
+        self.best_violation = min(self.best_violation, violation)
+        return tolerance_share(self.first_violation, self.best_violation, self.tol)
+
+    def __call__(self, done, violation=None):
         if self.said or done <= 0:
             return
+        share = self._share(violation)
         now = clock()
         if self.first is None:
             self.first = (now, done)
@@ -340,20 +381,28 @@ class SlowRunNote:
         elapsed = now - self.start
         if elapsed < SLOW_RUN_AFTER or done <= self.first[1]:
             return
-        pace = (now - self.first[0]) / (done - self.first[1])
-        projected = (self.first[0] - self.start) + pace * (self.max_iter - self.first[1])
+        setup, running = self.first[0] - self.start, now - self.first[0]
+        pace = running / (done - self.first[1])
+        to_max_iter = setup + pace * (self.max_iter - self.first[1])
+        to_tol = setup + running / share if share > 0 else np.inf
+        projected = min(to_max_iter, to_tol)
         if projected <= SLOW_RUN_SECONDS:
             return
         self.said = True
         chosen = (f"max_iter='auto' chose for {self.n_constraints} constraints"
                   if isinstance(self.max_iter, ChosenCount)
                   else f"of max_iter={self.max_iter} ({self.n_constraints} constraints)")
+        if share > 0:
+            end = (f"; the largest violation has come {100 * share:.0f} % of the way to tol "
+                   f"(log scale), and at this pace reaches it in about {_duration(to_tol)}")
+        else:
+            end = " if the run does not converge first"
         warn_user(
             f"DefiniteBoost: {done} projections took {elapsed:.1f} s; at this pace the "
-            f"{self.max_iter} projections {chosen} take about {_duration(projected)} if "
-            "the run does not converge first. To "
-            "shorten it: a smaller max_iter, slack=... (soft constraints, which labels "
-            "that cannot all hold do not drag on), or a larger tol.", UserWarning)
+            f"{self.max_iter} projections {chosen} take about {_duration(to_max_iter)}"
+            f"{end}. To shorten it: a smaller max_iter, slack=... (soft constraints, "
+            "which labels that cannot all hold do not drag on), or a larger tol.",
+            UserWarning)
 
 
 def _duration(seconds):
@@ -445,12 +494,12 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         def callback(t, record):
             if t in wanted:
                 every(t, record)
-    slow = SlowRunNote(settings.max_iter, len(constraints))
+    slow = SlowRunNote(settings.max_iter, len(constraints), settings.tol)
     if method == "auto" and lazy_applies(constraints, state, settings, scan_every):
         user_callback = callback
 
         def watched(t, record):  # the lazy run's iterations are timed through it
-            slow(t)
+            slow(t, record["violation"])
             if user_callback is not None:
                 user_callback(t, record)
 
@@ -503,7 +552,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                                            log_bound)):
                 record[key].append(value)
             infeasible = log_dual < log_floor
-            slow(t + 1)
+            slow(t + 1, violation)
             if callback is not None:
                 callback(t + 1, {"constraint": j, "violation": violation,
                                  "alpha": direction * alpha,

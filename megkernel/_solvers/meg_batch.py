@@ -22,7 +22,9 @@ von Neumann divergence of eq. 3; Bauschke, Bolte & Teboulle 2017, Lu, Freund
 needed. The first trial step of an iteration is the short Barzilai-Borwein
 step of the exponent (``<s, g> / <g, g>``, ``s`` the last change of ``A``,
 ``g`` that of the gradient) rounded down to a power of two, kept within a
-factor ``_BB_RANGE`` of the last accepted step; a rejected trial halves it.
+factor ``_BB_RANGE`` of the last accepted step. A rejected trial gives the
+next one: the largest power of two at which its own divergences would have
+passed the test, and at most half its step (:func:`_backtrack`).
 ``L`` is convex in ``W`` and the feasible set convex and compact, so the
 iterates converge to the minimum loss.
 
@@ -115,6 +117,32 @@ def _power_of_two_below(x):
         return x
     mantissa, exponent = math.frexp(x)  # x = mantissa 2^exponent, mantissa in [0.5, 1)
     return math.ldexp(1.0, exponent - 1)
+
+
+def _backtrack(step, loss, inner, residuals, trial_predictions, trial_loss, log_z_change,
+               n_pairs):
+    """Return the next trial step after ``step`` was rejected.
+
+    The test accepts ``eta`` when ``D_L <= D_h / eta``, with ``D_L = L(W_+) -
+    L(W) - <G, W_+ - W>`` the loss's divergence and ``D_h = -eta <G, W_+> -
+    (log Z_+ - log Z)`` the von Neumann divergence ``Delta(W_+, W)`` (both
+    from the rejected trial's predictions, no new matrix function). Their
+    ratio ``D_h / D_L`` is the largest step at which the rejected trial
+    itself would have passed; both are quadratic in the step near zero, so
+    the ratio barely changes as the step shrinks and a step below it passes
+    at once, where halving took up to six rejected trials (one
+    eigendecomposition each) after an overlong Barzilai-Borwein step. The
+    step returned is a power of two (round-off in the data stays round-off
+    in the step) and at most half the rejected one (the search ends).
+    """
+    # <G, W_+> = (2/n) sum_t (v_t^T W v_t - z_t) v_t^T W_+ v_t, as <G, W> is ``inner``
+    trial_inner = float(2.0 * residuals @ trial_predictions) / n_pairs
+    loss_divergence = trial_loss - loss - trial_inner + inner
+    entropy_divergence = -step * trial_inner - log_z_change
+    half = 0.5 * step
+    if not (loss_divergence > 0 and entropy_divergence > 0):  # round-off: no estimate
+        return half
+    return min(half, _power_of_two_below(entropy_divergence / loss_divergence))
 
 
 def subspace_dimension(n_objects):
@@ -298,23 +326,31 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
         grow, grow_at = 0, None  # every direction is there already
     if isinstance(train, SubspacePairLoss):
         exponent = np.asarray(state, dtype=float).copy()  # the (k + 1) x (k + 1) layout
+        lam, vecs = train.decompose(exponent)
     else:
         exponent = state.exponent.copy()
-    lam, vecs = train.decompose(exponent)
-    predictions = train.predictions(lam, vecs)
+        if state.eigenvalues is not None and state.updates_since_refresh == 0:
+            # the state's own decomposition of this exponent (a spectral prior's,
+            # or the training run's kernel the refit continues from)
+            lam, vecs = state.eigenvalues, state.eigenvectors
+        else:
+            lam, vecs = train.decompose(exponent)
+    kernel = train.kernel(lam, vecs)
+    predictions = train.predictions(lam, vecs, kernel)
     loss = train.loss(predictions)
     log_z = train.log_partition(lam)
     scored = validation is not None and len(validation) > 0
 
-    def validation_loss(lam, vecs):
+    def validation_loss(lam, vecs, kernel):
+        # the held-out pairs read the kernel the training pairs' predictions made
         nonlocal val_predictions
         if not scored:
             return np.nan
-        val_predictions = validation.predictions(lam, vecs)
+        val_predictions = validation.predictions(lam, vecs, kernel)
         return validation.loss(val_predictions)
 
     val_predictions = None
-    losses, val_losses, steps = [loss], [validation_loss(lam, vecs)], []
+    losses, val_losses, steps = [loss], [validation_loss(lam, vecs, kernel)], []
     best = (train, exponent, lam, vecs)  # made a state once, at the end
     best_val_predictions = val_predictions
     best_iter = 0
@@ -369,23 +405,25 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             trial = 0.5 * (trial + trial.T)
             trial_lam, trial_vecs = train.decompose(trial)
             n_eigh += 1
-            trial_predictions = train.predictions(trial_lam, trial_vecs)
+            trial_kernel = train.kernel(trial_lam, trial_vecs)
+            trial_predictions = train.predictions(trial_lam, trial_vecs, trial_kernel)
             trial_loss = train.loss(trial_predictions)
             trial_log_z = train.log_partition(trial_lam)
             bound = loss - inner - (trial_log_z - log_z) / step
             if trial_loss <= bound + 1e-12 * abs(loss) and trial_loss <= loss:
                 break
-            step *= 0.5
+            step = _backtrack(step, loss, inner, predictions - train.z, trial_predictions,
+                              trial_loss, trial_log_z - log_z, len(train))
         else:
             stalled = converged = True
             break
         previous = (trial - exponent, G)
         exponent = trial
-        lam, vecs, log_z = trial_lam, trial_vecs, trial_log_z
+        lam, vecs, log_z, kernel = trial_lam, trial_vecs, trial_log_z, trial_kernel
         predictions, loss = trial_predictions, trial_loss
         iteration += 1
         losses.append(loss)
-        val_losses.append(validation_loss(lam, vecs))
+        val_losses.append(validation_loss(lam, vecs, kernel))
         steps.append(step)
         if callback is not None:
             callback(iteration, loss, val_losses[-1], step)

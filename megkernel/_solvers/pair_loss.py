@@ -68,17 +68,32 @@ class PairLoss:
         cols = np.concatenate([a, b, b, a])
         return sparse.csr_matrix((values, (rows, cols)), shape=(d, d))
 
-    def predictions(self, eigenvalues, eigenvectors):
-        """``v_t^T W v_t`` for every pair, ``W`` from the exponent's eigenpairs."""
-        weights = normalized_exp_weights(eigenvalues)
+    def kernel(self, eigenvalues, eigenvectors):
+        """Return an iterate's kernel in the form :meth:`predictions` reads.
+
+        Dense: ``W = F F^T`` with ``F = V diag(sqrt(w))`` (a symmetric
+        product: half a general product's work, and exactly symmetric);
+        low-rank: the factor ``P F``. Losses of the same kind and basis
+        (training and held-out pairs) can share it.
+        """
+        factor = eigenvectors * np.sqrt(normalized_exp_weights(eigenvalues))
+        if self.basis is None:
+            return factor @ factor.T
+        # ||F^T v||^2 with F = P V diag(sqrt(w)): O(d r^2 + n r), not O(n r^2)
+        return self.basis @ factor
+
+    def predictions(self, eigenvalues, eigenvectors, kernel=None):
+        """``v_t^T W v_t`` for every pair, ``W`` from the exponent's eigenpairs.
+
+        ``kernel``: the same iterate's :meth:`kernel`, if already made.
+        """
         if len(self.z) == 0:
             return np.zeros(0)
+        if kernel is None:
+            kernel = self.kernel(eigenvalues, eigenvectors)
         if self.basis is None:
-            W = (eigenvectors * weights) @ eigenvectors.T
-            return kernel_pair_sq_distances(W, self.a, self.b)
-        # ||F^T v||^2 with F = P V diag(sqrt(w)): O(d r^2 + n r), not O(n r^2)
-        factor = self.basis @ (eigenvectors * np.sqrt(weights))
-        return factor_pair_sq_distances(factor, self.a, self.b)
+            return kernel_pair_sq_distances(kernel, self.a, self.b)
+        return factor_pair_sq_distances(kernel, self.a, self.b)
 
     def decompose(self, exponent):
         """Eigenpairs ``(lam, vecs)`` of an exponent (ascending ``lam``)."""
@@ -244,16 +259,19 @@ class SubspacePairLoss(PairLoss):
         k = self.size - 1
         return float(max(np.abs(G[:k, :k]).sum(axis=1).max(initial=0.0), abs(G[k, k])))
 
-    def predictions(self, eigenvalues, eigenvectors):
-        """``v_t^T W v_t`` for every pair."""
+    def kernel(self, eigenvalues, eigenvectors):
+        """Return ``(F, w_alpha)``: ``F = P V_B diag(sqrt(w))`` and the complement's weight."""
         k = self.size - 1
         weights = self._weights(eigenvalues)
+        # v^T P M P^T v = ||F^T v||^2: O(d k^2 + n k), not O(n k^2) through P^T v
+        return self.basis @ (eigenvectors[:k, :k] * np.sqrt(weights[:k])), weights[k]
+
+    def predictions(self, eigenvalues, eigenvectors, kernel=None):
+        """``v_t^T W v_t`` for every pair (``kernel``: the iterate's :meth:`kernel`)."""
         if len(self.z) == 0:
             return np.zeros(0)
-        # v^T P M P^T v = ||F^T v||^2 with F = P V_B diag(sqrt(w)): O(d k^2 + n k),
-        # not O(n k^2) through P^T v
-        factor = self.basis @ (eigenvectors[:k, :k] * np.sqrt(weights[:k]))
-        return factor_pair_sq_distances(factor, self.a, self.b) + weights[k] * self.outside
+        factor, complement = self.kernel(eigenvalues, eigenvectors) if kernel is None else kernel
+        return factor_pair_sq_distances(factor, self.a, self.b) + complement * self.outside
 
     def gradient(self, predictions):
         """``P^T G P`` and ``tr((I - P P^T) G) / (d - k)`` in the exponent's layout."""
