@@ -337,6 +337,7 @@ def test_speed_tables_run(bench_speed, capsys):
     out = capsys.readouterr().out
     assert "| ratio lean numpy loop / Lanczos |" in out
     assert "clustered target" in out and "| lean numpy loop, eigh per trial |" in out
+    assert "| wine kernel, full rank | auto |" in out
     assert "Same constraints chosen at every iteration: True" in out
 
 
