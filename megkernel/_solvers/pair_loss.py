@@ -82,6 +82,24 @@ class PairLoss:
         # ||F^T v||^2 with F = P V diag(sqrt(w)): O(d r^2 + n r), not O(n r^2)
         return self.basis @ factor
 
+    def _dense_laplacian(self, coefficients):
+        """Return the Laplacian of :meth:`_laplacian` as a dense array, by one ``bincount``.
+
+        Its entries summed at their flat positions (made once per loss):
+        at d = 944 and 7e4 pairs 1 ms, where a sparse matrix made dense
+        took 17 ms (sorting its entries), a tenth of an iteration's
+        eigendecomposition. Self-pairs are left out as there.
+        """
+        d = self.size
+        if getattr(self, "_flat", None) is None:
+            moving = self.a != self.b
+            a, b = self.a[moving], self.b[moving]
+            self._moving = moving
+            self._flat = np.concatenate([a * d + a, b * d + b, a * d + b, b * d + a])
+        c = coefficients[self._moving]
+        weights = np.concatenate([c, c, -c, -c])
+        return np.bincount(self._flat, weights=weights, minlength=d * d).reshape(d, d)
+
     def predictions(self, eigenvalues, eigenvectors, kernel=None):
         """``v_t^T W v_t`` for every pair, ``W`` from the exponent's eigenpairs.
 
@@ -125,10 +143,9 @@ class PairLoss:
     def gradient(self, predictions):
         """``G = (2/n) sum_t (v_t^T W v_t - z_t) v_t v_t^T`` (``size x size``)."""
         coefficients = 2.0 * (predictions - self.z) / len(self.z)
-        laplacian = self._laplacian(coefficients)
         if self.basis is None:
-            return laplacian.toarray()
-        G = self.basis.T @ (laplacian @ self.basis)  # O(n r + d r^2), not O(n r^2)
+            return self._dense_laplacian(coefficients)
+        G = self.basis.T @ (self._laplacian(coefficients) @ self.basis)  # O(n r + d r^2)
         return 0.5 * (G + G.T)
 
 
