@@ -177,3 +177,34 @@ def test_within_noise_of_the_reference_claims_nothing():
     log = _reference_validation(prior=0.1, learned=0.3, reference=0.3)
     assert log["chosen"] == 1.0 and not log["gain_is_real"]
     assert not log["worse_than_reference"]
+
+
+@pytest.mark.parametrize("n_looks, holds", [(1, True), (3, False), (6, False)])
+def test_a_claim_must_clear_the_noise_of_every_look_it_was_chosen_from(n_looks, holds):
+    """Paired gains of 2.3 standard errors: real for one look at z=2, not when the
+    length was the best of three or six looks (Bonferroni: 2.39, 2.64)."""
+    from scipy.stats import norm
+
+    from megkernel._solvers.holdout import claim_holds
+
+    noise = np.random.default_rng(0).normal(size=200)
+    noise = (noise - noise.mean()) / noise.std(ddof=1)  # mean 0, standard deviation 1
+    gain = 2.3 / np.sqrt(len(noise))  # 2.3 standard errors
+    prior, learned = [np.zeros(200)], [gain + noise]
+    assert claim_holds(learned, prior, 2.0, 1, n_looks) == holds
+    assert (2.3 > norm.isf(norm.sf(2.0) / n_looks)) == holds  # the bar, independently
+
+
+def test_a_fold_draw_that_favours_noise_claims_nothing():
+    """Pairs without signal where one draw of the folds (seed 6) scored a learned
+    length above the Euclidean metric by 2.4 standard errors, the best of three
+    looks: chosen from several looks, it is within their noise, the Euclidean
+    metric is kept (it was 0.053 below the Euclidean metric on new points)."""
+    X, y = _no_signal(seed=6)
+    pairs, signs = draw_pairs(y[::2], 300, random_state=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(random_state=6).fit_pairs(X[::2], pairs, signs)
+    assert not model.validation_["gain_is_real"] and model.n_iter_ == 0
+    assert _one_nn(model, X[::2], y[::2], X[1::2], y[1::2]) == _one_nn(
+        None, X[::2], y[::2], X[1::2], y[1::2])

@@ -84,7 +84,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from scipy.stats import rankdata
+from scipy.stats import norm, rankdata
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
@@ -590,6 +590,20 @@ def gain_is_real(items, prior_items, z, n_repeats=1):
     return bool(np.mean(gains) > z * spread)
 
 
+def claim_holds(items, prior_items, z, n_repeats, n_looks):
+    """Whether a learned length's gain over the prior is real after ``n_looks`` looks.
+
+    The walk that chose it compared up to ``n_looks`` checkpoints with the
+    prior at ``z`` standard errors each: the chance that one of them passes
+    on noise alone grows with the looks (about ``n_looks`` times the one-look
+    rate on independent ones). The claim holds where the gain exceeds the
+    ``z`` that keeps the one-look rate for all of them together (Bonferroni:
+    ``norm.isf(norm.sf(z) / n_looks)``, 2.64 for 6 looks at ``z=2``).
+    """
+    z_looks = float(norm.isf(norm.sf(z) / max(int(n_looks), 1)))
+    return gain_is_real(items, prior_items, z_looks, n_repeats)
+
+
 def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity,
               scores):
     """Whether ``checkpoints[candidate]`` replaces the choice ``checkpoints[chosen]``.
@@ -855,6 +869,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                 log["stopped"] = "out_of_reach"
                 break
     # the walk of choose_checkpoint, made as the rows came (each step sees rows up to it)
+    log["within_noise"] = chosen > 0 and not claim_holds(table[chosen], table[0], z, n_repeats,
+                                                         len(table) - 1)
+    if log["within_noise"]:  # the best of several looks, not beyond their noise
+        chosen = 0
     best, log["scores"], log["gain_is_real"] = log["checkpoints"][chosen], scores, chosen > 0
     log["chosen"] = best
     if reference is not None:  # the chosen row against the reference, item by item
