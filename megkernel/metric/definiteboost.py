@@ -175,7 +175,8 @@ class DefiniteBoostMetric(_FeatureMetric):
         Projections made (0 when the validation kept the prior).
     validation_ : dict or None
         ``max_iter="auto"``: ``"score"``, ``"checkpoints"`` (sweeps), their
-        mean ``"scores"``, ``"gain_is_real"``, ``"n_folds"``, ``"n_repeats"``,
+        mean ``"scores"``, ``"gain_is_real"``, ``"within_noise"`` (as in
+        :class:`MEGMetric`), ``"n_folds"``, ``"n_repeats"``,
         ``"stopped"`` (``"patience"``, ``"out_of_reach"`` or ``"max_length"``) and
         ``"length_scale"`` (the sweeps run over the chosen ones, see ``n_folds``).
     pairs_, pair_labels_ : ndarray

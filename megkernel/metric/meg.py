@@ -190,7 +190,8 @@ class MEGMetric(_FeatureMetric):
         of held-out points, the similar pairs' connected components standing
         in for classes; ``"auc"``: ROC AUC of held-out pairs, when the
         components cannot), ``"checkpoints"``, mean ``"scores"``, ``"gain_is_real"``,
-        ``"n_folds"``, ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
+        ``"within_noise"`` (the best length's gain did not clear the noise of
+        all the lengths compared: the prior kept), ``"n_folds"``, ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
         (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
