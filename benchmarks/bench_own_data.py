@@ -598,7 +598,7 @@ def _sparse_task(kind, n_objects, seed):
 
 
 def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", "graph"),
-           seeds=(1,), learners=("MEG",), n_splits=5):
+           seeds=(1,), learners=("MEG",), n_splits=5, given_squared=None):
     """Where users are: many objects, a few percent of the pairs measured.
 
     Per table: 1-NN over ``ShuffleSplit(n_splits, 0.5)`` of the objects in
@@ -609,9 +609,13 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     labels) and the default step (``keep_given="auto"``: the labels of each
     split's training half choose), with the first (cache-filling) fit's wall
     time and the warnings it gave. The user's plain distances go to
-    ``KernelDistances`` as they are (its defaults).
+    ``KernelDistances`` as they are (its defaults: ``given_squared=None``
+    reads a learner's targets as squared distances, with a
+    ``FutureWarning``); ``given_squared=False`` says they are plain (the
+    learner is taught their squares), the reading of megkernel 0.4.
     """
-    print("\n## Sparse tables: objects x pairs given, defaults\n")
+    reading = "" if given_squared is None else f", given_squared={given_squared}"
+    print(f"\n## Sparse tables: objects x pairs given, defaults{reading}\n")
     head = "| task | seed | objects | pairs given | observed | full |"
     rule = "|---|---|---|---|---|---|"
     for name in learners:
@@ -629,7 +633,8 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                 ids, labels, distances = _sparse_task(kind, n_objects, seed)
                 for fraction in fractions:
                     table = observed_pairs(ids, distances, fraction, seed=seed)
-                    side = dict(pairs=table[["a", "b"]], targets=table["distance"])
+                    side = dict(pairs=table[["a", "b"]], targets=table["distance"],
+                                given_squared=given_squared)
                     def score(step, ids=ids, labels=labels):
                         pipe = Pipeline([("distances", step), ("knn", KNeighborsClassifier(
                             n_neighbors=1, metric="precomputed"))])
@@ -691,6 +696,8 @@ def main(argv=None):
                         help="with --sparse: the numbers of objects")
     parser.add_argument("--fractions", type=float, nargs="+", default=list(SPARSE_FRACTIONS),
                         help="with --sparse: the shares of the pairs given")
+    parser.add_argument("--plain", action="store_true",
+                        help="with --sparse: given_squared=False (the distances are plain)")
     parser.add_argument("--kinds", nargs="+", default=["family", "graph"],
                         choices=["family", "graph"], help="with --sparse: the tasks")
     parser.add_argument("--all", action="store_true",
@@ -704,10 +711,11 @@ def main(argv=None):
     if args.sparse:
         if args.quick:
             sparse(objects=(60,), fractions=(0.3,), seeds=(0,), learners=args.learners,
-                   n_splits=2)
+                   n_splits=2, given_squared=False if args.plain else None)
         else:
             sparse(objects=args.objects, fractions=args.fractions, kinds=args.kinds,
-                   seeds=args.seeds, learners=args.learners)
+                   seeds=args.seeds, learners=args.learners,
+                   given_squared=False if args.plain else None)
     elif args.verdict:
         verdict_grid(parts=(((0,), (0.3,), (0.2,)),) if args.quick
                      else HELD_OUT_GRID if args.held_out else GRID,
