@@ -33,14 +33,17 @@ labels and from the distances; ``--user-tables`` adds a word list (600 words, an
 edit distance, 20 % of the pairs) and a survey (944 respondents, a Gower
 distance, 17 %) from ``_user_tables.py``, with MEG's batch fit on each;
 ``--roundoff`` fits MEG again on the same targets one ulp up
-(``numpy.nextafter``) and notes the kernels' relative difference (Frobenius).
+(``numpy.nextafter``) and notes the kernels' relative difference (Frobenius);
+``--against REV`` fits MEG's rows again with the batch solver of git revision
+``REV`` (its ``meg_batch.py`` and ``pair_loss.py``, loaded beside the working
+tree's in the same process) and prints that baseline's row and the CPU ratio.
 
 Usage::
 
     python benchmarks/bench_definiteboost_scale.py [--sizes 500 1000 2000]
         [--iterations 1500] [--converge]
     python benchmarks/bench_definiteboost_scale.py --defaults --sizes 2000 [--user-tables]
-        [--roundoff]
+        [--roundoff] [--against REV]
 """
 
 from __future__ import annotations
@@ -145,12 +148,40 @@ def timed_fit(model, X, y):
     return time.perf_counter() - wall, time.process_time() - cpu, notes
 
 
-def defaults_table(sizes, user_tables, roundoff=False):
+def baseline_fit_batch(revision):
+    """``fit_batch`` of the batch solver at a git revision, loaded beside the working tree's."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = tempfile.mkdtemp(prefix="meg_batch_")
+    modules = {}
+    for name in ("pair_loss", "meg_batch"):
+        source = subprocess.run(["git", "show", f"{revision}:megkernel/_solvers/{name}.py"],
+                                cwd=root, check=True, capture_output=True, text=True).stdout
+        source = source.replace("from .pair_loss import", "from .pair_loss_baseline import")
+        path = os.path.join(folder, f"{name}_baseline.py")
+        with open(path, "w") as file:
+            file.write(source)
+        spec = importlib.util.spec_from_file_location(f"megkernel._solvers.{name}_baseline", path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = modules[name]
+        spec.loader.exec_module(modules[name])
+    return modules["meg_batch"].fit_batch
+
+
+def defaults_table(sizes, user_tables, roundoff=False, against=None):
     """DefiniteBoostKernel (and MEG's batch fit) at their defaults, as a user calls them."""
     from _family_data import knn_accuracy, raw_knn_accuracy
     from _user_tables import survey_table, word_table
 
+    import megkernel.meg_regressor as meg_regressor
     from megkernel import DefiniteBoostKernel, MEGKernelRegressor
+
+    learners = [("MEG batch", meg_regressor.fit_batch)]
+    if against is not None:
+        learners.insert(0, (f"MEG batch at {against}", baseline_fit_batch(against)))
 
     print("\n| data | objects | pairs | learner | wall s | CPU s | 1-NN | iterations | "
           "converged | notes |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -165,28 +196,47 @@ def defaults_table(sizes, user_tables, roundoff=False):
             ids, labels, table = make()
             cases.append((name, ids, labels, table, "meg"))
             cases.append((name, ids, labels, table, None))
+    rows = []
     for name, ids, labels, table, signs in cases:
         if isinstance(signs, str):
-            model = MEGKernelRegressor(objects=ids, random_state=0)
-            y, learner = table["distance"].to_numpy() ** 2, "MEG batch"
+            y = table["distance"].to_numpy() ** 2
+            runs = learners
         else:
-            model = DefiniteBoostKernel(objects=ids, random_state=0)
             y = table["distance"] if signs is None else signs
-            learner = "DefiniteBoost"
-        wall, cpu, notes = timed_fit(model, table[["a", "b"]], y)
-        if roundoff and learner == "MEG batch":
-            again = MEGKernelRegressor(objects=ids, random_state=0)
-            timed_fit(again, table[["a", "b"]], np.nextafter(y, np.inf))
-            change = (np.linalg.norm(again.kernel_ - model.kernel_)
-                      / np.linalg.norm(model.kernel_))
-            notes = "; ".join(filter(None, [f"targets one ulp up: kernel {change:.1e} apart",
-                                            notes]))
-        n_iter = getattr(model, "n_iter_", "")
-        converged = getattr(model, "converged_", "")
-        print(f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | {len(ids)} | "
-              f"{len(table)} | {learner} | {wall:.1f} | {cpu:.1f} | "
-              f"{knn_accuracy(model, ids, labels):.3f} | {n_iter} | {converged} | "
-              f"{notes[:150]} |", flush=True)
+            runs = [("DefiniteBoost", None)]
+        baseline_cpu = None
+        for learner, fit_batch in runs:
+            if fit_batch is not None:  # MEG's rows: the solver of this run
+                meg_regressor.fit_batch = fit_batch
+                model = MEGKernelRegressor(objects=ids, random_state=0)
+            else:
+                model = DefiniteBoostKernel(objects=ids, random_state=0)
+            wall, cpu, notes = timed_fit(model, table[["a", "b"]], y)
+            if roundoff and fit_batch is not None:
+                again = MEGKernelRegressor(objects=ids, random_state=0)
+                timed_fit(again, table[["a", "b"]], np.nextafter(y, np.inf))
+                change = (np.linalg.norm(again.kernel_ - model.kernel_)
+                          / np.linalg.norm(model.kernel_))
+                notes = "; ".join(filter(None, [
+                    f"targets one ulp up: kernel {change:.1e} apart", notes]))
+            if fit_batch is not None and against is not None:
+                if baseline_cpu is None:
+                    baseline_cpu = cpu
+                else:
+                    notes = "; ".join(filter(None, [
+                        f"CPU {cpu / baseline_cpu:.2f}x the baseline's", notes]))
+            extra = (f"; held-out R2 {model.validation_score_:.4f}"
+                     if fit_batch is not None else "")
+            n_iter = getattr(model, "n_iter_", "")
+            converged = getattr(model, "converged_", "")
+            row = (f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | "
+                   f"{len(ids)} | {len(table)} | {learner} | {wall:.1f} | {cpu:.1f} | "
+                   f"{knn_accuracy(model, ids, labels):.3f} | {n_iter} | {converged} | "
+                   f"load {os.getloadavg()[0]:.1f}{extra}; {notes[:150]} |")
+            rows.append(row)
+            print(row, flush=True)
+        meg_regressor.fit_batch = learners[-1][1]
+    return rows
 
 
 def main():
@@ -197,6 +247,8 @@ def main():
                         help="with --defaults: also the word list and the survey")
     parser.add_argument("--roundoff", action="store_true",
                         help="with --defaults: MEG again on targets one ulp up")
+    parser.add_argument("--against", metavar="REV",
+                        help="with --defaults: MEG's rows also with the batch solver of REV")
     parser.add_argument("--sizes", type=int, nargs="*", default=[500, 1000, 2000])
     parser.add_argument("--iterations", type=int, default=1500)
     parser.add_argument("--window", type=int, default=250)
@@ -204,7 +256,7 @@ def main():
                         help="also run auto to convergence (up to 400,000 iterations)")
     args = parser.parse_args()
     if args.defaults:
-        defaults_table(args.sizes, args.user_tables, args.roundoff)
+        defaults_table(args.sizes, args.user_tables, args.roundoff, args.against)
         return
     print(f"{'d':>5} {'pairs':>6} {'method':>7}  iterations / s by window of {args.window}")
     for d in args.sizes:

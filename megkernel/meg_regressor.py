@@ -200,12 +200,13 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         them first (figures: the benchmarks page); reaching it warns
         (``ConvergenceWarning``).
     tol : float, default=1e-4
-        Batch: an iteration improves when the training loss falls by more
-        than ``tol`` times the prior's.
+        Batch: the fit improves while the training loss falls by more than
+        ``tol`` times the prior's per iteration.
     n_iter_no_change : int, default=5
-        Batch: converged after this many iterations without improvement;
-        with ``early_stopping``, also stop after this many iterations in a
-        row that overfit.
+        Batch: converged when the last this many iterations together
+        lowered the training loss by less than ``n_iter_no_change * tol``
+        times the prior's; with ``early_stopping``, also stop after this
+        many iterations in a row that overfit.
     early_stopping : bool, default=True
         Batch: hold out ``validation_fraction`` of the pairs and watch their
         loss: an iterate overfits when the held-out minimum so far beats it

@@ -709,6 +709,35 @@ def test_a_rejected_step_gives_the_next_from_its_own_divergences():
     assert following <= eta / 8
 
 
+def test_the_run_stops_when_its_mean_gain_falls_below_tol():
+    """Converged when the last n_iter_no_change iterations together gained
+    less than n_iter_no_change * tol of the prior's loss, and not before;
+    the Barzilai-Borwein steps' gains alternate (a long step's above tol
+    among short ones' below), and "five in a row each below tol" ran 10-15
+    iterations longer here, waiting for a run of short steps."""
+    n, tol = 5, 1e-4
+    for seed in (1, 2, 4):
+        points, _ = _points(d=40, seed=seed)
+        pairs = _pairs(40, 300, seed=seed)
+        y = _sq(points, pairs) * np.exp(0.3 * np.random.default_rng(seed).normal(size=len(pairs)))
+        z = y / y.mean() * 2 / 40
+        state = ExponentState.identity(40)
+        train = PairLoss(state, pairs[:, 0], pairs[:, 1], z)
+        result = minimize_pair_loss(state, train, max_iter=2000, tol=tol, n_iter_no_change=n)
+        losses = result.loss_curve
+        gains = losses[:-n] - losses[n:]  # gain of the n iterations ending at t = n, n + 1, ...
+        assert result.converged and len(losses) == result.n_iter + 1
+        assert gains[-1] < n * tol * losses[0]
+        assert np.all(gains[:-1] >= n * tol * losses[0])
+        # on the same path, five iterations in a row each below tol came later
+        longer = minimize_pair_loss(state, train, max_iter=result.n_iter + 100, tol=0.0,
+                                    n_iter_no_change=10**6).loss_curve
+        assert np.array_equal(longer[:len(losses)], losses)
+        below = np.diff(np.minimum.accumulate(longer)) > -tol * longer[0]
+        runs = np.convolve(below, np.ones(n, dtype=int), mode="valid")
+        assert int(np.argmax(runs == n)) + n > result.n_iter
+
+
 def _word_table(n_words, seed):
     """The benchmarks' word list (typos of a few roots, their edit distance)."""
     import importlib.util

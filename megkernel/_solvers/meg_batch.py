@@ -233,13 +233,15 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
     max_iter : int, default=200
         Largest number of accepted iterations.
     tol : float, default=1e-4
-        An iteration improves when the training loss falls by more than
-        ``tol`` times the prior's (so the rule does not depend on the units
-        of the targets).
+        The training loss improves while it falls by more than ``tol``
+        times the prior's per iteration (so the rule does not depend on the
+        units of the targets).
     n_iter_no_change : int, default=5
-        Converged after this many iterations without improvement (the
-        subspace may grow first); with ``early_stopping``, also stop after
-        this many consecutive iterations that overfit (below).
+        Converged when the last ``n_iter_no_change`` iterations together
+        lowered the training loss by less than ``n_iter_no_change * tol``
+        times the prior's, their mean gain below ``tol`` (the subspace may
+        grow first); with ``early_stopping``, also stop after this many
+        consecutive iterations that overfit (below).
     early_stopping : bool, default=False
         Watch the validation loss: an iterate overfits when the held-out
         minimum so far beats it by more than ``OVERFIT_Z`` standard errors of
@@ -359,11 +361,16 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
     # the run converges on the training loss (the minimiser is the fit); the
     # validation loss, when monitored, decides whether a growth of the
     # subspace paid off and, on evidence of overfitting, stops the run early
-    best_loss = losses[0]
+    # converged on the mean gain of the last n_iter_no_change iterations: the
+    # Barzilai-Borwein steps alternate long and short, and so do their gains
+    # (a long step's gain above tol every few iterations among gains below
+    # it); "n iterations in a row each below tol" waited for a run of short
+    # steps, which made the stopping point a matter of the path
+    window_start = 0  # the window's first loss (the start, or the last growth)
     scale = abs(losses[0]) if loss_scale is None else float(loss_scale)
     paying = val_losses if early_stopping else losses
     best_paying, paying_scale = paying[0], abs(paying[0])
-    no_change = overfit_run = 0  # overfit_run > 0: the latest iterate overfits
+    overfit_run = 0  # > 0: the latest iterate overfits
     converged = stalled = False
     step = None
     previous = None  # (exponent change, gradient) of the last accepted step
@@ -427,8 +434,10 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
         steps.append(step)
         if callback is not None:
             callback(iteration, loss, val_losses[-1], step)
-        no_change = 0 if loss < best_loss - tol * scale else no_change + 1
-        best_loss = min(best_loss, loss)
+        window = len(losses) - 1 - window_start  # iterations since the start or growth
+        stopped = (window >= n_iter_no_change
+                   and losses[-1 - n_iter_no_change] - loss
+                   < n_iter_no_change * tol * scale)
         if paying[-1] < best_paying - tol * paying_scale:
             gained_since_growth = True
         if early_stopping and val_losses[-1] < best_paying:  # the held-out minimum
@@ -442,7 +451,7 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             if overfit_run >= n_iter_no_change:
                 converged = True
                 break
-        if no_change >= n_iter_no_change:
+        if stopped:
             # the subspace's minimum (to tol): grow it where the full gradient
             # points, as long as the last growth paid off
             grown = (_grow(train, validation, exponent, predictions, grow)
@@ -454,7 +463,7 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
             lam, vecs = train.decompose(exponent)
             previous = None
             growth.append(iteration)
-            no_change, gained_since_growth = 0, False
+            window_start, gained_since_growth = len(losses) - 1, False
     if not overfit_run:  # the last iterate, unless it overfits
         best = (train, exponent, lam, vecs)
         best_iter = iteration
