@@ -1022,3 +1022,32 @@ def test_infinite_points_are_refused_without_a_runtime_warning(learner):
         learner().fit(X, np.array([0, 1, 1]))
     with pytest.raises(ValueError, match="infinity"):
         learner().fit_pairs(X, np.array([[0, 1]]), np.array([1]))
+
+
+def test_definiteboost_fold_runs_meet_the_single_thread_blas_pin(monkeypatch):
+    """The folds' projections run in threads of their own, where the BLAS is not
+    pinned (only the main thread pins it): the loop pins it while a fold runs, so
+    the runs' small products go on one BLAS thread as the final fit's do."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    from megkernel._solvers import metric_definiteboost
+    from megkernel._solvers.definiteboost import fit_pair_constraints
+
+    seen = []
+
+    def watched(*args, callback=None, **kwargs):
+        def look(t, record):
+            seen.append({lib["num_threads"] for lib in ThreadpoolController().info()
+                         if lib["user_api"] == "blas"})
+            callback(t, record)
+
+        return fit_pair_constraints(*args, callback=look, **kwargs)
+
+    monkeypatch.setattr(metric_definiteboost, "fit_pair_constraints", watched)
+    X, labels = _data(60, seed=1)
+    with threadpool_limits(limits=2, user_api="blas"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        DefiniteBoostMetric(random_state=0, init="euclidean").fit(X, labels)
+        assert {lib["num_threads"] for lib in ThreadpoolController().info()
+                if lib["user_api"] == "blas"} == {2}  # restored after the fit
+    assert seen and all(counts == {1} for counts in seen)

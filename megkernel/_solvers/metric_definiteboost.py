@@ -27,6 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._numerics.seeding import derived_seed
 from .._numerics.state import ExponentState
+from .._numerics.threads import blas_threads
 from .._numerics.validation import check_pair_labels
 from .._warnings import NoImprovementWarning, warn_user
 from .definiteboost import fit_pair_constraints, pair_thresholds, satisfiable_pairs
@@ -133,8 +134,10 @@ class SweepPath:
         if self.after is not None:
             return self.after
         self._wanted = step
-        with warnings.catch_warnings():  # the final fit warns, not its folds
-            warnings.simplefilter("ignore")  # (the filters are the process's: the run's too)
+        # the filters and the BLAS pin are the process's: the run's too (only the
+        # main thread pins the BLAS, the run's thread meets the pin set here)
+        with warnings.catch_warnings(), blas_threads(self.start.shape[1]):
+            warnings.simplefilter("ignore")  # the final fit warns, not its folds
             if self._thread is None:
                 self.n_runs += 1
                 self._thread = threading.Thread(target=self._run, daemon=True)
