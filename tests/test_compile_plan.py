@@ -49,16 +49,23 @@ def test_a_short_call_from_the_identity_runs_by_one_engine(monkeypatch):
 
 def test_a_long_call_still_switches_engines(monkeypatch):
     """The rule reads the expected work: a long call from a trained d = 52
-    state goes on in segments as before (to the rank-one engine, the cheaper
-    one there), so the paper's run keeps its speed."""
-    a, b, y = _trials(52, 11000, seed=1)
-    state = ExponentState.identity(52)
-    run_pair_trials(state, a[:3000], b[:3000], y[:3000], learning_rate=0.5)
+    state (the paper's run, rank-4 target) goes on in segments as before, to
+    the rank-one engine, the cheaper one there; so the paper's run keeps its
+    speed."""
+    d, warm = 52, 25000
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((d, 4))
+    K = X @ X.T / np.trace(X @ X.T)
+    a = rng.integers(0, d, warm + 10000)
+    b = (a + rng.integers(1, d, a.size)) % d
+    y = K[a, a] + K[b, b] - 2 * K[a, b]
+    state = ExponentState.identity(d)
+    run_pair_trials(state, a[:warm], b[:warm], y[:warm], learning_rate=0.5)
     stats, segmented = {}, {}
     copy = state.copy()
-    run_pair_trials(state, a[3000:], b[3000:], y[3000:], learning_rate=0.5, stats=stats)
+    run_pair_trials(state, a[warm:], b[warm:], y[warm:], learning_rate=0.5, stats=stats)
     monkeypatch.setattr(engines, "AUTO_ONE_ENGINE_BELOW", 0.0)  # always in segments
-    run_pair_trials(copy, a[3000:], b[3000:], y[3000:], learning_rate=0.5, stats=segmented)
+    run_pair_trials(copy, a[warm:], b[warm:], y[warm:], learning_rate=0.5, stats=segmented)
     assert stats["auto_segments"] == segmented["auto_segments"]
     assert len(stats["auto_segments"]) > 1
     assert stats["auto_segments"][-1][0] == "rank-one"

@@ -20,7 +20,7 @@ Fitted forms (seconds):
 * rank-one trial: ``4.5e-6 + 3.5e-9 k^2 + 3.9e-11 k^2 m`` (the secular
   equation and Gu-Eisenstat's eigenvectors, ``O(k^2)``; the eigenvector
   product, a ``k x k`` by ``k x m`` GEMM);
-* Lanczos trial of ``s`` steps: ``1e-6 + 3e-8 n s^2`` for its ``n``
+* Lanczos trial of ``s`` steps: ``8e-6 + 1.1e-8 n s^2`` for its ``n``
   evaluations of an ``s x s`` tridiagonal quadrature (QL, ``O(s^2)``): two
   (the quadrature and the updated exponent's, at the last step) while
   Gauss's error bound stops the run before step ``QL_FROM``, one more per
@@ -60,7 +60,7 @@ _EPS = np.finfo(float).eps
 #: Rank-one trial: seconds ``R0 + R1 k^2 + R2 k^2 m``.
 R0, R1, R2 = 4.5e-6, 3.5e-9, 3.9e-11
 #: Lanczos trial: ``L0 + QL n s^2`` (``n`` evaluations) plus ``s`` products.
-L0, QL = 1e-6, 3e-8
+L0, QL = 8e-6, 1.1e-8
 #: Gauss-Legendre nodes of a trial whose ``Z' - Z`` is integrated (the
 #: engine's ``QL_FROM``, ``TRACE_TOL`` and ``NOISE`` are read from
 #: :mod:`.lanczos` itself).
