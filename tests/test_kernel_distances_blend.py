@@ -197,3 +197,21 @@ def test_a_new_object_keeps_its_given_distances_in_the_blend():
     expected = mapped(out["never"])
     expected[columns] = 0.5 * (across["sq"].to_numpy()[given.to_numpy()] + expected[columns])
     assert_allclose(out["blend"], expected, rtol=1e-9)
+
+
+def test_the_labels_choose_the_blend_when_it_ranks_neighbours_better():
+    from megkernel._objects_verdict import neighbour_verdict
+
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(4), 10)
+    same = labels[:, None] == labels[None, :]
+    good = np.where(same, 1.0, 5.0) + rng.random((40, 40)) * 0.1
+    good = good + good.T
+    noise = rng.random((40, 40))
+    noise = noise + noise.T
+    combined = {"where_given": noise, "first": noise + 1.0, "blend": good}
+    verdict = neighbour_verdict(noise, noise, labels, combined=combined)
+    assert verdict["blend"] == 1.0 and verdict["keep_given"] == "blend"
+    # as good as the kernel alone: the earlier mode is kept
+    tie = neighbour_verdict(good, noise, labels, combined=combined)
+    assert tie["keep_given"] == "never"
