@@ -180,8 +180,9 @@ def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cau
     over the poles. Roots not converged after :data:`_MAX_STEPS` steps keep
     ``converged[j] == 0`` for ``dlaed4``; a root whose last evaluation was
     at the root itself gets ``converged[j] == 1`` and ``inverses[j] = 1 /
-    delta[j]`` (the reciprocals of that evaluation), one found by a step of
-    round-off size ``2`` (its ``inverses`` row is stale).
+    delta[j]`` (the reciprocals of that evaluation); a root found by a
+    rational step of round-off size gets ``converged[j] == 2`` (its
+    ``inverses`` row is stale).
 
     Unlike ``dlaed4``, a root starts from its first-order perturbation
     ``rho zk_j^2 / (1 + rho sum_{i != j} zk_i^2 / (dk_i - dk_j))`` above its
