@@ -510,10 +510,11 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             weak = max(self.validation_score_, self.prior_score_) < WEAK_R2
             advice = (f"the kernel explains little of the held-out distances (R^2 below "
                       f"{WEAK_R2}): too few or too noisy pairs to learn from, and its "
-                      "neighbours may rank worse than the given distances'. In a Pipeline "
-                      "with labels, KernelDistances(keep_given='auto') keeps the given "
-                      "distances where they rank neighbours better; compare with the "
-                      "observed distances alone (learner=None) in the same grid.")
+                      "neighbours may rank worse than the given distances'. In a Pipeline, "
+                      "KernelDistances(keep_given='auto') keeps the given distances where "
+                      "they rank neighbours better (with labels to judge by; without "
+                      "labels it blends the given and the learned distances); compare with "
+                      "the observed distances alone (learner=None) in the same grid.")
             better = warn_if_not_better(name, self.validation_score_, self.prior_score_,
                                         what="R^2 of the held-out squared distances",
                                         hint=advice if weak else None)
