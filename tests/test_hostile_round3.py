@@ -97,15 +97,21 @@ def test_eigenvectors_of_a_root_on_a_pole_are_refused():
     (``info != 0``) instead of predicting NaN from them."""
     from megkernel._engines import _rank_one_kernels as kernels
 
-    dk = np.array([-1.0, 0.5, 0.5, 2.0])  # two equal poles: no secular equation
-    zk = np.full(4, 0.5)
-    delta = dk[None, :] - np.array([-0.5, 0.5, 1.0, 2.5])[:, None]
-    small = np.empty((4, 4))
-    assert kernels._eigenvectors(dk, zk, delta, np.empty(4), small) is False
-    good = np.array([-1.0, 0.0, 0.5, 2.0])
-    roots = np.array([-0.9, 0.1, 0.6, 2.3])
-    assert kernels._eigenvectors(good, zk, good[None, :] - roots[:, None], np.empty(4),
-                                 small) is True
+    def eigenvectors(dk, roots):
+        # The kernel's inputs as the secular solver leaves them: the deltas,
+        # the pole reciprocals 1 / (dk_i - dk_j), no row filled in yet.
+        k = dk.size
+        with np.errstate(divide="ignore"):
+            poles = 1.0 / (dk[None, :] - dk[:, None])
+        return kernels._eigenvectors(dk, np.full(k, 0.5), dk[None, :] - roots[:, None],
+                                     poles, np.empty((k, k)), np.zeros(k, np.int64),
+                                     np.empty(k))
+
+    # two equal poles: no secular equation
+    assert eigenvectors(np.array([-1.0, 0.5, 0.5, 2.0]),
+                        np.array([-0.5, 0.5, 1.0, 2.5])) is False
+    assert eigenvectors(np.array([-1.0, 0.0, 0.5, 2.0]),
+                        np.array([-0.9, 0.1, 0.6, 2.3])) is True
 
 
 def _points(d, seed):
