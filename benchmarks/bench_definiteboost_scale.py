@@ -36,7 +36,8 @@ distance, 17 %) from ``_user_tables.py``, with MEG's batch fit on each;
 (``numpy.nextafter``) and notes the kernels' relative difference (Frobenius);
 ``--against REV`` fits MEG's rows again with the batch solver of git revision
 ``REV`` (its ``meg_batch.py`` and ``pair_loss.py``, loaded beside the working
-tree's in the same process) and prints that baseline's row and the CPU ratio.
+tree's in the same process), and DefiniteBoost's rows from distances with
+that solver's MEG prior, and prints those baseline rows and the CPU ratios.
 
 Usage::
 
@@ -176,12 +177,16 @@ def defaults_table(sizes, user_tables, roundoff=False, against=None):
     from _family_data import knn_accuracy, raw_knn_accuracy
     from _user_tables import survey_table, word_table
 
+    import megkernel._solvers.definiteboost_fit as definiteboost_fit
     import megkernel.meg_regressor as meg_regressor
     from megkernel import DefiniteBoostKernel, MEGKernelRegressor
 
     learners = [("MEG batch", meg_regressor.fit_batch)]
+    boosts = [("DefiniteBoost", definiteboost_fit.fit_batch)]
     if against is not None:
-        learners.insert(0, (f"MEG batch at {against}", baseline_fit_batch(against)))
+        baseline = baseline_fit_batch(against)
+        learners.insert(0, (f"MEG batch at {against}", baseline))
+        boosts.insert(0, (f"DefiniteBoost, MEG prior at {against}", baseline))
 
     print("\n| data | objects | pairs | learner | wall s | CPU s | 1-NN | iterations | "
           "converged | notes |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -198,35 +203,36 @@ def defaults_table(sizes, user_tables, roundoff=False, against=None):
             cases.append((name, ids, labels, table, None))
     rows = []
     for name, ids, labels, table, signs in cases:
-        if isinstance(signs, str):
+        meg = isinstance(signs, str)
+        if meg:
             y = table["distance"].to_numpy() ** 2
             runs = learners
         else:
             y = table["distance"] if signs is None else signs
-            runs = [("DefiniteBoost", None)]
+            runs = boosts if signs is None else boosts[-1:]  # labels: no MEG prior
         baseline_cpu = None
         for learner, fit_batch in runs:
-            if fit_batch is not None:  # MEG's rows: the solver of this run
+            if meg:  # the batch solver of this run
                 meg_regressor.fit_batch = fit_batch
                 model = MEGKernelRegressor(objects=ids, random_state=0)
             else:
+                definiteboost_fit.fit_batch = fit_batch
                 model = DefiniteBoostKernel(objects=ids, random_state=0)
             wall, cpu, notes = timed_fit(model, table[["a", "b"]], y)
-            if roundoff and fit_batch is not None:
+            if roundoff and meg:
                 again = MEGKernelRegressor(objects=ids, random_state=0)
                 timed_fit(again, table[["a", "b"]], np.nextafter(y, np.inf))
                 change = (np.linalg.norm(again.kernel_ - model.kernel_)
                           / np.linalg.norm(model.kernel_))
                 notes = "; ".join(filter(None, [
                     f"targets one ulp up: kernel {change:.1e} apart", notes]))
-            if fit_batch is not None and against is not None:
+            if against is not None and len(runs) > 1:
                 if baseline_cpu is None:
                     baseline_cpu = cpu
                 else:
                     notes = "; ".join(filter(None, [
                         f"CPU {cpu / baseline_cpu:.2f}x the baseline's", notes]))
-            extra = (f"; held-out R2 {model.validation_score_:.4f}"
-                     if fit_batch is not None else "")
+            extra = f"; held-out R2 {model.validation_score_:.4f}" if meg else ""
             n_iter = getattr(model, "n_iter_", "")
             converged = getattr(model, "converged_", "")
             row = (f"| {name} (raw 1-NN {raw_knn_accuracy(ids, labels, table):.3f}) | "
@@ -236,6 +242,7 @@ def defaults_table(sizes, user_tables, roundoff=False, against=None):
             rows.append(row)
             print(row, flush=True)
         meg_regressor.fit_batch = learners[-1][1]
+        definiteboost_fit.fit_batch = boosts[-1][1]
     return rows
 
 
