@@ -749,7 +749,7 @@ def doubling_checkpoints(max_length=MAX_PASSES, *, first=FIRST_CHECKPOINT):
 def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds, rng,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
                     learner="The learner", safety_net="max_iter", classes=None,
-                    reference=None, early_prior=False):
+                    reference=None, early_prior=False, looks_before=0):
     """How long to train: cross-validated over the training points.
 
     Parameters
@@ -829,6 +829,11 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         much (DefiniteBoost's sweeps). Earlier checkpoints never stop it:
         projections that start by pulling a good prior apart often recover
         within the first pass.
+    looks_before : int, default=0
+        Checkpoints already compared with the prior by validations made
+        before this one on the same data (other candidates, kept only where
+        they showed no gain): they count among the looks a claim must clear
+        (:func:`claim_holds`).
     """
     redraw = classes is not None
     labels = classes.codes if redraw else pair_components(n_objects, pairs, signs)
@@ -869,8 +874,9 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                 log["stopped"] = "out_of_reach"
                 break
     # the walk of choose_checkpoint, made as the rows came (each step sees rows up to it)
+    log["looks"] = len(table) - 1
     log["within_noise"] = chosen > 0 and not claim_holds(table[chosen], table[0], z, n_repeats,
-                                                         len(table) - 1)
+                                                         looks_before + len(table) - 1)
     if log["within_noise"]:  # the best of several looks, not beyond their noise
         chosen = 0
     best, log["scores"], log["gain_is_real"] = log["checkpoints"][chosen], scores, chosen > 0

@@ -72,7 +72,7 @@ class _EpochPath:
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
                     batch_size, rng, n_folds="auto", max_epochs=MAX_PASSES, checkpoints=None,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                    classes=None):
+                    classes=None, looks_before=0):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
     :func:`megkernel._solvers.holdout.validate_length` with MEG's
@@ -101,7 +101,8 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
                                   n_folds=n_folds, rng=rng, patience=patience, z=z,
                                   elasticity=elasticity, min_items=min_items,
                                   learner="MEGMetric", classes=classes,
-                                  safety_net=f"max_iter (now {max_epochs:g} epochs)")
+                                  safety_net=f"max_iter (now {max_epochs:g} epochs)",
+                                  looks_before=looks_before)
     return (1.0 if epochs is None else epochs), log
 
 
@@ -223,6 +224,7 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     rng.bit_generator.state = fold_rng.bit_generator.state  # as if only it had run
     log["temperature"] = temperature
     log["temperatures"] = {result[4]: result[0] for result in results}
+    log["looks"] = sum(result[2].get("looks", 0) for result in results)
     return (0.0 if iterations is None else iterations), log
 
 
@@ -332,7 +334,8 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
                     coordinates, these[0], targets, sides, these[1], prior,
                     learning_rate=resolve_learning_rate(diffs, learning_rate),
                     batch_size=batch_size, rng=fold_rng, n_folds=n_folds,
-                    max_epochs=max_iter, classes=candidate)
+                    max_epochs=max_iter, classes=candidate,
+                    looks_before=sum(result[2].get("looks", 0) for result in results))
         results.append((_held_out_at_choice(log), epochs, log, fold_rng, these, candidate,
                         caught))
     best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
