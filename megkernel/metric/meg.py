@@ -192,7 +192,8 @@ class MEGMetric(_FeatureMetric):
         components cannot), ``"checkpoints"``, mean ``"scores"``, ``"gain_is_real"``,
         ``"within_noise"`` (the best length's gain did not clear the noise of
         all the lengths compared, those of kinds validated before it included:
-        the prior kept), ``"looks"`` (the lengths compared), ``"n_folds"``, ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
+        the prior kept), ``"looks"`` (the lengths compared), ``"n_folds"``,
+        ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
         (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
