@@ -111,7 +111,10 @@ def test_meg_metric_worse_than_prior_points_at_the_caller():
 def _hard_infeasible_metric_fit():
     X, labels = _metric_data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
-    metric = DefiniteBoostMetric(slack=None, gamma=1.0, gamma_dissimilar=1.0, max_iter=50)
+    # the Euclidean prior (not one learned from these inverted pairs): the
+    # projections then meet the pairs worse than it
+    metric = DefiniteBoostMetric(slack=None, gamma=1.0, gamma_dissimilar=1.0, max_iter=50,
+                                 init="euclidean", random_state=0)
     with pytest.warns(Warning) as record:
         metric.fit_pairs(X, pairs, -pair_labels)
     return record
@@ -127,13 +130,14 @@ def test_definiteboost_metric_infeasibility_points_at_the_caller():
     _points_here(record, ConvergenceWarning, "infeasible")
 
 
-# the verdict on these thresholds (no validated gain) is not the subject here
-@pytest.mark.filterwarnings("ignore:DefiniteBoostMetric. no validated gain over the Euclidean"
-                            ":megkernel.NoImprovementWarning")
+# the verdict on these thresholds (no validated gain, or a gain within noise)
+# is not the subject here
+@pytest.mark.filterwarnings("ignore:DefiniteBoostMetric. (no validated gain|the learned metric's"
+                            " held-out):megkernel.NoImprovementWarning")
 def test_definiteboost_metric_dropped_constraints_point_at_the_caller():
     X, labels = _metric_data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)
-    metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0)
+    metric = DefiniteBoostMetric(gamma=0.5, gamma_dissimilar=30.0, random_state=0)
     with pytest.warns(UserWarning, match="Dropped") as record:
         metric.fit_pairs(X, pairs, pair_labels)
     _points_here(record, UserWarning, "Dropped")
