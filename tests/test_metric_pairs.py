@@ -227,13 +227,13 @@ def _noisy_moons(seed, n=200):
     return np.hstack([X, np.random.default_rng(seed).normal(size=(n, 6))]), y
 
 
-def test_definiteboost_fit_pairs_learns_its_prior_from_the_pairs_as_pairs():
-    """Given pairs: DefiniteBoostMetric's prior is the pairs' own soft-neighbour
-    objective (each point's stochastic neighbour among the points it is paired
-    with), MEGMetric's fit of those pairs, not a fit of classes rebuilt from the
-    similar pairs' components (which made fit_pairs the same fit as fit from labels)."""
+def test_definiteboost_fit_pairs_learns_its_prior_as_megmetric_learns_the_pairs():
+    """Given pairs: DefiniteBoostMetric's prior is MEGMetric's fit of those pairs
+    without the pair loss: the pairs' own soft-neighbour objective, and the classes
+    rebuilt from the similar pairs' components as a second candidate on the same
+    folds. Pairs drawn from the noisy moons' classes: the rebuilt classes rank the
+    held-out points' neighbours better by more than noise, and are the prior."""
     from megkernel._numerics.seeding import derived_seed
-    from megkernel._solvers import metric_definiteboost
     from megkernel.metric import draw_pairs
 
     X, y = _noisy_moons(seed=21)
@@ -245,14 +245,13 @@ def test_definiteboost_fit_pairs_learns_its_prior_from_the_pairs_as_pairs():
             X - X.mean(axis=0), pairs, signs)
         euclidean = DefiniteBoostMetric(random_state=0, init="euclidean").fit_pairs(
             X, pairs, signs)
-    assert model.init_ == "soft-pairs" and model.from_labels_ is None
-    assert set(expected.validation_.get("from_labels", {"soft-pairs": 0})) == {"soft-pairs"}
+    assert model.init_ == "pair-classes" and model.from_labels_ is None
+    assert expected.validation_["kept"] == "pair-classes"
+    assert set(model.prior_validation_["from_labels"]) == {"soft-pairs", "pair-classes"}
     assert expected.temperature_ == model.prior_temperature_
     np.testing.assert_allclose(model.prior_components_, expected.components_,
                                rtol=1e-10, atol=1e-12)
     assert euclidean.init_ == "euclidean" and euclidean.prior_components_ is None
-    # no class is rebuilt from the pairs on the way
-    assert not hasattr(metric_definiteboost, "_pair_classes")
 
 
 def test_definiteboost_fit_pairs_keeps_euclidean_where_the_pairs_carry_no_signal():

@@ -41,10 +41,10 @@ from .holdout import (
 )
 from .metric_meg import metric_components, whiten
 from .metric_meg_fit import MEGMetricFit, MEGMetricOptions, fit_meg_metric, pair_kinds
-from .metric_pairs import N_NEIGHBORS, label_candidates
+from .metric_pairs import N_NEIGHBORS, component_codes, label_candidates
 from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .metric_soft_neighbors import SoftNeighborAscent, prior_temperature
-from .metric_validation import SOFT_PAIRS
+from .metric_validation import PAIR_CLASSES, SOFT_PAIRS
 
 __all__ = ["DefiniteBoostMetricFit", "DefiniteBoostMetricOptions", "SweepPath",
            "fit_definiteboost_metric"]
@@ -221,7 +221,10 @@ def _prior(centred, classes, options, pairs=None, signs=None):
     centred points (the Euclidean metric); from given ``pairs`` (``classes``
     ``None``): the same with the pairs' own soft-neighbour objective (each
     point's stochastic neighbour among the points it is paired with, as
-    MEGMetric learns them), ``init_`` ``"soft-pairs"``; ``"euclidean"`` or
+    MEGMetric learns them), ``init_`` ``"soft-pairs"``, or that of the
+    classes rebuilt from their similar pairs' components where those stand
+    in for classes and validate better by more than noise (MEGMetric's
+    rule), ``init_`` ``"pair-classes"``; ``"euclidean"`` or
     ``"identity"``: the centred points; ``"covariance"``, ``"random"`` or an
     array: the centred points under the linear map ``L``
     (:func:`_linear_prior`, the last item; ``None`` for the others).
@@ -233,15 +236,16 @@ def _prior(centred, classes, options, pairs=None, signs=None):
     meg_options = MEGMetricOptions(n_folds=options.n_folds,
                                    random_state=derived_seed(options.random_state))
     if classes is None:  # given pairs
-        if init != "auto" or pairs is None or pair_kinds(pairs, signs) is None:
+        if init != "auto" or pairs is None or pair_kinds(centred, pairs, signs) is None:
             return centred, "euclidean", None, None
         with warnings.catch_warnings():  # its warnings are not the user's
             warnings.simplefilter("ignore")
-            fit = fit_meg_metric(centred, pairs, signs, kinds=(SOFT_PAIRS,),
+            fit = fit_meg_metric(centred, pairs, signs, kinds=(SOFT_PAIRS, PAIR_CLASSES),
                                  options=meg_options)
         if not (fit.validation or {}).get("gain_is_real", False):
             return centred, "euclidean", fit, None
-        return centred @ fit.components.T, SOFT_PAIRS, fit, fit.components
+        kept = (fit.validation or {}).get("kept", SOFT_PAIRS)
+        return centred @ fit.components.T, kept, fit, fit.components
     labelled = np.flatnonzero(classes.codes >= 0)
     if (init != "auto"
             or np.unique(classes.codes[labelled]).size < 2
@@ -254,16 +258,26 @@ def _prior(centred, classes, options, pairs=None, signs=None):
     return centred @ fit.components.T, "soft-neighbors", fit, fit.components
 
 
-def _fold_pairs_prior(centred, scorer, prior):
-    """Return a validation fold's soft-pairs prior, from its training pairs only.
+def _fold_pairs_prior(centred, scorer, prior, init):
+    """Return a validation fold's prior from given pairs, from its training pairs only.
 
-    The pairs' soft-neighbour ascent over the fold's pairs (both ends among
-    its training points), as long as the final prior, in the final prior's
-    whitened space (whitening uses no pair label).
+    The soft-neighbour ascent of the fold's pairs (both ends among its
+    training points): their own objective (``init`` ``"soft-pairs"``) or
+    that of the classes rebuilt from their components (``"pair-classes"``),
+    as long as the final prior, in the final prior's whitened space
+    (whitening uses no pair label).
     """
-    ascent = SoftNeighborAscent.of_pairs(
-        prior.coordinates, scorer.train_pairs, scorer.train_signs,
-        prior.scales**2 / prior.trace, prior.temperature).advance(int(prior.n_epochs))
+    metric = prior.scales**2 / prior.trace
+    if init == PAIR_CLASSES:
+        ascent = SoftNeighborAscent.of_classes(
+            prior.coordinates, component_codes(len(centred), scorer.train_pairs,
+                                               scorer.train_signs),
+            metric, prior.temperature)
+    else:
+        ascent = SoftNeighborAscent.of_pairs(
+            prior.coordinates, scorer.train_pairs, scorer.train_signs, metric,
+            prior.temperature)
+    ascent.advance(int(prior.n_epochs))
     return centred @ metric_components(ascent.exponent, prior.scales, prior.directions,
                                        prior.trace).T
 
@@ -310,8 +324,8 @@ def _validated_max_iter(centred, start, init, prior, trace, pairs, signs, classe
     paths = []
 
     def make_path(scorer):
-        if init == SOFT_PAIRS:
-            fold_start = _fold_pairs_prior(centred, scorer, prior)
+        if init in (SOFT_PAIRS, PAIR_CLASSES):
+            fold_start = _fold_pairs_prior(centred, scorer, prior, init)
         elif init == "soft-neighbors":
             fold_start = _fold_prior(centred, classes, scorer.references, prior)
         else:

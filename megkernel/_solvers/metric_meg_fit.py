@@ -19,7 +19,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 
 from .._numerics.seeding import derived_generator
 from .._numerics.validation import check_n_trials
-from .holdout import MAX_PASSES
+from .holdout import MAX_PASSES, pair_components
 from .metric_meg import (
     MetricExponent,
     metric_components,
@@ -33,7 +33,7 @@ from .metric_meg import (
 from .metric_pairs import N_NEIGHBORS, label_candidates
 from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .metric_soft_neighbors import TEMPERATURES, SoftNeighborAscent, prior_temperature
-from .metric_validation import SOFT_PAIRS, validate_kinds
+from .metric_validation import PAIR_CLASSES, SOFT_PAIRS, validate_kinds
 
 __all__ = ["MEGMetricFit", "MEGMetricOptions", "fit_meg_metric", "metric_space",
            "pair_kinds", "pair_sq_distance_quantiles"]
@@ -132,12 +132,13 @@ def metric_space(centred, gamma, gamma_dissimilar, rng):
     return coordinates, scales, directions, trace, gamma, float(gamma_dissimilar)
 
 
-def pair_kinds(pairs, signs):
+def pair_kinds(coordinates, pairs, signs):
     """Return the kinds to validate for given pairs (``None``: their loss alone).
 
     The pairs' own soft-neighbour objective (each point's stochastic
-    neighbour among the points it is paired with), then MEG's pair loss:
-    both learn from the pairs as given, no class is rebuilt from them.
+    neighbour among the points it is paired with); then, where the similar
+    pairs' connected components stand in for classes, the soft-neighbour
+    objective of those classes (:func:`pair_classes`); then MEG's pair loss.
     Without both kinds of pair, or with more than
     :data:`~megkernel._solvers.metric_soft_neighbors.MAX_POINTS` points in
     pairs, the loss alone.
@@ -145,7 +146,26 @@ def pair_kinds(pairs, signs):
     if (len(np.unique(signs)) < 2
             or np.unique(pairs).size > SOFT_NEIGHBORS_MAX_POINTS):
         return None
-    return [SOFT_PAIRS, None]
+    if pair_classes(coordinates, pairs, signs) is None:
+        return [SOFT_PAIRS, None]
+    return [SOFT_PAIRS, PAIR_CLASSES, None]
+
+
+def pair_classes(coordinates, pairs, signs):
+    """Classes rebuilt from given pairs, where they stand in for classes, else ``None``.
+
+    The similar pairs' connected components
+    (:func:`~megkernel._solvers.holdout.pair_components`: no dissimilar pair
+    inside one, at least two, most linked points in large ones) whose
+    points span the training points' features (a metric learned on a
+    lower-dimensional subset would drop the other directions for every
+    point). Codes -1: points in no component.
+    """
+    codes = pair_components(len(coordinates), pairs, signs)
+    if codes is None or (np.linalg.matrix_rank(coordinates[codes >= 0])
+                         < np.linalg.matrix_rank(coordinates)):
+        return None
+    return codes
 
 
 def _pair_loss(sq_distances, signs, gamma, gamma_dissimilar, trace, loss):
@@ -175,8 +195,9 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         of ``kinds`` (validated between them; the first without validation).
     kinds : tuple of str
         From labels: ``"soft-neighbors"``, ``"neighbors"``, ``"random"``.
-        From pairs: ``("soft-pairs",)`` validates the pairs' own soft-neighbour
-        objective alone (without MEG's pair loss as its fallback).
+        From pairs: only the kinds of :func:`pair_kinds` named here are
+        validated, e.g. ``("soft-pairs", "pair-classes")``: the pairs'
+        soft-neighbour objectives without MEG's pair loss as their fallback.
     options : MEGMetricOptions
         The learner's options.
 
@@ -203,9 +224,9 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
     from_labels = candidates[0].from_labels if candidates else None
     kept = candidates[0] if candidates else None
     if candidates is None and options.n_epochs == "auto":  # given pairs
-        candidates = pair_kinds(pairs, signs)
-        if candidates is not None and SOFT_PAIRS in kinds:  # their own objective alone
-            candidates = [SOFT_PAIRS]
+        candidates = pair_kinds(coordinates, pairs, signs)
+        if candidates is not None and kinds:  # those asked for only
+            candidates = [kind for kind in candidates if kind in kinds]
     if options.n_epochs == "auto":
         epochs, validation, rng, (pairs, signs, kept) = validate_kinds(
             coordinates, prior, pairs, signs, candidates or [None], gamma=gamma,
@@ -214,7 +235,7 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
             n_folds=options.n_folds, max_iter=options.max_iter,
             temperatures=options.temperatures())
         if candidates is not None and len(candidates) > 1:
-            from_labels = None if kept is None or kept == SOFT_PAIRS else kept.from_labels
+            from_labels = None if kept is None or isinstance(kept, str) else kept.from_labels
     diffs = pair_diffs(coordinates, pairs)
     targets, sides = targets_and_sides(signs, gamma, gamma_dissimilar, trace, options.loss)
     learning_rate = resolve_learning_rate(diffs, options.learning_rate)
@@ -222,11 +243,14 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         epochs = float(options.n_epochs)
         check_n_trials(epochs, len(diffs))  # before the first trial, with the numbers
     temperature = objective = None
-    if from_labels == "soft-neighbors" or kept == SOFT_PAIRS:  # MEG on the ascent
+    if from_labels == "soft-neighbors" or kept in (SOFT_PAIRS, PAIR_CLASSES):  # the ascent
         temperature = (validation or {}).get("temperature", options.temperatures()[0])
         if kept == SOFT_PAIRS:  # the given pairs' own objective
             ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior,
                                                  temperature)
+        elif kept == PAIR_CLASSES:  # the classes rebuilt from them
+            ascent = SoftNeighborAscent.of_classes(
+                coordinates, pair_classes(coordinates, pairs, signs), prior, temperature)
         else:
             codes = next(c.codes for c in candidates
                          if c is not None and c.from_labels == "soft-neighbors")

@@ -14,12 +14,14 @@ import warnings
 from numbers import Integral
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 from sklearn.utils import check_random_state
 
 from .._warnings import warn_user
 
-__all__ = ["ClassPairs", "draw_pairs", "label_candidates", "neighbor_pairs", "pairs_from_labels",
-           "resolve_from_labels"]
+__all__ = ["ClassPairs", "component_codes", "draw_pairs", "label_candidates", "neighbor_pairs",
+           "pairs_from_labels", "resolve_from_labels"]
 
 #: Default neighbours per point of :func:`neighbor_pairs` (scikit-learn's
 #: ``KNeighborsClassifier`` default: the neighbourhood a k-NN user looks at).
@@ -191,6 +193,23 @@ def _all_pairs(codes, same):
         keep = a < b if same else np.ones(a.shape, dtype=bool)  # classes: distinct points
         blocks.append(np.sort(np.column_stack([a[keep], b[keep]]), axis=1))
     return np.vstack(blocks + [np.zeros((0, 2), dtype=np.intp)]).astype(np.intp)
+
+
+def component_codes(n_points, pairs, signs):
+    """Classes rebuilt from given pairs: their similar pairs' connected components.
+
+    Codes ``0, 1, ...`` of the components of two or more points, -1 for a
+    point in none (no check that they stand in for classes: see
+    :func:`~megkernel._solvers.holdout.pair_components`).
+    """
+    similar = np.asarray(pairs)[np.asarray(signs) > 0]
+    graph = coo_matrix((np.ones(len(similar)), (similar[:, 0], similar[:, 1])),
+                       shape=(n_points, n_points))
+    _, labels = connected_components(graph, directed=False)
+    linked = np.bincount(labels)[labels] > 1
+    codes = np.full(n_points, -1)
+    codes[linked] = np.unique(labels[linked], return_inverse=True)[1].ravel()
+    return codes
 
 
 class ClassPairs:

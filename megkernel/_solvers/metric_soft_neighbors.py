@@ -184,18 +184,39 @@ class SoftNeighborAscent:
         other = pairs[:, 0] != pairs[:, 1]
         pairs, signs = pairs[other], np.asarray(signs)[other]
         if not len(pairs):
-            ascent = cls.__new__(cls)
-            ascent.coordinates, ascent.codes = coordinates[:0], np.zeros(0, dtype=int)
-            ascent.temperature, ascent.exponent = float(temperature), \
-                MetricExponent.from_prior(prior)
-            ascent.step, ascent.n_iter, ascent.converged = 1.0, 0, True
-            ascent.objective, ascent.objectives = 0.0, [0.0]
-            return ascent
+            return cls._at_prior(coordinates, prior, temperature)
         points, local = np.unique(pairs, return_inverse=True)
         masks = pair_masks(len(points), local.reshape(-1, 2), signs)
         own = coordinates[points]
         return cls(own, np.zeros(len(points), dtype=int), prior,
                    temperature * prior_temperature(own, prior, masks[0]), masks=masks)
+
+    @classmethod
+    def of_classes(cls, coordinates, codes, prior, temperature):
+        """Start the ascent over the points of a class (``codes >= 0``; -1: of none).
+
+        At ``temperature`` times their :func:`prior_temperature`; with fewer
+        than two classes among them the ascent stays at the prior
+        (converged): no pick can be wrong.
+        """
+        codes = np.asarray(codes)
+        own = codes >= 0
+        if np.unique(codes[own]).size < 2:
+            return cls._at_prior(coordinates, prior, temperature)
+        points = coordinates[own]
+        return cls(points, codes[own], prior,
+                   temperature * prior_temperature(points, prior))
+
+    @classmethod
+    def _at_prior(cls, coordinates, prior, temperature):
+        """Return an ascent with nothing to learn from: the prior, converged."""
+        ascent = cls.__new__(cls)
+        ascent.coordinates, ascent.codes = coordinates[:0], np.zeros(0, dtype=int)
+        ascent.temperature, ascent.exponent = float(temperature), \
+            MetricExponent.from_prior(prior)
+        ascent.step, ascent.n_iter, ascent.converged = 1.0, 0, True
+        ascent.objective, ascent.objectives = 0.0, [0.0]
+        return ascent
 
     def _evaluate(self, exponent):
         P, p, same = soft_neighbor_probabilities(

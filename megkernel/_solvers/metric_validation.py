@@ -20,6 +20,7 @@ from .holdout import (
     MAX_PASSES,
     PATIENCE_FROM,
     doubling_checkpoints,
+    gain_is_real,
     validate_length,
 )
 from .metric_meg import (
@@ -30,14 +31,15 @@ from .metric_meg import (
     run_batches,
     targets_and_sides,
 )
+from .metric_pairs import component_codes
 from .metric_soft_neighbors import (
     TEMPERATURES,
     SoftNeighborAscent,
     prior_temperature,
 )
 
-__all__ = ["SOFT_PAIRS", "soft_neighbor_checkpoints", "validate_epochs", "validate_kinds",
-           "validate_soft_neighbors"]
+__all__ = ["PAIR_CLASSES", "SOFT_PAIRS", "soft_neighbor_checkpoints", "validate_epochs",
+           "validate_kinds", "validate_soft_neighbors"]
 
 
 class _EpochPath:
@@ -121,12 +123,21 @@ class _SoftNeighborPath:
     The monotone MEG ascent of the stochastic-neighbour objective over the
     fold's training points (its own temperature, by the final fit's rule:
     ``temperature`` times :func:`prior_temperature` of its points), scored
-    on the held-out points after each number of iterations.
+    on the held-out points after each number of iterations. Given pairs
+    (``codes`` ``None``): their own objective over the fold's pairs, or
+    (``pair_classes``) that of the classes rebuilt from the fold's pairs
+    alone (:func:`~megkernel._solvers.metric_pairs.component_codes`: no
+    held-out pair links the fold's points).
     """
 
-    def __init__(self, scorer, coordinates, codes, prior, temperature=1.0):
+    def __init__(self, scorer, coordinates, codes, prior, temperature=1.0, *,
+                 pair_classes=False):
         self.scorer, self.coordinates = scorer, coordinates
-        if codes is None:  # given pairs: the fold's own (both ends among its points)
+        if pair_classes:
+            self.ascent = SoftNeighborAscent.of_classes(
+                coordinates, component_codes(len(coordinates), scorer.train_pairs,
+                                             scorer.train_signs), prior, temperature)
+        elif codes is None:  # given pairs: the fold's own (both ends among its points)
             self.ascent = SoftNeighborAscent.of_pairs(
                 coordinates, scorer.train_pairs, scorer.train_signs, prior, temperature)
         else:
@@ -154,7 +165,8 @@ RACE_ITERATIONS = 4.0 * PATIENCE_FROM
 def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n_folds="auto",
                             max_iter=MAX_PASSES, patience=2, z=2.0,
                             elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                            temperatures=TEMPERATURES, race=RACE_ITERATIONS):
+                            temperatures=TEMPERATURES, race=RACE_ITERATIONS,
+                            pair_classes=False, looks_before=0, chosen_items=None):
     """How many ascent iterations of the stochastic-neighbour objective, at which temperature.
 
     :func:`~megkernel._solvers.holdout.validate_length` with the
@@ -171,7 +183,12 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     kinds; ``classes=None``: the objective of the given ``pairs`` and
     ``signs`` themselves (each fold's pairs among its points,
     :meth:`SoftNeighborAscent.of_pairs`), scored as the loop scores given
-    pairs.
+    pairs; with ``pair_classes``, the objective of the classes each fold
+    rebuilds from its pairs' components (:meth:`SoftNeighborAscent.of_classes`).
+    ``looks_before``: as :func:`~megkernel._solvers.holdout.validate_length`'s.
+    ``chosen_items``: a list, given, receives the kept temperature's per-fold
+    held-out scores at its chosen length (to compare candidates on the same
+    folds).
 
     Returns
     -------
@@ -193,7 +210,7 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
             if len(made) not in caches[index]:
                 caches[index][len(made)] = _SoftNeighborPath(
                     scorer, coordinates, None if classes is None else classes.codes, prior,
-                    temperature)
+                    temperature, pair_classes=pair_classes)
             return caches[index][len(made)]
 
         with warnings.catch_warnings(record=True) as caught:  # the kept one's only
@@ -202,7 +219,8 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
                 len(coordinates), pairs, signs, make_path, checkpoints=checkpoints,
                 n_folds=n_folds, rng=fold_rng, patience=patience, z=z,
                 elasticity=elasticity, min_items=min_items, learner="MEGMetric",
-                classes=classes, safety_net=f"max_iter (now {max_iter:g} iterations)")
+                classes=classes, safety_net=f"max_iter (now {max_iter:g} iterations)",
+                looks_before=looks_before)
         return (_held_out_at_choice(log), iterations, log, fold_rng, temperatures[index],
                 caught)
 
@@ -225,6 +243,9 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     log["temperature"] = temperature
     log["temperatures"] = {result[4]: result[0] for result in results}
     log["looks"] = sum(result[2].get("looks", 0) for result in results)
+    if chosen_items is not None and log["chosen"] is not None:
+        paths = caches[best]
+        chosen_items.extend(paths[k].scores[log["chosen"]] for k in sorted(paths))
     return (0.0 if iterations is None else iterations), log
 
 
@@ -241,17 +262,23 @@ def _held_out_at_choice(log):
 #: stochastic neighbour drawn among the points it is paired with.
 SOFT_PAIRS = "soft-pairs"
 
+#: The candidate of the classes rebuilt from given pairs: their similar pairs'
+#: connected components (:func:`~megkernel._solvers.metric_pairs.component_codes`),
+#: learned by the labels' soft-neighbour objective.
+PAIR_CLASSES = "pair-classes"
+
 
 def _is_soft(candidate):
     """Whether a candidate is learned by the soft-neighbour ascent (labels' or pairs')."""
-    return candidate == SOFT_PAIRS or (
-        candidate is not None and candidate.from_labels == "soft-neighbors")
+    return candidate in (SOFT_PAIRS, PAIR_CLASSES) or (
+        candidate is not None and not isinstance(candidate, str)
+        and candidate.from_labels == "soft-neighbors")
 
 
 def _kind_name(candidate):
     if candidate is None:
         return "pairs"
-    return candidate if candidate == SOFT_PAIRS else candidate.from_labels
+    return candidate if isinstance(candidate, str) else candidate.from_labels
 
 
 def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma_dissimilar,
@@ -269,12 +296,20 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     pairs, whose dissimilar pairs spread the classes apart everywhere, even
     where the 1-NN accuracy does not rise.
 
-    A first candidate of the soft-neighbour objective (the labels', or
-    given pairs') whose validated gain over the Euclidean prior is real is
-    kept without validating the others: it is preferred, and the pairs' loss
+    A soft-neighbour objective (the labels', or given pairs') whose
+    validated gain over the Euclidean prior is real is kept without
+    validating the pair kinds after it: it is preferred, and the pairs' loss
     is its fallback where it shows no gain. Fold accuracies of kinds close to each other are
     too noisy to choose between, and validating every kind costs several
     times as much (see the benchmarks page).
+
+    :data:`PAIR_CLASSES` (given pairs whose components stand in for
+    classes) comes after :data:`SOFT_PAIRS` on the same folds, its claim
+    counting the looks before it, and is kept only where its held-out
+    scores at its chosen length beat those of the pairs' own objective at
+    theirs by more than ``z`` standard errors, paired over the same held-out
+    points: classes rebuilt from pairs are a guess (one wrong similar pair
+    merges two), so a tie keeps the pairs as pairs.
 
     Parameters
     ----------
@@ -305,43 +340,57 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
         The kept candidate's chosen length.
     log : dict
         Its validation log; with several candidates, ``"from_labels"``: each
-        validated kind's (accuracy, margin).
+        validated kind's (accuracy, margin), and ``"kept"``: the kept kind's
+        name.
     rng : numpy.random.Generator
         The kept candidate's generator, after its validation.
     kept : tuple
         ``(pairs, signs, candidate)`` of the kept candidate.
     """
-    results = []
-    for position, candidate in enumerate(candidates):
-        if (position == 1 and _is_soft(candidates[0])
-                and results[0][2]["gain_is_real"]):
-            break  # the soft-neighbour objective learned: the pairs' loss is not needed
+    results, items = [], {}
+    for candidate in candidates:
+        if not _is_soft(candidate) and any(
+                _is_soft(c) and r[2]["gain_is_real"] for r, c in zip(results, candidates)):
+            break  # a soft-neighbour objective learned: the pairs' loss is not needed
+        looks_before = sum(result[2].get("looks", 0) for result in results)
         fold_rng = copy.deepcopy(rng)
-        these = ((pairs, signs) if candidate is None or candidate == SOFT_PAIRS
+        these = ((pairs, signs) if candidate is None or isinstance(candidate, str)
                  else (candidate.pairs, candidate.signs))
         diffs = pair_diffs(coordinates, these[0])
         targets, sides = targets_and_sides(these[1], gamma, gamma_dissimilar, trace, loss)
         with warnings.catch_warnings(record=True) as caught:  # the kept kind's only
             warnings.simplefilter("always")
             if _is_soft(candidate):
+                items[_kind_name(candidate)] = []
                 epochs, log = validate_soft_neighbors(
                     coordinates, these[0], these[1], prior,
-                    classes=None if candidate == SOFT_PAIRS else candidate,
+                    classes=None if isinstance(candidate, str) else candidate,
                     rng=fold_rng, n_folds=n_folds, max_iter=max_iter,
-                    temperatures=temperatures)
+                    temperatures=temperatures, pair_classes=candidate == PAIR_CLASSES,
+                    looks_before=looks_before if candidate == PAIR_CLASSES else 0,
+                    chosen_items=items[_kind_name(candidate)])
             else:
                 epochs, log = validate_epochs(
                     coordinates, these[0], targets, sides, these[1], prior,
                     learning_rate=resolve_learning_rate(diffs, learning_rate),
                     batch_size=batch_size, rng=fold_rng, n_folds=n_folds,
-                    max_epochs=max_iter, classes=candidate,
-                    looks_before=sum(result[2].get("looks", 0) for result in results))
+                    max_epochs=max_iter, classes=candidate, looks_before=looks_before)
         results.append((_held_out_at_choice(log), epochs, log, fold_rng, these, candidate,
                         caught))
-    best = max(range(len(results)), key=lambda i: (*results[i][0], -i))
+    validated = candidates[:len(results)]
+    others = [i for i, c in enumerate(validated) if c != PAIR_CLASSES]
+    best = max(others, key=lambda i: (*results[i][0], -i))
+    if PAIR_CLASSES in validated:
+        classes_at = validated.index(PAIR_CLASSES)
+        log = results[classes_at][2]
+        if (log["gain_is_real"] and validated[best] == SOFT_PAIRS
+                and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0,
+                                 log["n_repeats"])):
+            best = classes_at
     _, epochs, log, rng, (kept_pairs, kept_signs), candidate, caught = results[best]
     for record in caught:
         warn_user(str(record.message), record.category)
     if len(candidates) > 1:  # each kind validated (not those the rule skipped)
         log["from_labels"] = {_kind_name(c): r[0] for r, c in zip(results, candidates)}
+        log["kept"] = _kind_name(candidate)
     return epochs, log, rng, (kept_pairs, kept_signs, candidate)
