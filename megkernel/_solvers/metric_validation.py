@@ -166,7 +166,8 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
                             max_iter=MAX_PASSES, patience=2, z=2.0,
                             elasticity=ELASTICITY, min_items=_MIN_ITEMS,
                             temperatures=TEMPERATURES, race=RACE_ITERATIONS,
-                            pair_classes=False, looks_before=0, chosen_items=None):
+                            pair_classes=False, looks_before=0, chosen_items=None,
+                            unless_above=None):
     """How many ascent iterations of the stochastic-neighbour objective, at which temperature.
 
     :func:`~megkernel._solvers.holdout.validate_length` with the
@@ -188,7 +189,10 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     ``looks_before``: as :func:`~megkernel._solvers.holdout.validate_length`'s.
     ``chosen_items``: a list, given, receives the kept temperature's per-fold
     held-out scores at its chosen length (to compare candidates on the same
-    folds).
+    folds). ``unless_above``: (accuracy, margin) of a candidate validated
+    before on the same folds; where the race's leader is not above it, it is
+    not continued (successive halving across candidates: a tie keeps the
+    candidate before) and ``log["pruned"]`` is set.
 
     Returns
     -------
@@ -231,10 +235,11 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     if len(temperatures) > 1 and 1 < len(short) < len(full):
         raced = [run(index, short) for index in range(len(temperatures))]
         best = leader(raced)  # the others stop at the race's end
-        results = [run(best, full) if index == best else result
+        pruned = unless_above is not None and not raced[best][0] > tuple(unless_above)
+        results = [run(best, full) if index == best and not pruned else result
                    for index, result in enumerate(raced)]
     else:
-        results = [run(index, full) for index in range(len(temperatures))]
+        results, pruned = [run(index, full) for index in range(len(temperatures))], False
         best = leader(results)
     _, iterations, log, fold_rng, temperature, caught = results[best]
     for record in caught:
@@ -243,6 +248,8 @@ def validate_soft_neighbors(coordinates, pairs, signs, prior, *, classes, rng, n
     log["temperature"] = temperature
     log["temperatures"] = {result[4]: result[0] for result in results}
     log["looks"] = sum(result[2].get("looks", 0) for result in results)
+    if pruned:
+        log["pruned"] = True
     if chosen_items is not None and log["chosen"] is not None:
         paths = caches[best]
         chosen_items.extend(paths[k].scores[log["chosen"]] for k in sorted(paths))
@@ -309,7 +316,10 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     scores at its chosen length beat those of the pairs' own objective at
     theirs by more than ``z`` standard errors, paired over the same held-out
     points: classes rebuilt from pairs are a guess (one wrong similar pair
-    merges two), so a tie keeps the pairs as pairs.
+    merges two), so a tie keeps the pairs as pairs. Where its temperature
+    race ends without its held-out (accuracy, margin) above the pairs'
+    objective's at its choice, it is not validated further (successive
+    halving; ``"pruned"`` in its log).
 
     Parameters
     ----------
@@ -350,7 +360,8 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     results, items = [], {}
     for candidate in candidates:
         if not _is_soft(candidate) and any(
-                _is_soft(c) and r[2]["gain_is_real"] for r, c in zip(results, candidates)):
+                _is_soft(c) and r[2]["gain_is_real"] and not r[2].get("pruned")
+                for r, c in zip(results, candidates)):
             break  # a soft-neighbour objective learned: the pairs' loss is not needed
         looks_before = sum(result[2].get("looks", 0) for result in results)
         fold_rng = copy.deepcopy(rng)
@@ -368,7 +379,10 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
                     rng=fold_rng, n_folds=n_folds, max_iter=max_iter,
                     temperatures=temperatures, pair_classes=candidate == PAIR_CLASSES,
                     looks_before=looks_before if candidate == PAIR_CLASSES else 0,
-                    chosen_items=items[_kind_name(candidate)])
+                    chosen_items=items[_kind_name(candidate)],
+                    unless_above=(results[candidates.index(SOFT_PAIRS)][0]
+                                  if candidate == PAIR_CLASSES and SOFT_PAIRS in candidates
+                                  else None))
             else:
                 epochs, log = validate_epochs(
                     coordinates, these[0], targets, sides, these[1], prior,
@@ -379,11 +393,11 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
                         caught))
     validated = candidates[:len(results)]
     others = [i for i, c in enumerate(validated) if c != PAIR_CLASSES]
-    best = max(others, key=lambda i: (*results[i][0], -i))
+    best = max(others, key=lambda i: (*results[i][0], -i)) if others else 0
     if PAIR_CLASSES in validated:
         classes_at = validated.index(PAIR_CLASSES)
         log = results[classes_at][2]
-        if (log["gain_is_real"] and validated[best] == SOFT_PAIRS
+        if (log["gain_is_real"] and not log.get("pruned") and validated[best] == SOFT_PAIRS
                 and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0,
                                  log["n_repeats"])):
             best = classes_at
