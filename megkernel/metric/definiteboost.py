@@ -109,11 +109,14 @@ class DefiniteBoostMetric(_FeatureMetric):
         :class:`MEGMetric`'s soft-neighbour metric of the same labels
         (``from_labels="soft-neighbors"``, its length validated by its own
         folds) when its held-out gain over the Euclidean metric is real,
-        else the Euclidean metric; from given pairs (:meth:`fit_pairs`) the
-        pairs' own soft-neighbour metric (each point's stochastic neighbour
-        among the points it is paired with, as :class:`MEGMetric` learns
-        given pairs; ``init_="soft-pairs"``) when its validated gain is
-        real, else the Euclidean metric. (The
+        else the Euclidean metric; from given pairs (:meth:`fit_pairs`)
+        :class:`MEGMetric`'s soft-neighbour fit of the pairs when its
+        validated gain is real: the pairs' own objective (each point's
+        stochastic neighbour among the points it is paired with;
+        ``init_="soft-pairs"``) or, where it validates better by more than
+        noise, that of the classes rebuilt from the similar pairs'
+        connected components (``init_="pair-classes"``); else the
+        Euclidean metric. (The
         sweeps' validation refits that prior on each fold's training points,
         so a fold scores it on labels it has not seen.)
         DefiniteBoost is the metric closest to its prior that meets the
@@ -139,8 +142,9 @@ class DefiniteBoostMetric(_FeatureMetric):
     ----------
     init_ : str
         The prior used: ``"soft-neighbors"`` (from labels), ``"soft-pairs"``
-        (from given pairs), ``"euclidean"``, ``"covariance"``, ``"random"``
-        or ``"given"`` (an array).
+        or ``"pair-classes"`` (from given pairs: their own objective, or the
+        classes rebuilt from their components), ``"euclidean"``,
+        ``"covariance"``, ``"random"`` or ``"given"`` (an array).
     prior_components_ : ndarray of shape (rank, n_features) or None
         The soft-neighbour metric tried as the prior (``init="auto"``: of the
         labels, or of the given pairs' own objective):
@@ -321,8 +325,10 @@ class DefiniteBoostPairMetric(_PairInput, DefiniteBoostMetric):
         Unused: the pairs are given.
     init : str or array-like of shape (n_components, n_features), default="auto"
         The prior, as in :meth:`~DefiniteBoostMetric.fit_pairs`: with
-        ``"auto"``, the pairs' own soft-neighbour metric where its validated
-        gain is real, else the Euclidean metric.
+        ``"auto"``, the pairs' own soft-neighbour metric, or that of the
+        classes rebuilt from their similar pairs' components where it
+        validates better by more than noise, when its validated gain is
+        real; else the Euclidean metric.
     random_state : int, RandomState instance or None, default=None
         Seed for the validation's folds.
     method : {"auto", "eigh", "rank-one"}, default="auto"

@@ -197,9 +197,11 @@ class MEGMetric(_FeatureMetric):
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
         (the final length over the chosen one); with several kinds to choose
         from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
-        soft-neighbour objective, ``"pairs"`` MEG's pair loss),
-        ``"from_labels"``: each kind validated and its (held-out 1-NN accuracy
-        or pair AUC, score) at its chosen length; with a soft-neighbour
+        soft-neighbour objective, ``"pair-classes"`` that of the classes
+        rebuilt from the similar pairs' components, ``"pairs"`` MEG's pair
+        loss), ``"from_labels"``: each kind validated and its (held-out 1-NN
+        accuracy or pair AUC, score) at its chosen length, and ``"kept"``:
+        the kind learned; with a soft-neighbour
         objective, ``"temperature"`` (the one learned) and ``"temperatures"``
         (each one's (accuracy, score) at its chosen length).
     pairs_, pair_labels_ : ndarray

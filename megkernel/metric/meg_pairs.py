@@ -47,8 +47,9 @@ class MEGPairMetric(_PairInput, MEGMetric):
         Draw a new order of the pairs for each epoch.
     from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
         As in :meth:`MEGMetric.fit_pairs`: with ``"auto"``, the pairs' own
-        soft-neighbour objective, and MEG's pair loss where that shows no
-        validated gain.
+        soft-neighbour objective, or that of the classes rebuilt from the
+        similar pairs' components where it validates better by more than
+        noise, and MEG's pair loss where neither shows a validated gain.
     n_neighbors : int, default=5
         As in :class:`MEGMetric`.
     temperature : float or "auto", default="auto"
