@@ -1,5 +1,6 @@
 """Which engines a call runs, hence which numba kernels its first use compiles."""
 
+import json
 import os
 import subprocess
 import sys
@@ -86,16 +87,22 @@ def test_the_choice_reads_the_call_not_the_numba_cache():
 
 
 _FIRST_FITS = textwrap.dedent("""
+    import json
+
     import numpy as np
     from numba.core import event
     from megkernel import MEGKernelRegressor
     from megkernel.datasets import distance_triples
 
-    compiled = set()
+    compiled, dispatchers = set(), {}
 
     class Listener(event.Listener):
         def on_start(self, ev):
-            compiled.add(ev.data["dispatcher"].py_func.__module__)
+            dispatcher = ev.data["dispatcher"]
+            compiled.add(dispatcher.py_func.__module__)
+            if dispatcher.py_func.__module__.startswith("megkernel"):
+                entry = dispatchers.setdefault(dispatcher.py_func.__name__, [dispatcher, 0])
+                entry[1] += 1
 
         def on_end(self, ev):
             pass
@@ -110,14 +117,19 @@ _FIRST_FITS = textwrap.dedent("""
         kernels.append(MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y).kernel_)
     print(sorted(m for m in compiled if m.startswith("megkernel")))
     print(np.concatenate([k.ravel() for k in kernels]).tobytes().hex()[:4000])
+    # per compiled function: compilations, specialisations, C-callable wrappers
+    print(json.dumps({name: [count, len(dispatcher.signatures),
+                             sum("cfunc." in dispatcher.inspect_llvm(sig)
+                                 for sig in dispatcher.signatures)]
+                      for name, (dispatcher, count) in sorted(dispatchers.items())}))
 """)
 
 
 @pytest.mark.slow
 def test_the_first_fits_compile_one_engine(tmp_path):
     """The cold start of the benchmarks page (a d = 52 then a d = 300 on-line
-    fit, empty numba cache) compiles the Lanczos kernels only, and gives the
-    same kernels as the same fits with a warm cache."""
+    fit, empty numba cache) compiles the Lanczos kernels only, each once,
+    and gives the same kernels as the same fits with a warm cache."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1")
     outputs = [subprocess.run([sys.executable, "-c", _FIRST_FITS], env=env, check=True,
                               capture_output=True, text=True).stdout.splitlines()
@@ -125,3 +137,10 @@ def test_the_first_fits_compile_one_engine(tmp_path):
     assert outputs[0][0] == "['megkernel._engines._lanczos_kernels']"
     assert outputs[1][0] == "[]"  # the second process loads them from the cache
     assert outputs[0][1] == outputs[1][1]
+    # each kernel compiled once, for one set of argument types (the engine
+    # normalises layouts and dtypes), and without a C-callable wrapper
+    functions = json.loads(outputs[0][2])
+    assert set(functions) == {"pair_trials", "_step", "tridiag_exp", "_radius",
+                              "gauss_legendre_count", "_insert"}
+    assert all(counts == [1, 1, 0] for counts in functions.values()), functions
+    assert json.loads(outputs[1][2]) == {}

@@ -47,8 +47,11 @@ DONE, REANCHOR, NOT_CONVERGED, QL_FAILED = 0, 1, 2, 3
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
-# Divisions never raise (numpy's error model: no exception paths to compile).
-_compiled = njit(cache=True, error_model="numpy")
+# Divisions never raise (numpy's error model: no exception paths to compile);
+# no C-callable wrapper (nothing takes these kernels' addresses): less to
+# generate and optimise on first use. The Python wrapper stays (tests call
+# the helpers).
+_compiled = njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
 
 #: Names of the ``int64`` counters :func:`pair_trials` adds to, in order:
 #: ``trials`` run here, Lanczos ``steps`` in total, ``max_steps`` of one

@@ -59,11 +59,14 @@ _EPS = np.finfo(np.float64).eps / 2
 #: Steps per root of the vectorized secular solver before ``dlaed4`` takes over.
 _MAX_STEPS = 12
 
-# Divisions never raise (numpy's error model: no exception paths to compile).
-_strict = njit(cache=True, error_model="numpy")
+# Divisions never raise (numpy's error model: no exception paths to compile);
+# no C-callable wrapper (nothing takes these kernels' addresses): less to
+# generate and optimise on first use.
+_strict = njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
 # Reassociation only where it is harmless (sums of precomputed terms): it
 # lets LLVM vectorize the reductions.
-_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"},
+                  no_cfunc_wrapper=True)
 
 #: Float scratch vectors of length ``n`` (before the blocks).
 _VECTORS = 7
