@@ -410,33 +410,51 @@ def paper_clustered(n_paper, n_lean):
 
 COLD_START = """
 import json, sys, time
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 import numpy as np
 from numba.core import event
 from megkernel import MEGKernelRegressor
 from megkernel.datasets import distance_triples
-times = [time.perf_counter() - start]
+times = [(time.perf_counter() - start, time.process_time() - cpu)]
 compiled, open_ = {}, []
-class Compiles(event.Listener):  # seconds per compiled kernel, its callees included
+class Compiles(event.Listener):  # CPU seconds per compiled kernel, its callees included
     def on_start(self, ev):
-        open_.append(time.perf_counter())
+        open_.append(time.process_time())
     def on_end(self, ev):
-        seconds = time.perf_counter() - open_.pop()
+        seconds = time.process_time() - open_.pop()
         f = ev.data["dispatcher"].py_func
         if not open_ and f.__module__.startswith("megkernel"):
             name = f.__module__.rsplit(".", 1)[-1] + "." + f.__name__
             compiled[name] = compiled.get(name, 0.0) + seconds
 event.register("numba:compile", Compiles())
 rng = np.random.default_rng(0)
-for d in (52, 300):  # rank-one, then (2000 trials at d >= 200) Lanczos
+for d in (52, 300):  # both by the Lanczos engine (short calls: one engine each)
     X = rng.standard_normal((d, 5))
     K = X @ X.T / np.trace(X @ X.T)
     pairs, y = distance_triples(K, 2000, random_state=0)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     MEGKernelRegressor(solver="online", n_objects=d).fit(pairs, y)
-    times.append(time.perf_counter() - t)
-print(*times)
+    times.append((time.perf_counter() - t, time.process_time() - cpu))
+print(json.dumps(times))
 print(json.dumps(compiled))
+"""
+
+#: numba's fixed cost: the first compilation in a process of a function of
+#: four lines (numba initialises its compiler and code generator once).
+NUMBA_FIRST = """
+import json, time
+from numba import njit
+@njit(error_model="numpy")
+def total(x, n):
+    s = 0.0
+    for i in range(n):
+        s += x[i]
+    return s
+import numpy as np
+x = np.ones(3)
+t, cpu = time.perf_counter(), time.process_time()
+total(x, 3)
+print(json.dumps([time.perf_counter() - t, time.process_time() - cpu]))
 """
 
 
@@ -445,39 +463,48 @@ def cold_start(repeats, main_job):
 
     Each cold run gets its own new ``NUMBA_CACHE_DIR`` (numba then reads and
     writes only there: no stale ``__pycache__`` entries beside the package
-    are used); the warm runs reuse the directory the cold run filled.
+    are used); the warm runs reuse the directory the cold run filled. Wall
+    and CPU seconds (on a loaded machine the wall time is the CPU time
+    stretched by the other jobs), and numba's fixed cost of a first
+    compilation in a fresh process.
     """
     def run(cache, argv=None):
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, OMP_NUM_THREADS="1",
+                   OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         argv = argv or [sys.executable, "-c", COLD_START]
         wall = time.perf_counter()
         out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
         return time.perf_counter() - wall, out.stdout
 
     rows = {"cold": [], "warm": []}
-    kernels = {}
+    kernels, first = {}, []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
             for label in rows:
                 times, compiled = run(cache)[1].splitlines()
-                rows[label].append([float(x) for x in times.split()])
+                rows[label].append(np.array(json.loads(times)))
                 if label == "cold":
                     for name, seconds in json.loads(compiled).items():
                         kernels.setdefault(name, []).append(seconds)
+            first.append(json.loads(run(cache, [sys.executable, "-c", NUMBA_FIRST])[1]))
     print("\n### Cold start: first fits in a fresh process (median of "
-          f"{repeats}; a new empty `NUMBA_CACHE_DIR` per cold run)\n")
+          f"{repeats}; a new empty `NUMBA_CACHE_DIR` per cold run; wall / CPU)\n")
     print("| numba cache | import | first fit, d = 52 "
           "| then d = 300 | both fits |\n|---|---|---|---|---|")
-    for label, runs in rows.items():
-        imp, f52, f300 = np.median(np.array(runs), axis=0)
-        print(f"| {label} | {fmt_time(imp)} | {fmt_time(f52)} | {fmt_time(f300)} "
-              f"| {fmt_time(f52 + f300)} |")
-    cold, warm = (np.median(np.array(rows[k]), axis=0) for k in ("cold", "warm"))
-    print(f"\nCompiling costs {fmt_time(cold[1] + cold[2] - warm[1] - warm[2])} "
-          f"(d = 52: {fmt_time(cold[1] - warm[1])}, d = 300: {fmt_time(cold[2] - warm[2])}); "
-          "kernels compiled by the cold run (median seconds, callees included): "
+    med = {label: np.median(np.array(runs), axis=0) for label, runs in rows.items()}
+    for label, (imp, f52, f300) in med.items():
+        both = f52 + f300
+        print(f"| {label} | " + " | ".join(f"{fmt_time(w)} / {fmt_time(c)}"
+                                          for w, c in (imp, f52, f300, both)) + " |")
+    cold, warm = med["cold"], med["warm"]
+    first = np.median(np.array(first), axis=0)
+    print(f"\nCompiling costs {fmt_time(cold[1, 1] + cold[2, 1] - warm[1, 1] - warm[2, 1])} "
+          "CPU (cold minus warm fits); kernels compiled by the cold run (median CPU "
+          "seconds, callees and numba's first-compile set-up included): "
           + (", ".join(f"`{name}` {np.median(seconds):.2f} s"
-                       for name, seconds in kernels.items()) or "none") + ".")
+                       for name, seconds in kernels.items()) or "none")
+          + f". numba's fixed cost, the first compile of a four-line function in a fresh "
+          f"process: {fmt_time(first[0])} / {fmt_time(first[1])}.")
     if main_job:
         with tempfile.TemporaryDirectory() as cache, \
                 tempfile.TemporaryDirectory() as out:
@@ -645,7 +672,12 @@ def warm_up():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run")
+    parser.add_argument("--cold", type=int, metavar="N",
+                        help="only the cold start, median of N runs")
     args = parser.parse_args()
+    if args.cold:
+        cold_start(args.cold, main_job=False)
+        return
     start = time.perf_counter()
     print("## megkernel speed benchmark\n")
     machine_table()
