@@ -310,3 +310,29 @@ def test_definiteboost_fit_pairs_with_an_unused_pairs_prior_validates_as_euclide
     assert auto.prior_components_ is not None and auto.init_ == "euclidean"
     assert auto.validation_["scores"] == euclidean.validation_["scores"]
     assert auto.n_iter_ == euclidean.n_iter_
+
+
+def test_fit_pairs_with_the_rebuilt_classes_kept_does_not_depend_on_the_order():
+    """The rebuilt classes (codes numbered by the components' smallest point) give
+    the same metric whatever the order of the pairs' rows or of their two ends, and
+    with the points renumbered."""
+    from sklearn.datasets import make_circles
+
+    from megkernel.metric import draw_pairs
+
+    X, y = make_circles(n_samples=200, noise=0.08, factor=0.5, random_state=0)
+    X = np.hstack([X, np.random.default_rng(0).normal(size=(200, 4)) * 0.5])
+    pairs, signs = draw_pairs(y, 200, random_state=0)
+    rows = np.random.default_rng(1).permutation(len(pairs))
+    renumber = np.random.default_rng(2).permutation(len(X))
+    inverse = np.argsort(renumber)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MEGMetric(random_state=0).fit_pairs(X, pairs, signs)
+        shuffled = MEGMetric(random_state=0).fit_pairs(X, pairs[rows, ::-1], signs[rows])
+        moved = MEGMetric(random_state=0).fit_pairs(X[renumber], inverse[pairs], signs)
+    assert model.validation_["kept"] == "pair-classes"
+    for other in (shuffled, moved):
+        assert other.validation_["kept"] == "pair-classes"
+        np.testing.assert_allclose(other.get_mahalanobis_matrix(),
+                                   model.get_mahalanobis_matrix(), rtol=1e-6, atol=1e-9)
