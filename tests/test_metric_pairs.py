@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from megkernel import DefiniteBoostMetric, MEGMetric, neighbor_pairs
+from megkernel import DefiniteBoostMetric, MEGMetric, draw_pairs, neighbor_pairs
 
 
 def _brute_force(X, y, k):
@@ -336,3 +336,33 @@ def test_fit_pairs_with_the_rebuilt_classes_kept_does_not_depend_on_the_order():
         assert other.validation_["kept"] == "pair-classes"
         np.testing.assert_allclose(other.get_mahalanobis_matrix(),
                                    model.get_mahalanobis_matrix(), rtol=1e-6, atol=1e-9)
+
+
+def test_the_rebuilt_classes_are_tried_only_where_the_components_stand_in_for_classes():
+    """pair_kinds: the rebuilt classes' candidate between the pairs' objective and
+    the pair loss where the components stand in for classes; not with one giant
+    component, with too few linked points in large components, or where the
+    linked points do not span the features."""
+    from megkernel._solvers.metric_meg_fit import pair_kinds
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 5))
+    y = np.repeat([0, 1, 2], 40)
+    pairs, signs = draw_pairs(y, 300, random_state=0)
+    assert pair_kinds(X, pairs, signs) == ["soft-pairs", "pair-classes", None]
+    chain = np.column_stack([np.arange(99), np.arange(1, 100)])  # points 0-99 linked
+    outside = np.column_stack([np.arange(20), np.arange(100, 120)])
+    one = (np.vstack([chain, outside]), np.r_[np.ones(99), -np.ones(20)])
+    assert pair_kinds(X, *one) == ["soft-pairs", None]  # one giant component
+    apart = np.column_stack([np.arange(0, 40), np.arange(40, 80)])
+    inside = (np.vstack([chain, apart]), np.r_[np.ones(99), -np.ones(40)])
+    assert pair_kinds(X, *inside) == ["soft-pairs", None]  # a dissimilar pair inside
+    chains = np.column_stack([np.arange(0, 118, 2), np.arange(1, 119, 2)])  # pairs of two
+    few = (np.vstack([chains, apart]), np.r_[np.ones(len(chains)), -np.ones(40)])
+    assert pair_kinds(X, *few) == ["soft-pairs", None]
+    flat = X.copy()
+    flat[:80, 4] = 0.0  # the linked points (classes 0 and 1) span 4 of 5 directions
+    two = y < 2
+    inside = two[pairs[:, 0]] & two[pairs[:, 1]]
+    assert pair_kinds(flat, pairs[inside], signs[inside]) == ["soft-pairs", None]
+    assert pair_kinds(X, pairs[inside], signs[inside]) == ["soft-pairs", "pair-classes", None]
