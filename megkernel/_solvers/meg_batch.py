@@ -76,6 +76,7 @@ from .spectral_prior import (
     SPECTRAL_RANKS,
     SpectralPrior,
     spectral_prior,
+    within_noise,
 )
 
 __all__ = ["ISOTROPIC_FLOOR", "OVERFIT_Z", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS",
@@ -191,6 +192,9 @@ class BatchResult(NamedTuple):
         Iterations after which the subspace grew (up to the iterate returned).
     subspace : SubspaceState or None
         The same kernel in its subspace form (a subspace fit), or ``None``.
+    validation_predictions : ndarray or None
+        The returned kernel's predictions of the validation pairs (trace-one
+        units; ``None`` without validation pairs).
     """
 
     state: ExponentState
@@ -204,6 +208,7 @@ class BatchResult(NamedTuple):
     n_eigh: int
     growth: list = []
     subspace: object = None
+    validation_predictions: np.ndarray | None = None
 
 
 
@@ -467,13 +472,14 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
     if not overfit_run:  # the last iterate, unless it overfits
         best = (train, exponent, lam, vecs)
         best_iter = iteration
+        best_val_predictions = val_predictions
     best_train = best[0]
     subspace = (SubspaceState(best[1], basis=best_train.basis)
                 if isinstance(best_train, SubspacePairLoss) else None)
     return BatchResult(best_train.state(*best[1:]), np.asarray(losses), np.asarray(val_losses),
                        np.asarray(steps), iteration, best_iter, converged, stalled, n_eigh,
                        [i for i in growth if i < best_iter] if early_stopping else growth,
-                       subspace)
+                       subspace, best_val_predictions)
 
 
 # -- the whole batch fit: split, units, prior, minimisation, refit ----------------
@@ -674,10 +680,16 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     train_loss, validation = _losses(state, basis, a, b, y_train / fitted_trace,
                                      *((a_val, b_val, y_val / fitted_trace)
                                        if held is not None else ()))
+    run = dict(learning_rate=learning_rate, max_iter=max_iter, tol=tol,
+               n_iter_no_change=n_iter_no_change, grow=SUBSPACE_GROWTH)
     result = minimize_pair_loss(
-        state, train_loss, validation=validation, learning_rate=learning_rate,
-        max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
-        early_stopping=validation is not None, callback=callback, grow=SUBSPACE_GROWTH)
+        state, train_loss, validation=validation, early_stopping=validation is not None,
+        callback=callback, **run)
+    if spectral and validation is not None:
+        result, spectral_fit, fitted_trace, validation = _race_prior_ranks(
+            spectral_fit, result, fitted_trace, validation, n_objects, (a, b, y_train),
+            (a_val, b_val, y_val), subspace, None if trace == "auto" else fitted_trace, run)
+        prior_rank, prior_imputations = spectral_fit.rank, spectral_fit.imputations
     training = None
     if held is not None:
         training = TrainingRun(result.state, fitted_trace * unit, result.subspace)
@@ -742,6 +754,57 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         held_out=validation is not None, split_reason=split_reason,
         subspace=result.subspace,
         held_pairs=np.sort(order[held]) if held is not None else None, training=training)
+
+
+def _held_out_errors(result, trace, y_val):
+    """Squared errors (training-target units) of a run's kernel on the held-out pairs."""
+    return (trace * result.validation_predictions - y_val) ** 2
+
+
+def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train, held,
+                      subspace, given_trace, run):
+    """Choose the spectral prior's rank by the held-out loss of the kernel fitted from it.
+
+    The prior's own held-out score chose ``chosen.rank``; the ranks it
+    scored within that score's noise (:func:`within_noise`) are ones the
+    held-out pairs cannot tell apart as priors, yet the kernels fitted from
+    them can differ far more (the fit reshapes the spectrum, and a prior
+    whose rank matches the data's structure gives it directions to grow).
+    Each such rank's prior is fitted on the training pairs as the chosen
+    one was (``result``), and the rank whose fitted kernel has the least
+    held-out square loss replaces the chosen one only if it beats it by more
+    than that loss's noise, so that noise alone does not move the choice.
+
+    Returns
+    -------
+    result, prior, trace, validation
+        The training run, the spectral prior, its trace (trace-one units of
+        the targets) and the held-out loss of the rank chosen.
+    """
+    a, b, y_train = train
+    a_val, b_val, y_val = held
+    errors = chosen.errors
+    if chosen.rank == 0 or chosen.rank not in errors:
+        return result, chosen, fitted_trace, validation
+    rivals = [rank for rank in sorted(errors) if rank not in (0, chosen.rank)
+              and within_noise(errors[rank], errors[chosen.rank])]
+    best = (result, chosen, fitted_trace, validation)
+    best_errors = chosen_errors = _held_out_errors(result, fitted_trace, y_val)
+    for rank in rivals:
+        prior = spectral_prior(n_objects, a, b, y_train, a_val, b_val, y_val, ranks=(rank,),
+                               subspace=subspace)
+        trace = prior.trace if given_trace is None else given_trace
+        state = prior.exponent if subspace is not None else prior.state
+        train_loss, rival_validation = _losses(state, prior.basis, a, b, y_train / trace,
+                                               a_val, b_val, y_val / trace)
+        rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
+                                   early_stopping=True, **run)
+        rival_errors = _held_out_errors(rival, trace, y_val)
+        if np.mean(rival_errors) < np.mean(best_errors):
+            best, best_errors = (rival, prior, trace, rival_validation), rival_errors
+    if best[1] is not chosen and within_noise(chosen_errors, best_errors):
+        return result, chosen, fitted_trace, validation
+    return best
 
 
 def _start_loss(loss, state):
