@@ -588,15 +588,17 @@ def check_batch_units(y, unit, what):
 
 def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="auto",
               max_iter=1000, tol=1e-4, n_iter_no_change=5, validation_fraction=0.1,
-              random_state=None, callback=None):
+              random_state=None, callback=None, ranks=SPECTRAL_RANKS):
     """Fit a kernel to squared distances of pairs by batch MEG, end to end.
 
     Holds out ``validation_fraction`` of the pairs (:func:`holdout_pairs`),
     works in units of the training targets' mean, starts from ``prior`` or
     from the :func:`spectral_prior` of the training distances (in a subspace
-    from :data:`SUBSPACE_FROM` objects on), minimises the total square loss
-    (:func:`minimize_pair_loss`, early stopped on the held-out pairs), and
-    refits on every pair (as ``LassoCV`` refits its chosen ``alpha``): to
+    from :data:`SUBSPACE_FROM` objects on; the prior's rank is chosen by
+    the held-out loss of the kernel fitted from it among the ranks the
+    prior's own held-out score cannot tell apart), minimises the total square
+    loss (:func:`minimize_pair_loss`, early stopped on the held-out pairs),
+    and refits on every pair (as ``LassoCV`` refits its chosen ``alpha``): to
     convergence when the held-out pairs saw no overfitting, else the number
     of iterations they chose.
 
@@ -629,6 +631,11 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     callback : callable, optional
         ``callback(iteration, train_loss, validation_loss, step)`` after each
         iteration of the run on the training pairs.
+    ranks : sequence of int, default=SPECTRAL_RANKS
+        Ranks of the spectral prior scanned (increasing). With held-out
+        pairs, the ranks whose prior scores within noise of the best are
+        raced: each is fitted on the training pairs and the one whose fitted
+        kernel predicts the held-out pairs best (beyond their noise) is kept.
 
     Returns
     -------
@@ -662,7 +669,7 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     if spectral:
         spectral_fit = spectral_prior(n_objects, a, b, y_train,
                                       *((a_val, b_val, y_val) if held is not None else ()),
-                                      subspace=subspace)
+                                      ranks=ranks, subspace=subspace)
         fitted_trace, prior_rank = spectral_fit.trace, spectral_fit.rank
         state = spectral_fit.exponent if subspace is not None else spectral_fit.state
         prior_imputations = spectral_fit.imputations
@@ -761,6 +768,10 @@ def _held_out_errors(result, trace, y_val):
     return (trace * result.validation_predictions - y_val) ** 2
 
 
+class _Pruned(Exception):
+    """A rival rank's run stopped early: it trails the leader at equal budget."""
+
+
 def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train, held,
                       subspace, given_trace, run):
     """Choose the spectral prior's rank by the held-out loss of the kernel fitted from it.
@@ -770,10 +781,14 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
     held-out pairs cannot tell apart as priors, yet the kernels fitted from
     them can differ far more (the fit reshapes the spectrum, and a prior
     whose rank matches the data's structure gives it directions to grow).
-    Each such rank's prior is fitted on the training pairs as the chosen
-    one was (``result``), and the rank whose fitted kernel has the least
-    held-out square loss replaces the chosen one only if it beats it by more
-    than that loss's noise, so that noise alone does not move the choice.
+    Such ranks' priors are fitted on the training pairs as the chosen one
+    was (``result``), walking from the chosen rank up and then down, each
+    way until a rank fits no better than the best so far (a rival's run
+    stops early once it trails the best run at an equal number of
+    iterations, as in successive halving); the rank whose
+    fitted kernel has the least held-out square loss replaces the chosen one
+    only if it beats it by more than that loss's noise, so that noise alone
+    does not move the choice.
 
     Returns
     -------
@@ -790,18 +805,48 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
               and within_noise(errors[rank], errors[chosen.rank])]
     best = (result, chosen, fitted_trace, validation)
     best_errors = chosen_errors = _held_out_errors(result, fitted_trace, y_val)
-    for rank in rivals:
+    # a walk from the chosen rank up, then down, through the rivals in order,
+    # each direction ended by the first rival that fits no better than the best
+    # so far: the fitted loss is taken as unimodal in the rank, and a table
+    # with a flat prior score (many rivals) costs a run or two, not one per rank
+    up = [rank for rank in rivals if rank > chosen.rank]
+    down = [rank for rank in reversed(rivals) if rank < chosen.rank]
+
+    def fitted(rank, leader):
         prior = spectral_prior(n_objects, a, b, y_train, a_val, b_val, y_val, ranks=(rank,),
                                subspace=subspace)
         trace = prior.trace if given_trace is None else given_trace
         state = prior.exponent if subspace is not None else prior.state
         train_loss, rival_validation = _losses(state, prior.basis, a, b, y_train / trace,
                                                a_val, b_val, y_val / trace)
-        rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
-                                   early_stopping=True, **run)
-        rival_errors = _held_out_errors(rival, trace, y_val)
-        if np.mean(rival_errors) < np.mean(best_errors):
-            best, best_errors = (rival, prior, trace, rival_validation), rival_errors
+        # the leader's held-out minimum after each iteration, in the targets' units
+        leading = np.minimum.accumulate(leader[0].validation_curve) * leader[2] ** 2
+        rival_best = [np.inf]
+        checkpoint = [max(int(run["n_iter_no_change"]), 1)]
+
+        def prune(iteration, train_loss, validation_loss, step):
+            # successive halving at equal budgets: at iterations n_iter_no_change
+            # * 2^j the rival stops when its held-out minimum so far trails the
+            # leader's after as many iterations (or after all of the leader's)
+            rival_best[0] = min(rival_best[0], validation_loss * trace ** 2)
+            if iteration == checkpoint[0]:
+                checkpoint[0] *= 2
+                if rival_best[0] > leading[min(iteration, len(leading) - 1)]:
+                    raise _Pruned
+
+        try:
+            rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
+                                       early_stopping=True, callback=prune, **run)
+        except _Pruned:
+            return None, None
+        return (rival, prior, trace, rival_validation), _held_out_errors(rival, trace, y_val)
+
+    for direction in (up, down):
+        for rank in direction:
+            candidate, candidate_errors = fitted(rank, best)
+            if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+                break
+            best, best_errors = candidate, candidate_errors
     if best[1] is not chosen and within_noise(chosen_errors, best_errors):
         return result, chosen, fitted_trace, validation
     return best
