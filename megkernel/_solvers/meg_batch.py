@@ -695,7 +695,8 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     if spectral and validation is not None:
         result, spectral_fit, fitted_trace, validation = _race_prior_ranks(
             spectral_fit, result, fitted_trace, validation, n_objects, (a, b, y_train),
-            (a_val, b_val, y_val), subspace, None if trace == "auto" else fitted_trace, run)
+            (a_val, b_val, y_val), subspace, None if trace == "auto" else fitted_trace, run,
+            ranks)
         prior_rank, prior_imputations = spectral_fit.rank, spectral_fit.imputations
     training = None
     if held is not None:
@@ -773,22 +774,23 @@ class _Pruned(Exception):
 
 
 def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train, held,
-                      subspace, given_trace, run):
+                      subspace, given_trace, run, ranks, patience=2):
     """Choose the spectral prior's rank by the held-out loss of the kernel fitted from it.
 
-    The prior's own held-out score chose ``chosen.rank``; the ranks it
-    scored within that score's noise (:func:`within_noise`) are ones the
-    held-out pairs cannot tell apart as priors, yet the kernels fitted from
-    them can differ far more (the fit reshapes the spectrum, and a prior
-    whose rank matches the data's structure gives it directions to grow).
-    Such ranks' priors are fitted on the training pairs as the chosen one
-    was (``result``), walking from the chosen rank up and then down, each
-    way until a rank fits no better than the best so far (a rival's run
-    stops early once it trails the best run at an equal number of
-    iterations, as in successive halving); the rank whose
-    fitted kernel has the least held-out square loss replaces the chosen one
-    only if it beats it by more than that loss's noise, so that noise alone
-    does not move the choice.
+    The prior's own held-out score chose ``chosen.rank`` among ``ranks``;
+    the ranks whose priors score within that score's noise
+    (:func:`within_noise`) are ones the held-out pairs cannot tell apart as
+    priors, yet the kernels fitted from them can differ far more (the fit
+    reshapes the spectrum, and a prior whose rank matches the data's
+    structure gives it the directions to grow). Such rivals are fitted on
+    the training pairs as the chosen one was (``result``), walking from the
+    chosen rank up the ladder and then down, each way until a rival fits
+    no better than the best so far (and up also after ``patience`` ranks in
+    a row outside the noise); a rival's run stops early once it trails the
+    best run at an equal number of iterations, as in successive halving.
+    The rank whose fitted kernel has the least held-out square loss replaces
+    the chosen one only if it beats it by more than that loss's noise, so
+    that noise alone does not move the choice.
 
     Returns
     -------
@@ -801,20 +803,15 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
     errors = chosen.errors
     if chosen.rank == 0 or chosen.rank not in errors:
         return result, chosen, fitted_trace, validation
-    rivals = [rank for rank in sorted(errors) if rank not in (0, chosen.rank)
-              and within_noise(errors[rank], errors[chosen.rank])]
+    reference = errors[chosen.rank]
     best = (result, chosen, fitted_trace, validation)
     best_errors = chosen_errors = _held_out_errors(result, fitted_trace, y_val)
-    # a walk from the chosen rank up, then down, through the rivals in order,
-    # each direction ended by the first rival that fits no better than the best
-    # so far: the fitted loss is taken as unimodal in the rank, and a table
-    # with a flat prior score (many rivals) costs a run or two, not one per rank
-    up = [rank for rank in rivals if rank > chosen.rank]
-    down = [rank for rank in reversed(rivals) if rank < chosen.rank]
 
-    def fitted(rank, leader):
-        prior = spectral_prior(n_objects, a, b, y_train, a_val, b_val, y_val, ranks=(rank,),
-                               subspace=subspace)
+    def prior_at(rank):
+        return spectral_prior(n_objects, a, b, y_train, a_val, b_val, y_val, ranks=(rank,),
+                              subspace=subspace)
+
+    def fitted(prior, leader):
         trace = prior.trace if given_trace is None else given_trace
         state = prior.exponent if subspace is not None else prior.state
         train_loss, rival_validation = _losses(state, prior.basis, a, b, y_train / trace,
@@ -841,12 +838,32 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
             return None, None
         return (rival, prior, trace, rival_validation), _held_out_errors(rival, trace, y_val)
 
-    for direction in (up, down):
-        for rank in direction:
-            candidate, candidate_errors = fitted(rank, best)
-            if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+    # a walk from the chosen rank up the ladder, then down: each way it ends
+    # at the first rival that fits no better than the best so far (the fitted
+    # loss taken as unimodal in the rank), and up also after ``patience``
+    # ranks in a row whose priors are worse beyond noise, as the scan ends;
+    # a table whose prior scores are flat over many ranks then costs a few
+    # priors and runs, not one of each per rank
+    outside = 0
+    for rank in (r for r in ranks if chosen.rank < r < n_objects - 1):
+        prior = prior_at(rank)
+        if not within_noise(prior.errors[rank], reference):
+            outside += 1
+            if outside >= patience:
                 break
-            best, best_errors = candidate, candidate_errors
+            continue
+        outside = 0
+        candidate, candidate_errors = fitted(prior, best)
+        if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+            break
+        best, best_errors = candidate, candidate_errors
+    for rank in sorted(errors, reverse=True):
+        if not 0 < rank < chosen.rank or not within_noise(errors[rank], reference):
+            continue
+        candidate, candidate_errors = fitted(prior_at(rank), best)
+        if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+            break
+        best, best_errors = candidate, candidate_errors
     if best[1] is not chosen and within_noise(chosen_errors, best_errors):
         return result, chosen, fitted_trace, validation
     return best

@@ -233,9 +233,7 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
     completion), up to ``n_imputations`` times. Every iterate of every rank
     is scored by its mean square error on the held-out pairs; the best is
     kept (the mean fill, iterate 0, included), and the scan over ``ranks``
-    stops after ``patience`` ranks neither better than the best nor within
-    its noise (:func:`within_noise`): the ranks the held-out pairs cannot
-    tell apart are all scored, for the batch fit to race. Without held-out
+    stops after ``patience`` ranks without a better score. Without held-out
     pairs a tenth of the training pairs is set aside for the choice (rank
     and iterate), which is then repeated on all of them. Rank 0 is
     ``I / d`` at the trace that meets the targets on average, as
@@ -347,9 +345,6 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                     completed = s * (sq[:, None] + sq[None, :] - 2.0 * coords @ coords.T) + c
                     D = np.where(observed, observed_D, completed)
                     np.fill_diagonal(D, 0.0)
-            if (not improved and rank in rank_errors and best_structured is not None
-                    and within_noise(rank_errors[rank][1], best_structured[1])):
-                improved = True  # the held-out pairs cannot tell this rank from the best
             worse = 0 if improved else worse + 1
             if worse >= patience:
                 break
