@@ -846,14 +846,14 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
     # priors and runs, not one of each per rank
     outside = 0
     for rank in (r for r in ranks if chosen.rank < r < n_objects - 1):
-        prior = prior_at(rank)
-        if not within_noise(prior.errors[rank], reference):
+        prior = None if rank in errors else prior_at(rank)  # the scan's score, if it has one
+        if not within_noise(errors[rank] if prior is None else prior.errors[rank], reference):
             outside += 1
             if outside >= patience:
                 break
             continue
         outside = 0
-        candidate, candidate_errors = fitted(prior, best)
+        candidate, candidate_errors = fitted(prior_at(rank) if prior is None else prior, best)
         if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
             break
         best, best_errors = candidate, candidate_errors
