@@ -28,8 +28,7 @@ import sys
 import time
 import warnings
 
-for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-              "NUMBA_NUM_THREADS"):
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
@@ -70,8 +69,7 @@ def prior_choice(pairs, y, n_objects, random_state=0, fraction=0.1):
     unit = float(np.mean(y[train][pairs[train, 0] != pairs[train, 1]]))
     a, b = pairs[train].T
     a_val, b_val = pairs[held].T
-    return spectral_prior(n_objects, a, b, y[train] / unit, a_val, b_val,
-                          y[held] / unit).rank
+    return spectral_prior(n_objects, a, b, y[train] / unit, a_val, b_val, y[held] / unit).rank
 
 
 def run(name):
@@ -88,8 +86,14 @@ def run(name):
         cpu = time.process_time() - (scan if ranks else 0.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = fit_batch(pairs, y, prior=ExponentState.identity(d), spectral=True,
-                            random_state=0, **({} if ranks is None else {"ranks": ranks}))
+            fit = fit_batch(
+                pairs,
+                y,
+                prior=ExponentState.identity(d),
+                spectral=True,
+                random_state=0,
+                **({} if ranks is None else {"ranks": ranks}),
+            )
         cpu = time.process_time() - cpu
         K = fit.trace * fit.state.matrix()
         diag = np.diag(K)

@@ -19,8 +19,9 @@ def _table(**kwargs):
 
 
 def _fit(d, pairs, y, **kwargs):
-    return fit_batch(pairs, y, prior=ExponentState.identity(d), spectral=True, random_state=0,
-                     **kwargs)
+    return fit_batch(
+        pairs, y, prior=ExponentState.identity(d), spectral=True, random_state=0, **kwargs
+    )
 
 
 def _held_out_errors(fit, pairs, y):
@@ -55,7 +56,8 @@ def test_the_prior_records_each_ranks_held_out_errors():
     for r, errors in prior.errors.items():
         assert errors.shape == (held.sum(),)
         assert errors.mean() == pytest.approx(
-            min(s for (rank, _), s in prior.scores.items() if rank == r), rel=1e-12)
+            min(s for (rank, _), s in prior.scores.items() if rank == r), rel=1e-12
+        )
     best = min(prior.scores, key=prior.scores.get)
     assert prior.rank == best[0] and prior.imputations == best[1]
 
