@@ -149,7 +149,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         (scaled to trace one), or ``"auto"``: for the batch ``fit``, the
         classical scaling of the training distances (each missing pair the
         mean of the given ones) at the rank, among 0 (``I / d``), 1, 2, 3,
-        4, 6, 8, ... 128, that predicts the held-out pairs best, plus the
+        4, 6, 8, ... 128, that predicts the held-out pairs best (among the
+        ranks whose priors predict them as well within noise, the one whose
+        fitted kernel predicts them best beyond noise), plus the
         isotropic part that carries the fill's offset (at least a tenth of the
         mean eigenvalue), with ``trace="auto"`` its fitted trace
         (:func:`megkernel._solvers.spectral_prior.spectral_prior`); for the

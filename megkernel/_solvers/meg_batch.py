@@ -76,6 +76,7 @@ from .spectral_prior import (
     SPECTRAL_RANKS,
     SpectralPrior,
     spectral_prior,
+    within_noise,
 )
 
 __all__ = ["ISOTROPIC_FLOOR", "OVERFIT_Z", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS",
@@ -191,6 +192,9 @@ class BatchResult(NamedTuple):
         Iterations after which the subspace grew (up to the iterate returned).
     subspace : SubspaceState or None
         The same kernel in its subspace form (a subspace fit), or ``None``.
+    validation_predictions : ndarray or None
+        The returned kernel's predictions of the validation pairs (trace-one
+        units; ``None`` without validation pairs).
     """
 
     state: ExponentState
@@ -204,6 +208,7 @@ class BatchResult(NamedTuple):
     n_eigh: int
     growth: list = []
     subspace: object = None
+    validation_predictions: np.ndarray | None = None
 
 
 
@@ -467,13 +472,14 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
     if not overfit_run:  # the last iterate, unless it overfits
         best = (train, exponent, lam, vecs)
         best_iter = iteration
+        best_val_predictions = val_predictions
     best_train = best[0]
     subspace = (SubspaceState(best[1], basis=best_train.basis)
                 if isinstance(best_train, SubspacePairLoss) else None)
     return BatchResult(best_train.state(*best[1:]), np.asarray(losses), np.asarray(val_losses),
                        np.asarray(steps), iteration, best_iter, converged, stalled, n_eigh,
                        [i for i in growth if i < best_iter] if early_stopping else growth,
-                       subspace)
+                       subspace, best_val_predictions)
 
 
 # -- the whole batch fit: split, units, prior, minimisation, refit ----------------
@@ -582,15 +588,17 @@ def check_batch_units(y, unit, what):
 
 def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="auto",
               max_iter=1000, tol=1e-4, n_iter_no_change=5, validation_fraction=0.1,
-              random_state=None, callback=None):
+              random_state=None, callback=None, ranks=SPECTRAL_RANKS):
     """Fit a kernel to squared distances of pairs by batch MEG, end to end.
 
     Holds out ``validation_fraction`` of the pairs (:func:`holdout_pairs`),
     works in units of the training targets' mean, starts from ``prior`` or
     from the :func:`spectral_prior` of the training distances (in a subspace
-    from :data:`SUBSPACE_FROM` objects on), minimises the total square loss
-    (:func:`minimize_pair_loss`, early stopped on the held-out pairs), and
-    refits on every pair (as ``LassoCV`` refits its chosen ``alpha``): to
+    from :data:`SUBSPACE_FROM` objects on; the prior's rank is chosen by
+    the held-out loss of the kernel fitted from it among the ranks the
+    prior's own held-out score cannot tell apart), minimises the total square
+    loss (:func:`minimize_pair_loss`, early stopped on the held-out pairs),
+    and refits on every pair (as ``LassoCV`` refits its chosen ``alpha``): to
     convergence when the held-out pairs saw no overfitting, else the number
     of iterations they chose.
 
@@ -623,6 +631,11 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     callback : callable, optional
         ``callback(iteration, train_loss, validation_loss, step)`` after each
         iteration of the run on the training pairs.
+    ranks : sequence of int, default=SPECTRAL_RANKS
+        Ranks of the spectral prior scanned (increasing). With held-out
+        pairs, the ranks whose prior scores within noise of the best are
+        raced: each is fitted on the training pairs and the one whose fitted
+        kernel predicts the held-out pairs best (beyond their noise) is kept.
 
     Returns
     -------
@@ -656,7 +669,7 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     if spectral:
         spectral_fit = spectral_prior(n_objects, a, b, y_train,
                                       *((a_val, b_val, y_val) if held is not None else ()),
-                                      subspace=subspace)
+                                      ranks=ranks, subspace=subspace)
         fitted_trace, prior_rank = spectral_fit.trace, spectral_fit.rank
         state = spectral_fit.exponent if subspace is not None else spectral_fit.state
         prior_imputations = spectral_fit.imputations
@@ -674,10 +687,17 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     train_loss, validation = _losses(state, basis, a, b, y_train / fitted_trace,
                                      *((a_val, b_val, y_val / fitted_trace)
                                        if held is not None else ()))
+    run = dict(learning_rate=learning_rate, max_iter=max_iter, tol=tol,
+               n_iter_no_change=n_iter_no_change, grow=SUBSPACE_GROWTH)
     result = minimize_pair_loss(
-        state, train_loss, validation=validation, learning_rate=learning_rate,
-        max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
-        early_stopping=validation is not None, callback=callback, grow=SUBSPACE_GROWTH)
+        state, train_loss, validation=validation, early_stopping=validation is not None,
+        callback=callback, **run)
+    if spectral and validation is not None:
+        result, spectral_fit, fitted_trace, validation = _race_prior_ranks(
+            spectral_fit, result, fitted_trace, validation, n_objects, (a, b, y_train),
+            (a_val, b_val, y_val), subspace, None if trace == "auto" else fitted_trace, run,
+            ranks)
+        prior_rank, prior_imputations = spectral_fit.rank, spectral_fit.imputations
     training = None
     if held is not None:
         training = TrainingRun(result.state, fitted_trace * unit, result.subspace)
@@ -742,6 +762,111 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         held_out=validation is not None, split_reason=split_reason,
         subspace=result.subspace,
         held_pairs=np.sort(order[held]) if held is not None else None, training=training)
+
+
+def _held_out_errors(result, trace, y_val):
+    """Squared errors (training-target units) of a run's kernel on the held-out pairs."""
+    return (trace * result.validation_predictions - y_val) ** 2
+
+
+class _Pruned(Exception):
+    """A rival rank's run stopped early: it trails the leader at equal budget."""
+
+
+def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train, held,
+                      subspace, given_trace, run, ranks, patience=2):
+    """Choose the spectral prior's rank by the held-out loss of the kernel fitted from it.
+
+    The prior's own held-out score chose ``chosen.rank`` among ``ranks``;
+    the ranks whose priors score within that score's noise
+    (:func:`within_noise`) are ones the held-out pairs cannot tell apart as
+    priors, yet the kernels fitted from them can differ far more (the fit
+    reshapes the spectrum, and a prior whose rank matches the data's
+    structure gives it the directions to grow). Such rivals are fitted on
+    the training pairs as the chosen one was (``result``), walking from the
+    chosen rank up the ladder and then down, each way until a rival fits
+    no better than the best so far (and up also after ``patience`` ranks in
+    a row outside the noise); a rival's run stops early once it trails the
+    best run at an equal number of iterations, as in successive halving.
+    The rank whose fitted kernel has the least held-out square loss replaces
+    the chosen one only if it beats it by more than that loss's noise, so
+    that noise alone does not move the choice.
+
+    Returns
+    -------
+    result, prior, trace, validation
+        The training run, the spectral prior, its trace (trace-one units of
+        the targets) and the held-out loss of the rank chosen.
+    """
+    a, b, y_train = train
+    a_val, b_val, y_val = held
+    errors = chosen.errors
+    if chosen.rank == 0 or chosen.rank not in errors:
+        return result, chosen, fitted_trace, validation
+    reference = errors[chosen.rank]
+    best = (result, chosen, fitted_trace, validation)
+    best_errors = chosen_errors = _held_out_errors(result, fitted_trace, y_val)
+
+    def prior_at(rank):
+        return spectral_prior(n_objects, a, b, y_train, a_val, b_val, y_val, ranks=(rank,),
+                              subspace=subspace)
+
+    def fitted(prior, leader):
+        trace = prior.trace if given_trace is None else given_trace
+        state = prior.exponent if subspace is not None else prior.state
+        train_loss, rival_validation = _losses(state, prior.basis, a, b, y_train / trace,
+                                               a_val, b_val, y_val / trace)
+        # the leader's held-out minimum after each iteration, in the targets' units
+        leading = np.minimum.accumulate(leader[0].validation_curve) * leader[2] ** 2
+        rival_best = [np.inf]
+        checkpoint = [max(int(run["n_iter_no_change"]), 1)]
+
+        def prune(iteration, train_loss, validation_loss, step):
+            # successive halving at equal budgets: at iterations n_iter_no_change
+            # * 2^j the rival stops when its held-out minimum so far trails the
+            # leader's after as many iterations (or after all of the leader's)
+            rival_best[0] = min(rival_best[0], validation_loss * trace ** 2)
+            if iteration == checkpoint[0]:
+                checkpoint[0] *= 2
+                if rival_best[0] > leading[min(iteration, len(leading) - 1)]:
+                    raise _Pruned
+
+        try:
+            rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
+                                       early_stopping=True, callback=prune, **run)
+        except _Pruned:
+            return None, None
+        return (rival, prior, trace, rival_validation), _held_out_errors(rival, trace, y_val)
+
+    # a walk from the chosen rank up the ladder, then down: each way it ends
+    # at the first rival that fits no better than the best so far (the fitted
+    # loss taken as unimodal in the rank), and up also after ``patience``
+    # ranks in a row whose priors are worse beyond noise, as the scan ends;
+    # a table whose prior scores are flat over many ranks then costs a few
+    # priors and runs, not one of each per rank
+    outside = 0
+    for rank in (r for r in ranks if chosen.rank < r < n_objects - 1):
+        prior = None if rank in errors else prior_at(rank)  # the scan's score, if it has one
+        if not within_noise(errors[rank] if prior is None else prior.errors[rank], reference):
+            outside += 1
+            if outside >= patience:
+                break
+            continue
+        outside = 0
+        candidate, candidate_errors = fitted(prior_at(rank) if prior is None else prior, best)
+        if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+            break
+        best, best_errors = candidate, candidate_errors
+    for rank in sorted(errors, reverse=True):
+        if not 0 < rank < chosen.rank or not within_noise(errors[rank], reference):
+            continue
+        candidate, candidate_errors = fitted(prior_at(rank), best)
+        if candidate is None or not np.mean(candidate_errors) < np.mean(best_errors):
+            break
+        best, best_errors = candidate, candidate_errors
+    if best[1] is not chosen and within_noise(chosen_errors, best_errors):
+        return result, chosen, fitted_trace, validation
+    return best
 
 
 def _start_loss(loss, state):

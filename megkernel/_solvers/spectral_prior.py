@@ -21,7 +21,7 @@ from .._numerics.state import ExponentState
 from .._numerics.threads import blas_threads
 
 __all__ = ["ISOTROPIC_FLOOR", "SPECTRAL_IMPUTATIONS", "SPECTRAL_RANKS", "SpectralPrior",
-           "spectral_prior"]
+           "spectral_prior", "within_noise"]
 
 #: Ranks of the classical-scaling prior tried by :func:`spectral_prior`
 #: (0: the isotropic prior ``I / d``).
@@ -65,6 +65,10 @@ class SpectralPrior(NamedTuple):
     exponent : ndarray of shape (k + 1, k + 1) or None
         With ``subspace``: the prior's exponent in the layout of
         :class:`~megkernel._solvers.pair_loss.SubspacePairLoss`.
+    errors : dict
+        Held-out squared errors (targets' units, one per held-out pair) of
+        each rank's best iterate, by rank (empty when the choice was made on
+        an internal split or repeated with ``fixed``).
     """
 
     state: ExponentState | None
@@ -74,6 +78,7 @@ class SpectralPrior(NamedTuple):
     scores: dict
     basis: np.ndarray | None = None
     exponent: np.ndarray | None = None
+    errors: dict = {}
 
 
 def _observed_matrix(n_objects, a, b, y):
@@ -196,6 +201,19 @@ class _FilledDistances:
         return np.column_stack([self._product(e) for e in np.eye(self.d)])
 
 
+def within_noise(errors, reference):
+    """Whether squared errors are no worse than ``reference``'s beyond their noise.
+
+    The noise is one standard error of the mean paired difference (the same
+    held-out pairs scored twice): ``mean(errors - reference) <= std / sqrt(n)``.
+    """
+    difference = np.asarray(errors) - np.asarray(reference)
+    if len(difference) == 0:  # no evidence either way
+        return False
+    noise = float(np.std(difference)) / np.sqrt(len(difference))
+    return float(np.mean(difference)) <= noise
+
+
 def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                    ranks=SPECTRAL_RANKS, n_imputations=SPECTRAL_IMPUTATIONS,
                    floor=None, patience=2, fixed=False, subspace=None):
@@ -282,6 +300,7 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
         observed[a_m, b_m] = observed[b_m, a_m] = True
         np.fill_diagonal(observed, True)
     best, scores, worse = None, {}, 0
+    rank_errors = {}  # each rank's best iterate's held-out squared errors
     best_structured = None  # the best of rank >= 1, with its squared errors
     with blas_threads(d):
         for rank in ranks:
@@ -308,6 +327,8 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
                 errors = (predicted - y_val) ** 2
                 score = float(np.mean(errors))
                 scores[(rank, imputation)] = score
+                if not fixed and (rank not in rank_errors or score < rank_errors[rank][0]):
+                    rank_errors[rank] = (score, errors)
                 candidate = (score, rank, imputation, s, isotropic, lam, vecs, D)
                 if best is None or score < best[0] or fixed:
                     best = candidate
@@ -333,23 +354,23 @@ def spectral_prior(n_objects, a, b, y, a_val=None, b_val=None, y_val=None, *,
         # must beat the best structured one by more than the noise of the
         # held-out pairs (one standard error of the paired difference of
         # squared errors) to be chosen.
-        difference = best_structured[1] - isotropic_errors
-        noise = float(np.std(difference)) / np.sqrt(max(len(difference), 1))
-        if float(np.mean(difference)) <= noise:
+        if within_noise(best_structured[1], isotropic_errors):
             best = best_structured[0]
     _, rank, imputation, s, isotropic, lam, vecs, D = best
     trace = s * lam.sum() + isotropic * d
+    errors = {r: e for r, (_, e) in rank_errors.items()}
     if subspace is not None:
         return _subspace_prior(D, rank, imputation, s, isotropic, trace, scores,
-                               min(max(int(subspace), rank), d - 1))
+                               min(max(int(subspace), rank), d - 1))._replace(errors=errors)
     if not (np.isfinite(trace) and trace > 0):
-        return SpectralPrior(ExponentState.identity(d), 1.0, 0, 0, scores)
+        return SpectralPrior(ExponentState.identity(d), 1.0, 0, 0, scores, errors=errors)
     log_iso = np.log(isotropic / trace)
     top = np.log((s * lam + isotropic) / trace) - log_iso
     exponent = (vecs * top) @ vecs.T
     exponent[np.diag_indices(d)] += log_iso
     state = ExponentState(0.5 * (exponent + exponent.T))
-    return SpectralPrior(state, float(trace), int(rank), int(imputation), scores)
+    return SpectralPrior(state, float(trace), int(rank), int(imputation), scores,
+                         errors=errors)
 
 
 def _subspace_prior(D, rank, imputation, s, isotropic, trace, scores, size):
