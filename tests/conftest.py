@@ -142,6 +142,18 @@ def low_rank_kernel(d, rank, seed, *, positive=True):
     return K / np.trace(K)
 
 
+def pair_trials(d, n, *, rank, seed=0):
+    """``n`` trials ``(a, b, y)`` of distinct objects of a random trace-one
+    kernel of the given rank (``F F^T``, ``F`` standard normal), ``y`` their
+    squared distances under it."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((d, rank))
+    K = X @ X.T / np.trace(X @ X.T)
+    a = rng.integers(0, d, n)
+    b = (a + rng.integers(1, d, n)) % d
+    return a, b, K[a, a] + K[b, b] - 2 * K[a, b]
+
+
 def random_spd(d, seed, *, rank=None, ridge=0.1, trace=None):
     """A random symmetric PSD matrix ``F F^T`` (``F`` standard normal, ``rank``
     columns), plus ``ridge * I`` when of full rank (positive definite), scaled

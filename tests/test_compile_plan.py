@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import pair_trials
 
 import megkernel._engines as engines
 from megkernel._engines import ENGINES, run_pair_trials
@@ -15,12 +16,7 @@ from megkernel._numerics.state import ExponentState
 
 
 def _trials(d, n, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((d, 5))
-    K = X @ X.T / np.trace(X @ X.T)
-    a = rng.integers(0, d, n)
-    b = (a + rng.integers(1, d, n)) % d
-    return a, b, K[a, a] + K[b, b] - 2 * K[a, b]
+    return pair_trials(d, n, rank=5, seed=seed)
 
 
 def _counting(monkeypatch):

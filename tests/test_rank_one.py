@@ -4,6 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
+from conftest import pair_trials
 
 from megkernel._engines import ENGINES, run_pair_trials, select
 from megkernel._engines import _rank_one_kernels as kernels
@@ -60,12 +61,7 @@ def test_rank_one_eig_matches_eigh(name, s):
 
 
 def _distance_trials(d, n, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((d, 4))
-    K = X @ X.T / np.trace(X @ X.T)
-    a = rng.integers(0, d, n)
-    b = (a + rng.integers(1, d, n)) % d
-    return a, b, K[a, a] + K[b, b] - 2 * K[a, b]
+    return pair_trials(d, n, rank=4, seed=seed)
 
 
 def _run(state, trials, method):
