@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
@@ -140,6 +141,23 @@ def low_rank_kernel(d, rank, seed, *, positive=True):
     F = rng.uniform(0, 1, size=(d, rank)) if positive else rng.normal(size=(d, rank))
     K = F @ F.T
     return K / np.trace(K)
+
+
+def clustered_pair_table(n=40, seed=0, fraction=0.5, *, spread, separation):
+    """Points in 4 clusters (``spread`` around corners ``separation`` apart) and a
+    ``fraction`` of their squared distances as a pair table of string ids.
+
+    Returns ``ids``, ``labels``, ``points`` and the table (columns ``a``,
+    ``b``, ``sq``)."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 4
+    points = rng.normal(size=(n, 3)) * spread + separation * np.eye(4)[labels][:, :3]
+    ids = np.array([f"s{i:03d}" for i in range(n)], dtype=object)
+    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
+    a, b = np.triu_indices(n, 1)
+    keep = rng.random(len(a)) < fraction
+    table = pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq[a[keep], b[keep]]})
+    return ids, labels, points, table
 
 
 def pair_trials(d, n, *, rank, seed=0):

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import clustered_pair_table
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import BaseEstimator, RegressorMixin
 
@@ -30,14 +31,8 @@ class Fixed(KernelLearnerMixin, RegressorMixin, BaseEstimator):
 
 def _clustered(n=40, seed=0, fraction=0.5):
     """Points in 4 clusters, a part of their squared distances as a pair table."""
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 4
-    points = rng.normal(size=(n, 3)) * 0.8 + 3.0 * np.eye(4)[labels][:, :3]
-    ids = np.array([f"s{i:03d}" for i in range(n)], dtype=object)
-    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
-    a, b = np.triu_indices(n, 1)
-    keep = rng.random(len(a)) < fraction
-    table = pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq[a[keep], b[keep]]})
+    ids, labels, points, table = clustered_pair_table(
+        n, seed, fraction, spread=0.8, separation=3.0)
     return ids, labels, points, table
 
 

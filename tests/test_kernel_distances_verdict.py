@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import clustered_pair_table
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import ShuffleSplit, cross_val_score
@@ -43,14 +44,8 @@ class Forgetful(KernelLearnerMixin, RegressorMixin, BaseEstimator):
 
 def _clustered(n=40, seed=0, fraction=0.5):
     """Points in 4 tight clusters: a pair table of a part of their squared distances."""
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 4
-    points = rng.normal(size=(n, 3)) * 0.3 + 4.0 * np.eye(4)[labels][:, :3]
-    ids = np.array([f"s{i:03d}" for i in range(n)], dtype=object)
-    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
-    a, b = np.triu_indices(n, 1)
-    keep = rng.random(len(a)) < fraction
-    table = pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq[a[keep], b[keep]]})
+    ids, labels, points, table = clustered_pair_table(
+        n, seed, fraction, spread=0.3, separation=4.0)
     return ids, labels, table
 
 
