@@ -303,12 +303,16 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     pairs, whose dissimilar pairs spread the classes apart everywhere, even
     where the 1-NN accuracy does not rise.
 
-    A soft-neighbour objective (the labels', or given pairs') whose
-    validated gain over the Euclidean prior is real is kept without
-    validating the pair kinds after it: it is preferred, and the pairs' loss
-    is its fallback where it shows no gain. Fold accuracies of kinds close to each other are
-    too noisy to choose between, and validating every kind costs several
-    times as much (see the benchmarks page).
+    From labels, a soft-neighbour objective whose validated gain over the
+    Euclidean prior is real is kept without validating the pair kinds
+    after it: it is preferred, and the pairs' loss is its fallback where it
+    shows no gain (fold accuracies of kinds close to each other are too
+    noisy to choose between, and validating every kind costs several times
+    as much). Given pairs, MEG's pair loss is validated beside their
+    soft-neighbour objectives in every case: with few pairs per feature
+    (sparse high-dimensional data) those objectives gain in their first
+    iterations and then overfit, while the pair loss keeps gaining with
+    its length (see the benchmarks page).
 
     :data:`PAIR_CLASSES` (given pairs whose components stand in for
     classes) comes after :data:`SOFT_PAIRS` on the same folds, its claim
@@ -359,7 +363,7 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     """
     results, items = [], {}
     for candidate in candidates:
-        if not _is_soft(candidate) and any(
+        if candidate is not None and not _is_soft(candidate) and any(
                 _is_soft(c) and r[2]["gain_is_real"] and not r[2].get("pruned")
                 for r, c in zip(results, candidates)):
             break  # a soft-neighbour objective learned: the pairs' loss is not needed
@@ -397,7 +401,9 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     if PAIR_CLASSES in validated:
         classes_at = validated.index(PAIR_CLASSES)
         log = results[classes_at][2]
-        if (log["gain_is_real"] and not log.get("pruned") and validated[best] == SOFT_PAIRS
+        if (log["gain_is_real"] and not log.get("pruned")
+                and (validated[best] == SOFT_PAIRS
+                     or results[classes_at][0] > results[best][0])
                 and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0,
                                  log["n_repeats"])):
             best = classes_at
