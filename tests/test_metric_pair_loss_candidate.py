@@ -14,7 +14,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from megkernel import MEGMetric, draw_pairs
 from megkernel._numerics.seeding import derived_generator
 from megkernel._solvers.metric_meg import pair_diffs, resolve_learning_rate, targets_and_sides
-from megkernel._solvers.metric_meg_fit import metric_space
+from megkernel._solvers.metric_meg_fit import content_order, metric_space
 from megkernel._solvers.metric_validation import (
     RACE_EPOCHS,
     _validate_pair_loss,
@@ -97,3 +97,38 @@ def test_where_the_race_goes_on_the_validation_is_the_one_without_it(unless_abov
     assert epochs == expected[0]
     assert log["scores"] == expected[1]["scores"]
     assert after.bit_generator.state == rng.bit_generator.state
+
+
+def test_the_pair_loss_kept_does_not_depend_on_the_pairs_row_order():
+    """Rows of the pairs shuffled and their ends swapped: the same metric, bit for bit.
+
+    (The mini-batches' random order is drawn over the pairs in an order of
+    their content; before, the user's row order changed the metric.)
+    """
+    X_train, _, _, _, pairs, signs = _split(0)
+    rows = np.random.default_rng(1).permutation(len(pairs))
+    model = MEGMetric(random_state=0).fit_pairs(X_train, pairs, signs)
+    shuffled = MEGMetric(random_state=0).fit_pairs(X_train, pairs[rows, ::-1], signs[rows])
+    assert model.validation_["kept"] == shuffled.validation_["kept"] == "pairs"
+    np.testing.assert_array_equal(shuffled.get_mahalanobis_matrix(),
+                                  model.get_mahalanobis_matrix())
+    # the fitted pairs are the user's, in the user's order
+    np.testing.assert_array_equal(shuffled.pairs_, pairs[rows, ::-1])
+
+
+def test_content_order_is_that_of_the_content():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    pairs = rng.integers(0, 30, size=(40, 2))
+    signs = np.where(rng.random(40) < 0.5, 1, -1)
+    ordered = content_order(X, pairs, signs)
+    rows = rng.permutation(40)
+    np.testing.assert_array_equal(content_order(X, pairs[rows, ::-1], signs[rows])[1],
+                                  ordered[1])
+    renumber = rng.permutation(30)
+    inverse = np.argsort(renumber)
+    moved = content_order(X[renumber], inverse[pairs], signs)
+    # the same pairs of points, in the same order, whatever their numbers
+    np.testing.assert_array_equal(np.sort(X[renumber][moved[0]], axis=1),
+                                  np.sort(X[ordered[0]], axis=1))
+    np.testing.assert_array_equal(moved[1], ordered[1])

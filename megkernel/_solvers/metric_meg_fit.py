@@ -35,7 +35,7 @@ from .metric_soft_neighbors import MAX_POINTS as SOFT_NEIGHBORS_MAX_POINTS
 from .metric_soft_neighbors import TEMPERATURES, SoftNeighborAscent, prior_temperature
 from .metric_validation import PAIR_CLASSES, SOFT_PAIRS, validate_kinds
 
-__all__ = ["MEGMetricFit", "MEGMetricOptions", "fit_meg_metric", "metric_space",
+__all__ = ["MEGMetricFit", "MEGMetricOptions", "content_order", "fit_meg_metric", "metric_space",
            "pair_kinds", "pair_sq_distance_quantiles"]
 
 #: Rows up to which the median squared distance (``gamma_dissimilar="auto"``)
@@ -101,6 +101,25 @@ class MEGMetricFit:
     largest_range: float
     loss: float
     prior_loss: float
+
+
+def content_order(X, pairs, signs):
+    """Given pairs in an order of their content: the same for any row order or numbering.
+
+    Each point is ranked by its features (lexicographically; identical
+    points keep their order), and the pairs are sorted by label, then by
+    the ranks of their lower and higher point. MEG's pair loss takes the
+    pairs in mini-batches of random order drawn over the rows: without this,
+    the user's row order and numbering of the points would change the
+    learned metric. (With ``shuffle=False`` the user's order is the order
+    of the updates, as in the paper's on-line MEG, and is kept.)
+    """
+    order = np.lexsort(np.asarray(X).T[::-1])
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    ranked = rank[pairs]
+    rows = np.lexsort((ranked.max(axis=1), ranked.min(axis=1), np.asarray(signs, dtype=float)))
+    return pairs[rows], np.asarray(signs)[rows]
 
 
 def pair_sq_distance_quantiles(centred, quantiles, rng):
@@ -207,6 +226,10 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         The learned metric and its record.
     """
     candidates = None
+    given = None
+    if labels is None and pairs is not None and options.shuffle:
+        given = (pairs, signs)  # the user's table, as given, for the record
+        pairs, signs = content_order(X, pairs, signs)  # shuffle=False: their order is meant
     if labels is not None:
         candidates = label_candidates(X, labels, kinds, options.n_constraints,
                                       n_neighbors=options.n_neighbors,
@@ -266,6 +289,8 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
                     batch_size=batch_size, rng=rng if options.shuffle else None)
         n_iter = int(math.ceil(epochs))
     components = metric_components(exponent, scales, directions, trace)
+    if given is not None:
+        pairs, signs = given
     measure = dict(signs=signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar, trace=trace,
                    loss=options.loss)
     return MEGMetricFit(
