@@ -33,8 +33,12 @@ def word_counts(seed, n_topics=3, n_docs=120, vocab=400, words=30, topic_words=2
         own = rng.choice(vocab, topic_words, replace=False)
         topics[t, own] = rng.dirichlet(np.full(topic_words, 0.5))
     share = rng.uniform(0.15, 0.4, len(y))[:, None]
-    counts = np.array([rng.multinomial(rng.poisson(words) + 5, p)
-                       for p in share * topics[y] + (1 - share) * background])
+    counts = np.array(
+        [
+            rng.multinomial(rng.poisson(words) + 5, p)
+            for p in share * topics[y] + (1 - share) * background
+        ]
+    )
     X = np.log1p(counts[:, np.argsort(-(counts > 0).sum(0), kind="stable")[:40]])
     return (X - X.mean(0)) / (X.std(0) + 1e-12), y
 
@@ -47,8 +51,11 @@ def _split(seed):
 
 
 def _one_nn(model, X_train, y_train, X_test, y_test):
-    return KNeighborsClassifier(1).fit(model.transform(X_train), y_train).score(
-        model.transform(X_test), y_test)
+    return (
+        KNeighborsClassifier(1)
+        .fit(model.transform(X_train), y_train)
+        .score(model.transform(X_test), y_test)
+    )
 
 
 def test_the_pair_loss_is_validated_and_learns_sparse_counts_beyond_euclidean():
@@ -66,7 +73,8 @@ def _pair_loss_problem(seed=0):
     X_train, _, _, _, pairs, signs = _split(seed)
     centred = X_train - X_train.mean(axis=0)
     coordinates, scales, _, trace, gamma, gamma_dissimilar = metric_space(
-        centred, "auto", "auto", derived_generator(0))
+        centred, "auto", "auto", derived_generator(0)
+    )
     targets, sides = targets_and_sides(signs, gamma, gamma_dissimilar, trace, "one-sided")
     rate = resolve_learning_rate(pair_diffs(coordinates, pairs), "auto")
     return coordinates, (pairs, signs), targets, sides, scales**2 / trace, rate
@@ -75,9 +83,20 @@ def _pair_loss_problem(seed=0):
 def _race(unless_above, max_iter=64):
     coordinates, these, targets, sides, prior, rate = _pair_loss_problem()
     return _validate_pair_loss(
-        coordinates, these, targets, sides, prior, learning_rate=rate, batch_size=80,
-        rng=np.random.default_rng(5), n_folds="auto", max_iter=max_iter, classes=None,
-        looks_before=0, unless_above=unless_above)
+        coordinates,
+        these,
+        targets,
+        sides,
+        prior,
+        learning_rate=rate,
+        batch_size=80,
+        rng=np.random.default_rng(5),
+        n_folds="auto",
+        max_iter=max_iter,
+        classes=None,
+        looks_before=0,
+        unless_above=unless_above,
+    )
 
 
 def test_the_race_prunes_a_pair_loss_that_has_not_overtaken_and_stops_at_its_end():
@@ -90,8 +109,18 @@ def test_the_race_prunes_a_pair_loss_that_has_not_overtaken_and_stops_at_its_end
 def test_where_the_race_goes_on_the_validation_is_the_one_without_it(unless_above):
     coordinates, these, targets, sides, prior, rate = _pair_loss_problem()
     rng = np.random.default_rng(5)
-    expected = validate_epochs(coordinates, these[0], targets, sides, these[1], prior,
-                               learning_rate=rate, batch_size=80, rng=rng, max_epochs=64)
+    expected = validate_epochs(
+        coordinates,
+        these[0],
+        targets,
+        sides,
+        these[1],
+        prior,
+        learning_rate=rate,
+        batch_size=80,
+        rng=rng,
+        max_epochs=64,
+    )
     epochs, log, after = _race(unless_above)
     assert "pruned" not in log
     assert epochs == expected[0]
@@ -110,8 +139,7 @@ def test_the_pair_loss_kept_does_not_depend_on_the_pairs_row_order():
     model = MEGMetric(random_state=0).fit_pairs(X_train, pairs, signs)
     shuffled = MEGMetric(random_state=0).fit_pairs(X_train, pairs[rows, ::-1], signs[rows])
     assert model.validation_["kept"] == shuffled.validation_["kept"] == "pairs"
-    np.testing.assert_array_equal(shuffled.get_mahalanobis_matrix(),
-                                  model.get_mahalanobis_matrix())
+    np.testing.assert_array_equal(shuffled.get_mahalanobis_matrix(), model.get_mahalanobis_matrix())
     # the fitted pairs are the user's, in the user's order
     np.testing.assert_array_equal(shuffled.pairs_, pairs[rows, ::-1])
 
@@ -123,12 +151,12 @@ def test_content_order_is_that_of_the_content():
     signs = np.where(rng.random(40) < 0.5, 1, -1)
     ordered = content_order(X, pairs, signs)
     rows = rng.permutation(40)
-    np.testing.assert_array_equal(content_order(X, pairs[rows, ::-1], signs[rows])[1],
-                                  ordered[1])
+    np.testing.assert_array_equal(content_order(X, pairs[rows, ::-1], signs[rows])[1], ordered[1])
     renumber = rng.permutation(30)
     inverse = np.argsort(renumber)
     moved = content_order(X[renumber], inverse[pairs], signs)
     # the same pairs of points, in the same order, whatever their numbers
-    np.testing.assert_array_equal(np.sort(X[renumber][moved[0]], axis=1),
-                                  np.sort(X[ordered[0]], axis=1))
+    np.testing.assert_array_equal(
+        np.sort(X[renumber][moved[0]], axis=1), np.sort(X[ordered[0]], axis=1)
+    )
     np.testing.assert_array_equal(moved[1], ordered[1])
