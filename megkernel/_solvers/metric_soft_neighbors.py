@@ -60,6 +60,24 @@ def _sq_distances(embedded):
                       0.0)
 
 
+def _shifted_logits(embedded, temperature):
+    """Return ``-||e_i - e_k||^2 / T`` up to a constant per row (the softmax's own).
+
+    ``(2 e_i.e_k - ||e_k||^2) / T``: the row's ``-||e_i||^2 / T`` is left
+    out, as the softmax over a row does not see it (one matrix product and
+    one pass over the ``n x n`` logits, instead of the squared distances'
+    five). ``None`` where the logits could overflow (a temperature far
+    below the squared distances).
+    """
+    sq_norms = np.einsum("ij,ij->i", embedded, embedded)
+    if not 3.0 * float(sq_norms.max(initial=0.0)) / temperature < 1e300:
+        return None
+    logits = embedded @ embedded.T
+    logits *= 2.0 / temperature
+    logits -= sq_norms / temperature
+    return logits
+
+
 def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None, blocked=None):
     """Stochastic-neighbour probabilities of the rows of ``embedded``.
 
@@ -77,11 +95,13 @@ def soft_neighbor_probabilities(embedded, codes, temperature, *, same=None, bloc
         Each point's probability of picking its own class.
     same : ndarray of bool, shape (n, n)
     """
-    logits = _sq_distances(embedded)
-    with np.errstate(over="ignore"):  # a far pair's -inf is clipped: no row all -inf
-        np.divide(logits, -temperature, out=logits)
-        np.maximum(logits, -1e300, out=logits)
-    np.fill_diagonal(logits, -np.inf)
+    logits = _shifted_logits(embedded, temperature)
+    if logits is None:  # the squared distances themselves, a far pair's -inf clipped
+        logits = _sq_distances(embedded)
+        with np.errstate(over="ignore"):
+            np.divide(logits, -temperature, out=logits)
+            np.maximum(logits, -1e300, out=logits)
+    logits.flat[::len(logits) + 1] = -np.inf
     if blocked is not None:
         logits += blocked  # 0, or -inf where blocked
     logits -= logits.max(axis=1, keepdims=True)
@@ -256,7 +276,7 @@ class SoftNeighborAscent:
                 return self
             direction = gradient / scale
             for _ in range(_MAX_HALVINGS):
-                trial = self.exponent.copy()
+                trial = MetricExponent(None, None, None)  # assign sets all three
                 try:
                     trial.assign(self.exponent.exponent + self.step * direction)
                 except ValueError:  # the step overflowed the exponent: shorter
