@@ -49,6 +49,12 @@ MAX_POINTS = 4000
 #: benchmarks page).
 TEMPERATURES = (1.0, 0.5)
 
+#: Share of a pair table's ``n x n`` entries up to which given pairs' objective
+#: is computed over the pairs alone (:class:`_PartnerEdges`); denser tables
+#: (a few dozen points, each paired with a third of the others) run faster
+#: as whole ``n x n`` arrays.
+_SPARSE_SHARE = 0.125
+
 #: Halvings of the step before an iteration gives up (no ascent direction
 #: left at the scale of double precision: converged).
 _MAX_HALVINGS = 40
@@ -163,6 +169,48 @@ def prior_temperature(coordinates, prior, blocked=None):
     return float(np.median(positive)) if positive.size else 1.0
 
 
+class _PartnerEdges:
+    """The soft-neighbour objective of given pairs over their pairs alone.
+
+    Each point's partners (the entries :func:`pair_masks` leaves unblocked),
+    as directed edges ``i -> j`` grouped by ``i``: the probabilities, the
+    objective and its gradient of :class:`SoftNeighborAscent` with ``masks``,
+    computed over the edges (``O(pairs x r)``) instead of the ``n x n``
+    arrays of every point against every other.
+    """
+
+    def __init__(self, blocked, same):
+        self.rows, self.cols = np.nonzero(blocked == 0)  # row-major: grouped by row
+        self.right = same[self.rows, self.cols]
+        self.starts = np.flatnonzero(np.r_[True, self.rows[1:] != self.rows[:-1]])
+
+    def probabilities(self, embedded, temperature):
+        """Return each edge's ``p_ij`` and each point's probability of a similar pick."""
+        differences = embedded[self.rows] - embedded[self.cols]
+        logits = np.einsum("ij,ij->i", differences, differences)
+        if float(logits.max(initial=0.0)) / temperature < 1e300:
+            logits /= -temperature
+        else:  # beyond a double's range: a far pair's -inf clipped (no row all -inf)
+            with np.errstate(over="ignore"):
+                np.divide(logits, -temperature, out=logits)
+                np.maximum(logits, -1e300, out=logits)
+        logits -= np.maximum.reduceat(logits, self.starts)[self.rows]
+        P = np.exp(logits, out=logits)
+        P /= np.add.reduceat(P, self.starts)[self.rows]
+        return P, np.add.reduceat(P * self.right, self.starts)
+
+    def gradient(self, coordinates, P, p, temperature):
+        """``df/dM``: ``sum_ij W_ij u_ij u_ij^T / (T n)``, ``W_ij = p_ij (p_i - [similar])``.
+
+        The Laplacian form of :meth:`SoftNeighborAscent.gradient` over the
+        edges: ``Z^T L Z`` of the symmetrised weights ``W + W^T`` is ``sum_ij
+        W_ij (z_i - z_j)(z_i - z_j)^T``.
+        """
+        weights = P * (p[self.rows] - self.right)
+        differences = coordinates[self.rows] - coordinates[self.cols]
+        return differences.T @ (weights[:, None] * differences) / (temperature * len(p))
+
+
 class SoftNeighborAscent:
     """Monotone MEG ascent of the stochastic-neighbour objective, resumable.
 
@@ -187,8 +235,13 @@ class SoftNeighborAscent:
         self.exponent = MetricExponent.from_prior(prior)
         self.step, self.n_iter, self.converged = 1.0, 0, False
         self._blocked, self._same = masks if masks is not None else (None, None)
+        self._edges = None
         if self._same is None:  # 0/1: a product, not a masked reduction, per step
             self._same = (self.codes[:, None] == self.codes[None, :]).astype(float)
+        elif _SPARSE_SHARE * self._blocked.size >= np.count_nonzero(self._blocked == 0):
+            # given pairs among many points: over the pairs alone (O(pairs), not O(n^2))
+            self._edges = _PartnerEdges(self._blocked, self._same)
+            self._blocked = self._same = None
         self.objective, self._state = self._evaluate(self.exponent)
         self.objectives = [self.objective]
 
@@ -239,9 +292,12 @@ class SoftNeighborAscent:
         return ascent
 
     def _evaluate(self, exponent):
-        P, p, same = soft_neighbor_probabilities(
-            embedding(self.coordinates, exponent), self.codes, self.temperature,
-            same=self._same, blocked=self._blocked)
+        embedded = embedding(self.coordinates, exponent)
+        if self._edges is not None:
+            P, p = self._edges.probabilities(embedded, self.temperature)
+            return float(p.mean()), (P, p, None)
+        P, p, same = soft_neighbor_probabilities(embedded, self.codes, self.temperature,
+                                                 same=self._same, blocked=self._blocked)
         return float(p.mean()), (P, p, same)
 
     def gradient(self):
@@ -252,6 +308,8 @@ class SoftNeighborAscent:
         product).
         """
         P, p, same = self._state
+        if self._edges is not None:
+            return self._edges.gradient(self.coordinates, P, p, self.temperature)
         weights = p[:, None] - same
         weights *= P
         weights += weights.T.copy()
