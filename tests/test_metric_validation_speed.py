@@ -75,12 +75,16 @@ def test_pairs_over_their_edges_give_the_plain_objective_and_gradient(seed):
     points, local = np.unique(pairs[other], return_inverse=True)
     blocked, same = pair_masks(len(points), local.reshape(-1, 2), signs[other])
     own = coordinates[points]
-    P, p = _naive_probabilities(embedding(own, ascent.exponent), ascent.temperature,
-                                blocked == 0, same)
+    P, p = _naive_probabilities(
+        embedding(own, ascent.exponent), ascent.temperature, blocked == 0, same
+    )
     assert ascent.objective == pytest.approx(p.mean(), rel=1e-12)
-    np.testing.assert_allclose(ascent.gradient(), _naive_gradient(own, P, p, same,
-                                                                  ascent.temperature),
-                               rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(
+        ascent.gradient(),
+        _naive_gradient(own, P, p, same, ascent.temperature),
+        rtol=1e-9,
+        atol=1e-14,
+    )
 
 
 def test_the_sparse_and_dense_pairs_ascents_follow_the_same_path(monkeypatch):
@@ -92,15 +96,15 @@ def test_the_sparse_and_dense_pairs_ascents_follow_the_same_path(monkeypatch):
     assert sparse._edges is not None and dense._edges is None
     assert sparse.n_iter == dense.n_iter == 8
     np.testing.assert_allclose(sparse.objectives, dense.objectives, rtol=1e-10)
-    np.testing.assert_allclose(sparse.exponent.density(), dense.exponent.density(),
-                               rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(
+        sparse.exponent.density(), dense.exponent.density(), rtol=1e-8, atol=1e-12
+    )
 
 
 def test_the_pairs_ascent_among_many_points_builds_no_square_array():
     """3000 points in 4000 pairs: a step of the ascent allocates far less than
     one 3000 x 3000 array (72 MB)."""
-    coordinates, pairs, signs, prior = _sparse_table(7, n_points=3000, n_pairs=4000,
-                                                     rank=5)
+    coordinates, pairs, signs, prior = _sparse_table(7, n_points=3000, n_pairs=4000, rank=5)
     ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
     tracemalloc.start()
     try:
@@ -116,6 +120,5 @@ def test_far_pairs_and_a_tiny_temperature_over_the_edges_stay_finite():
     """Squared distances over a subnormal temperature: clipped, no NaN row, no warning."""
     coordinates, pairs, signs, prior = _sparse_table(3)
     ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
-    P, p = ascent._edges.probabilities(embedding(ascent.coordinates, ascent.exponent),
-                                       1e-310)
+    P, p = ascent._edges.probabilities(embedding(ascent.coordinates, ascent.exponent), 1e-310)
     assert np.all(np.isfinite(P)) and np.all(np.isfinite(p))
