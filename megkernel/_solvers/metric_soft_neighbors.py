@@ -50,10 +50,11 @@ MAX_POINTS = 4000
 TEMPERATURES = (1.0, 0.5)
 
 #: Share of a pair table's ``n x n`` entries up to which given pairs' objective
-#: is computed over the pairs alone (:class:`_PartnerEdges`); denser tables
-#: (a few dozen points, each paired with a third of the others) run faster
-#: as whole ``n x n`` arrays.
-_SPARSE_SHARE = 0.125
+#: is computed over the pairs alone (:class:`_PartnerEdges`: a product of the
+#: edges' fixed instances per evaluation; faster than the ``n x n`` arrays
+#: even where each point is paired with a third of the others); denser
+#: tables keep the ``n x n`` arrays.
+_SPARSE_SHARE = 0.5
 
 #: Halvings of the step before an iteration gives up (no ascent direction
 #: left at the scale of double precision: converged).
@@ -179,15 +180,17 @@ class _PartnerEdges:
     arrays of every point against every other.
     """
 
-    def __init__(self, blocked, same):
+    def __init__(self, coordinates, blocked, same):
         self.rows, self.cols = np.nonzero(blocked == 0)  # row-major: grouped by row
         self.right = same[self.rows, self.cols]
         self.starts = np.flatnonzero(np.r_[True, self.rows[1:] != self.rows[:-1]])
+        # the edges' instances u_ij = z_i - z_j, the same at every step
+        self.differences = coordinates[self.rows] - coordinates[self.cols]
 
-    def probabilities(self, embedded, temperature):
+    def probabilities(self, exponent, temperature):
         """Return each edge's ``p_ij`` and each point's probability of a similar pick."""
-        differences = embedded[self.rows] - embedded[self.cols]
-        logits = np.einsum("ij,ij->i", differences, differences)
+        projected = embedding(self.differences, exponent)  # rows u_ij^T M^{1/2}
+        logits = np.einsum("ij,ij->i", projected, projected)
         if float(logits.max(initial=0.0)) / temperature < 1e300:
             logits /= -temperature
         else:  # beyond a double's range: a far pair's -inf clipped (no row all -inf)
@@ -199,7 +202,7 @@ class _PartnerEdges:
         P /= np.add.reduceat(P, self.starts)[self.rows]
         return P, np.add.reduceat(P * self.right, self.starts)
 
-    def gradient(self, coordinates, P, p, temperature):
+    def gradient(self, P, p, temperature):
         """``df/dM``: ``sum_ij W_ij u_ij u_ij^T / (T n)``, ``W_ij = p_ij (p_i - [similar])``.
 
         The Laplacian form of :meth:`SoftNeighborAscent.gradient` over the
@@ -207,8 +210,8 @@ class _PartnerEdges:
         W_ij (z_i - z_j)(z_i - z_j)^T``.
         """
         weights = P * (p[self.rows] - self.right)
-        differences = coordinates[self.rows] - coordinates[self.cols]
-        return differences.T @ (weights[:, None] * differences) / (temperature * len(p))
+        return (self.differences.T @ (weights[:, None] * self.differences)
+                / (temperature * len(p)))
 
 
 class SoftNeighborAscent:
@@ -240,7 +243,7 @@ class SoftNeighborAscent:
             self._same = (self.codes[:, None] == self.codes[None, :]).astype(float)
         elif _SPARSE_SHARE * self._blocked.size >= np.count_nonzero(self._blocked == 0):
             # given pairs among many points: over the pairs alone (O(pairs), not O(n^2))
-            self._edges = _PartnerEdges(self._blocked, self._same)
+            self._edges = _PartnerEdges(self.coordinates, self._blocked, self._same)
             self._blocked = self._same = None
         self.objective, self._state = self._evaluate(self.exponent)
         self.objectives = [self.objective]
@@ -292,11 +295,11 @@ class SoftNeighborAscent:
         return ascent
 
     def _evaluate(self, exponent):
-        embedded = embedding(self.coordinates, exponent)
         if self._edges is not None:
-            P, p = self._edges.probabilities(embedded, self.temperature)
+            P, p = self._edges.probabilities(exponent, self.temperature)
             return float(p.mean()), (P, p, None)
-        P, p, same = soft_neighbor_probabilities(embedded, self.codes, self.temperature,
+        P, p, same = soft_neighbor_probabilities(embedding(self.coordinates, exponent),
+                                                 self.codes, self.temperature,
                                                  same=self._same, blocked=self._blocked)
         return float(p.mean()), (P, p, same)
 
@@ -309,7 +312,7 @@ class SoftNeighborAscent:
         """
         P, p, same = self._state
         if self._edges is not None:
-            return self._edges.gradient(self.coordinates, P, p, self.temperature)
+            return self._edges.gradient(P, p, self.temperature)
         weights = p[:, None] - same
         weights *= P
         weights += weights.T.copy()
