@@ -143,15 +143,17 @@ def low_rank_kernel(d, rank, seed, *, positive=True):
     return K / np.trace(K)
 
 
-def clustered_pair_table(n=40, seed=0, fraction=0.5, *, spread, separation):
-    """Points in 4 clusters (``spread`` around corners ``separation`` apart) and a
-    ``fraction`` of their squared distances as a pair table of string ids.
+def clustered_pair_table(n=40, seed=0, fraction=0.5, *, spread, separation, clusters=4, dim=3):
+    """Points in ``clusters`` clusters (``spread`` around corners ``separation``
+    apart, in ``dim <= clusters`` dimensions) and a ``fraction`` of their
+    squared distances as a pair table of string ids.
 
     Returns ``ids``, ``labels``, ``points`` and the table (columns ``a``,
     ``b``, ``sq``)."""
     rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 4
-    points = rng.normal(size=(n, 3)) * spread + separation * np.eye(4)[labels][:, :3]
+    labels = np.arange(n) % clusters
+    points = (rng.normal(size=(n, dim)) * spread
+              + separation * np.eye(clusters)[labels][:, :dim])
     ids = np.array([f"s{i:03d}" for i in range(n)], dtype=object)
     sq = ((points[:, None] - points[None]) ** 2).sum(-1)
     a, b = np.triu_indices(n, 1)

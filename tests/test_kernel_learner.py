@@ -8,8 +8,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+from conftest import clustered_pair_table
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.model_selection import GridSearchCV, ShuffleSplit
@@ -86,15 +86,7 @@ class ClassicalScaling(KernelLearnerMixin, BaseEstimator):
 
 
 def _clusters(n=30, seed=0, fraction=0.5):
-    rng = np.random.default_rng(seed)
-    labels = np.arange(n) % 3
-    points = rng.normal(size=(n, 2)) * 0.5 + 3.0 * np.eye(3)[labels][:, :2]
-    ids = np.array([f"s{i:02d}" for i in range(n)], dtype=object)
-    a, b = np.triu_indices(n, 1)
-    keep = rng.random(len(a)) < fraction
-    sq = ((points[a[keep]] - points[b[keep]]) ** 2).sum(1)
-    table = pd.DataFrame({"a": ids[a[keep]], "b": ids[b[keep]], "sq": sq})
-    return ids, labels, points, table
+    return clustered_pair_table(n, seed, fraction, spread=0.5, separation=3.0, clusters=3, dim=2)
 
 
 def test_a_learner_of_ones_own_plugs_into_a_pipeline_and_a_grid_search():
@@ -129,7 +121,7 @@ def test_a_learner_of_ones_own_learns_from_a_distance_matrix_over_all_its_object
     step = KernelDistances(learner=ClassicalScaling(rank=2), distances=D,
                            objects=ids).fit(ids, labels)
     assert_array_equal(step.objects_, ids)            # objects= of learn_kernel: the matrix's
-    assert step.transform(["s00"]).shape == (1, len(ids))
+    assert step.transform([ids[0]]).shape == (1, len(ids))
     assert step.verdict_["learned"] > 0.8
 
 
