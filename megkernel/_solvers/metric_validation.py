@@ -327,8 +327,10 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     choice there is above it (successive halving across candidates: where
     the pair loss has not overtaken the objective by then, its long
     validation is not paid for; ``log["pruned"]`` is set and it is not
-    kept). Returns ``(epochs, log, rng)``, ``rng`` the generator after the
-    validation that counts.
+    kept). A race that stopped before its last checkpoint (patience, out of
+    reach) is the full validation: its rules look no further than the next
+    checkpoint. Returns ``(epochs, log, rng)``, ``rng`` the generator after
+    the validation that counts.
     """
     def run(checkpoints):
         fold_rng = copy.deepcopy(rng)
@@ -348,6 +350,8 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
         if not _held_out_at_choice(log) > tuple(unless_above):
             log["pruned"] = True
             return epochs, log, fold_rng
+        if log["stopped"] != "max_length":  # stopped before the race's end: so would
+            return epochs, log, fold_rng  # the full validation, at the same checkpoint
     return run(full)
 
 
