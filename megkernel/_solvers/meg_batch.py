@@ -167,9 +167,10 @@ class BatchResult(NamedTuple):
 
     Attributes
     ----------
-    state : ExponentState
+    state : ExponentState or None
         The exponent of the kernel chosen (the last iterate, or with early
-        stopping the validation pairs' best if the last one overfits).
+        stopping the validation pairs' best if the last one overfits);
+        ``None`` for a subspace run asked for no dense state.
     loss_curve : ndarray
         Training loss (trace-one units) of the prior and of each accepted
         iterate.
@@ -214,7 +215,7 @@ class BatchResult(NamedTuple):
 
 def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", max_iter=200,
                        tol=1e-4, n_iter_no_change=5, early_stopping=False, callback=None,
-                       grow=0, grow_at=None, loss_scale=None):
+                       grow=0, grow_at=None, loss_scale=None, dense=True):
     """Minimise the mean square loss over density matrices by batch MEG updates.
 
     Parameters
@@ -272,6 +273,11 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
         continued from an earlier fit's kernel gives the loss of the prior
         it started from: relative to the warm start's own, small loss the
         tolerance would ask for far more than a cold run does.
+    dense : bool, default=True
+        Return the kernel's dense state. ``False``: a
+        :class:`SubspacePairLoss` run returns ``state=None`` and its kernel
+        only in ``subspace`` (its ``dense()`` makes the state when needed),
+        sparing a ``d x d`` eigendecomposition for a run that may be dropped.
 
     Returns
     -------
@@ -283,7 +289,7 @@ def minimize_pair_loss(state, train, *, validation=None, learning_rate="auto", m
     with blas_threads(train.size):
         return _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
                                    n_iter_no_change, early_stopping, callback, grow,
-                                   grow_at, loss_scale)
+                                   grow_at, loss_scale, dense)
 
 
 def _grow(train, validation, exponent, predictions, count):
@@ -326,7 +332,7 @@ def _overfits(validation, best, last):
 
 def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
                         n_iter_no_change, early_stopping, callback, grow, grow_at,
-                        loss_scale=None):
+                        loss_scale=None, dense=True):
     if early_stopping and (validation is None or len(validation) == 0):
         raise ValueError("early_stopping needs validation pairs.")
     if not isinstance(train, SubspacePairLoss):
@@ -476,7 +482,8 @@ def _minimize_pair_loss(state, train, validation, learning_rate, max_iter, tol,
     best_train = best[0]
     subspace = (SubspaceState(best[1], basis=best_train.basis)
                 if isinstance(best_train, SubspacePairLoss) else None)
-    return BatchResult(best_train.state(*best[1:]), np.asarray(losses), np.asarray(val_losses),
+    state = best_train.state(*best[1:]) if dense or subspace is None else None
+    return BatchResult(state, np.asarray(losses), np.asarray(val_losses),
                        np.asarray(steps), iteration, best_iter, converged, stalled, n_eigh,
                        [i for i in growth if i < best_iter] if early_stopping else growth,
                        subspace, best_val_predictions)
@@ -689,14 +696,16 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
                                        if held is not None else ()))
     run = dict(learning_rate=learning_rate, max_iter=max_iter, tol=tol,
                n_iter_no_change=n_iter_no_change, grow=SUBSPACE_GROWTH)
+    race = spectral and validation is not None
     result = minimize_pair_loss(
         state, train_loss, validation=validation, early_stopping=validation is not None,
-        callback=callback, **run)
-    if spectral and validation is not None:
+        callback=callback, dense=not race, **run)
+    if race:
         result, spectral_fit, fitted_trace, validation = _race_prior_ranks(
             spectral_fit, result, fitted_trace, validation, n_objects, (a, b, y_train),
             (a_val, b_val, y_val), subspace, None if trace == "auto" else fitted_trace, run,
             ranks)
+        result = _with_dense_state(result)
         prior_rank, prior_imputations = spectral_fit.rank, spectral_fit.imputations
     training = None
     if held is not None:
@@ -762,6 +771,15 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         held_out=validation is not None, split_reason=split_reason,
         subspace=result.subspace,
         held_pairs=np.sort(order[held]) if held is not None else None, training=training)
+
+
+def _with_dense_state(result):
+    """Return a run's result with its dense state (a raced run's is made for the one kept)."""
+    if result.state is not None:
+        return result
+    # pinned as the run's own would have been: the same state, bit for bit
+    with blas_threads(result.subspace.size):
+        return result._replace(state=result.subspace.dense())
 
 
 def _held_out_errors(result, trace, y_val):
@@ -832,8 +850,10 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
                     raise _Pruned
 
         try:
+            # its dense state is made only if it is kept
             rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
-                                       early_stopping=True, callback=prune, **run)
+                                       early_stopping=True, callback=prune, dense=False,
+                                       **run)
         except _Pruned:
             return None, None
         return (rival, prior, trace, rival_validation), _held_out_errors(rival, trace, y_val)
