@@ -129,3 +129,18 @@ def test_a_winning_projection_is_not_pruned():
             full.fit(X, y)
     np.testing.assert_array_equal(model.kernel_, full.kernel_)
     assert model.n_iter_ == full.n_iter_
+
+
+def test_the_pruned_verdict_is_the_same_with_a_progress_bar_and_shuffled_rows(capsys):
+    ids, X, y = _noisy_table(120, 0.5, 0.5, 2.0)
+    with pytest.warns(NoImprovementWarning, match="the run stopped there"):
+        quiet = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances").fit(X, y)
+    order = np.random.default_rng(3).permutation(len(y))
+    shuffled = X.iloc[order].rename(columns={"a": "b", "b": "a"})[["a", "b"]]
+    with pytest.warns(NoImprovementWarning, match="the run stopped there"):
+        shown = DefiniteBoostKernel(
+            objects=ids, random_state=0, y_kind="sq_distances", verbose=1
+        ).fit(shuffled, y[order])
+    capsys.readouterr()
+    assert shown.n_iter_ == quiet.n_iter_
+    np.testing.assert_array_equal(shown.kernel_, quiet.kernel_)
