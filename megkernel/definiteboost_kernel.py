@@ -81,7 +81,10 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     pairs worse than the prior does (see ``validation_fraction``), the
     prior is returned (``converged_`` False) and a
     :class:`~megkernel.NoImprovementWarning` says so: these constraints are
-    megkernel's choice, not the user's.
+    megkernel's choice, not the user's. That held-out run is scored after
+    64, 128, 256, ... projections and stopped once the held-out pairs rank
+    worse than under the prior at two of these checkpoints in a row: a
+    projection that loses is not run to its end only to be turned away.
 
     **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
     ``W_1 = F F^T / ||F||_F^2`` and the problem is solved inside its range:

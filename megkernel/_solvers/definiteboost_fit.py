@@ -79,12 +79,12 @@ def _split(pairs, signs, n_objects, validation_fraction, random_state):
 
 
 def _run(state, pairs, signs, *, gamma, gamma_dissimilar, trace, max_iter, options, progress,
-         train=None, held_out=None):
+         train=None, held_out=None, prune=False):
     """One run of :func:`fit_labelled_pairs` under a progress context."""
     with progress(state, max_iter, len(pairs)) as callback:
         return fit_labelled_pairs(
             state, pairs, signs, gamma=gamma, gamma_dissimilar=gamma_dissimilar, trace=trace,
-            max_iter=max_iter, train=train, held_out=held_out,
+            max_iter=max_iter, train=train, held_out=held_out, prune=prune,
             warm=options["slack"] is None and not options["corrective"], callback=callback,
             **options)
 
@@ -196,7 +196,8 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
 
     The verdict's prior and kernel never see the held-out constraint pairs;
     the returned ones are refitted on every pair, or the prior is kept when
-    the held-out pairs rank worse after projection.
+    the held-out pairs rank worse after projection (the verdict's run is
+    pruned: see ``prune`` of :func:`fit_labelled_pairs`).
 
     Parameters
     ----------
@@ -277,8 +278,10 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
             verdict_state, verdict_trace = distance_prior(pairs[seen], sq_distances[seen],
                                                           **make_prior)
         with deferred_warnings() as verdict_warnings:  # said only if it is returned
+            # pruned: a projection that falls below the prior on the held-out
+            # pairs and stays there is not run to its end only to be turned away
             verdict = _run(verdict_state, constrained[train], signs[train],
-                           trace=verdict_trace, held_out=held_out, **run)
+                           trace=verdict_trace, held_out=held_out, prune=True, **run)
     prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
     if prior_kept:
         log = keep_the_prior(state, constrained, signs, gamma=gamma, trace=fitted_trace,

@@ -203,7 +203,8 @@ def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap,
     return 0
 
 
-def run_fused(constraints, state, settings, callback=None, callback_at=()):
+def run_fused(constraints, state, settings, callback=None, callback_at=(), *,
+              checkpoints=frozenset(), on_checkpoint=None):
     """``run_definiteboost``'s run and log, in one compiled loop (in place).
 
     For the cases of :func:`fused_applies`: the iterations of the rank-one
@@ -211,7 +212,8 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
     :func:`~megkernel._engines.rank_one.pair_update` does; the state ends
     at the iterate ``settings.keep`` names. ``callback(t,
     record)`` is called after each iteration ``t`` of ``callback_at``, with
-    ``state`` at that iterate.
+    ``state`` at that iterate, and ``on_checkpoint(t)`` after each of
+    ``checkpoints``.
     """
     cap, log_floor = run_bounds(settings, len(constraints))
     max_iter = int(settings.max_iter)
@@ -222,8 +224,8 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
     record_float[2, 0] = state.log_partition()
     counters = np.array([0, state.updates_since_refresh, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     carry = np.array([0.0, 0.0, np.inf])
-    pauses = np.unique(np.asarray(list(callback_at) if callback is not None else [],
-                                  dtype=np.int64))
+    wanted = set(callback_at) if callback is not None else set()
+    pauses = np.unique(np.asarray(sorted(wanted | set(checkpoints)), dtype=np.int64))
     pauses = pauses[pauses >= 1]  # iterations are counted from 1
     basis = np.ascontiguousarray(state.basis, dtype=float)
     vectors = np.ascontiguousarray(constraints.vectors, dtype=float)
@@ -249,11 +251,14 @@ def run_fused(constraints, state, settings, callback=None, callback_at=()):
             if status & 2:  # the callback sees the state at this iterate
                 t = int(counters[2])
                 state.exponent, state.eigenvalues, state.eigenvectors = exponent, lam, Vt.T
-                callback(t, {"constraint": int(record_j[t - 1]),
-                             "violation": float(record_float[0, t]),
-                             "alpha": float(record_float[1, t]),
-                             "dual_objective": float(np.exp(record_float[2, t])),
-                             "dual_bound": float(np.exp(record_float[3, t]))})
+                if t in wanted:
+                    callback(t, {"constraint": int(record_j[t - 1]),
+                                 "violation": float(record_float[0, t]),
+                                 "alpha": float(record_float[1, t]),
+                                 "dual_objective": float(np.exp(record_float[2, t])),
+                                 "dual_bound": float(np.exp(record_float[3, t]))})
+                if t in checkpoints:
+                    on_checkpoint(t)
             if status & 1:
                 lam, vecs = eigh_symmetric(exponent, name="the exponent log W", check=False)
                 Vt = np.ascontiguousarray(vecs.T)

@@ -160,13 +160,17 @@ class _Oracle:
         than ``m`` quadratures (the benchmarks page compares them), and
         re-anchor ``log Z`` exactly.
         """
+        self.current()
+        return constraints.values(self.state)
+
+    def current(self):
+        """Make the state's eigendecomposition current (and the steps' on it)."""
         if not self.fresh:
             self.state.refresh()
             self.fresh = True
             if isinstance(self.steps, self.engine.pair_steps):
                 self.state.partition_anchor = None  # log Z from the new eigh
                 self.steps = self.engine.pair_steps(self.state)
-        return constraints.values(self.state)
 
     def finish(self):
         """Leave the state's eigendecomposition current."""
@@ -207,12 +211,14 @@ def _lazy_choice(oracle, constraints, stale, multipliers, cap, settings):
     return found
 
 
-def run_lazy(constraints, state, settings, callback=None):
+def run_lazy(constraints, state, settings, callback=None, *, checkpoints=frozenset(),
+             on_checkpoint=None):
     """Greedy Bregman projections with the lazy choice and Lanczos steps.
 
     Same parameters (``settings.scan_every`` aside) and log as
     :func:`~.definiteboost_projections.run_definiteboost`, which calls it
-    (see :func:`lazy_applies`).
+    (see :func:`lazy_applies`); at a checkpoint the state's
+    eigendecomposition is made current first (between scans it is stale).
     """
     m = len(constraints)
     scan_every = max(1, math.ceil(SCAN_FRACTION * m))
@@ -275,6 +281,9 @@ def run_lazy(constraints, state, settings, callback=None):
                 callback(t + 1, {"constraint": j, "violation": violation, "alpha": signed,
                                  "dual_objective": np.exp(log_dual),
                                  "dual_bound": np.exp(log_bound)})
+            if t + 1 in checkpoints:
+                oracle.current()
+                on_checkpoint(t + 1)
         if settings.keep == "best":  # a copy made at a scan: its eigh is current
             _, max_violation, best_state = best
             state.assign(best_state)

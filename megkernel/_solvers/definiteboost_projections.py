@@ -415,7 +415,7 @@ def _duration(seconds):
 
 
 def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None,
-                      callback_at=None):
+                      callback_at=None, checkpoints=None, on_checkpoint=None):
     """Greedy Bregman projections on ``state`` (in place); returns the log.
 
     Parameters
@@ -466,6 +466,14 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         Only after these iterations (e.g. a validation's checkpoints): a run
         of small rank then goes through the compiled loop of
         :mod:`.definiteboost_fused`, which hands the state back only there.
+    checkpoints : iterable of int, optional
+        Iterations after which ``on_checkpoint(t)`` is called with ``state``
+        current (its eigendecomposition refreshed where a run keeps it
+        stale), whatever the engine and whether or not there is a
+        ``callback``; ``on_checkpoint`` may raise to end the run there (a
+        validation pruning it), leaving ``state`` at that iterate.
+    on_checkpoint : callable, optional
+        Called as ``on_checkpoint(t)``.
 
     Returns
     -------
@@ -486,8 +494,11 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         scan_every = _factor_scan_interval(len(constraints), state.n_objects, state.size)
     else:
         scan_every = _scan_interval(len(constraints), state.size)
+    checkpoints = (frozenset(int(t) for t in checkpoints)
+                   if on_checkpoint is not None and checkpoints is not None else frozenset())
+    watch = dict(checkpoints=checkpoints, on_checkpoint=on_checkpoint) if checkpoints else {}
     if fused_applies(constraints, state, settings, scan_every, callback, engine, callback_at):
-        return run_fused(constraints, state, settings, callback, callback_at or ())
+        return run_fused(constraints, state, settings, callback, callback_at or (), **watch)
     if callback is not None and callback_at is not None:
         wanted, every = set(callback_at), callback
 
@@ -503,7 +514,7 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
             if user_callback is not None:
                 user_callback(t, record)
 
-        return run_lazy(constraints, state, settings, watched)
+        return run_lazy(constraints, state, settings, watched, **watch)
     n_candidates = max(_MIN_CANDIDATES, _CANDIDATES_PER_INTERVAL * scan_every)
     candidates, last_scan = None, 0
     multipliers = np.zeros(len(constraints))
@@ -558,6 +569,8 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
                                  "alpha": direction * alpha,
                                  "dual_objective": np.exp(log_dual),
                                  "dual_bound": np.exp(log_bound)})
+            if t + 1 in checkpoints:
+                on_checkpoint(t + 1)
     if settings.keep == "best":
         _, max_violation, best_state = best
         state.assign(best_state)

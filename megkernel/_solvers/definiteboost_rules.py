@@ -247,14 +247,15 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
                          thresholds=None, trace=1.0, slack=None,
                          projection="approximate", corrective=False, max_iter=2000,
                          tol=1e-2, keep=None, method="auto", callback=None, warn=True,
-                         callback_at=None):
+                         callback_at=None, checkpoints=None, on_checkpoint=None):
     """DefiniteBoost on validated pairs from ``state`` (in place).
 
     The rules of :func:`definiteboost_pairs` (and of
     :class:`megkernel.DefiniteBoostKernel`), on a prior already made a
     state. Returns the log (see :func:`definiteboost_pairs`); ``warn=False``
     leaves the ConvergenceWarning to the caller (:func:`warn_outcome`);
-    ``callback_at``: see :func:`~.definiteboost_projections.run_definiteboost`.
+    ``callback_at``, ``checkpoints``, ``on_checkpoint``: see
+    :func:`~.definiteboost_projections.run_definiteboost`.
     """
     trace = check_trace(trace)
     tol = float(tol)  # a float32 tol would overflow in tol * gamma
@@ -316,7 +317,8 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
                               "margin": margin})
 
     log = run_definiteboost(constraints, state, settings, method=method,
-                            callback=callback, callback_at=callback_at)
+                            callback=callback, callback_at=callback_at,
+                            checkpoints=checkpoints, on_checkpoint=on_checkpoint)
     # violations of the user's constraints, in kernel units
     log["violation"] = log["violation"] * trace - margin
     log["max_violation"] = log["max_violation"] * trace - margin
@@ -636,9 +638,49 @@ def nothing_learned_message(state, pairs, signs, trace, log):
             "or the prior in your units (init, with trace='auto').")
 
 
+#: A pruned run (``fit_labelled_pairs(prune=True)``) scores its held-out
+#: pairs after this many projections and at every doubling of it.
+PRUNE_FIRST_CHECKPOINT = 64
+
+#: ... and stops once they rank worse than under the prior at this many
+#: checkpoints in a row: the run has fallen below the prior and stayed there
+#: while it doubled its length.
+PRUNE_CHECKPOINTS_BELOW = 2
+
+
+class _Pruned(Exception):
+    """A run stopped at a checkpoint: its held-out score stayed below the prior's."""
+
+    def __init__(self, n_iter, score):
+        super().__init__(n_iter, score)
+        self.n_iter, self.score = n_iter, score
+
+
+def prune_checkpoints(max_iter):
+    """Return the iterations a pruned run is scored after (doubling, below ``max_iter``)."""
+    checkpoints, t = [], PRUNE_FIRST_CHECKPOINT
+    while t < int(max_iter):
+        checkpoints.append(t)
+        t *= 2
+    return checkpoints
+
+
+def _pruner(score, prior_score):
+    """``on_checkpoint`` of a pruned run: raise :class:`_Pruned` by the rule above."""
+    below = []
+
+    def on_checkpoint(t):
+        now = score()
+        below.append(now < prior_score)
+        if len(below) >= PRUNE_CHECKPOINTS_BELOW and all(below[-PRUNE_CHECKPOINTS_BELOW:]):
+            raise _Pruned(t, now)
+
+    return on_checkpoint
+
+
 def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
                        max_iter, train=None, held_out=None, warm=True, callback=None,
-                       **options):
+                       prune=False, **options):
     """Fit :class:`~megkernel.DefiniteBoostKernel`'s kernel on ``state`` (in place).
 
     ``gamma="auto"``: with ``held_out`` pairs (see
@@ -656,6 +698,15 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     early: the path has passed its best, and the smaller ones, the costliest
     fits, are not tried).
     Without held-out pairs: :data:`DEFAULT_GAMMA_FRACTION`.
+
+    ``prune`` (with ``held_out``): each candidate's run is scored on the
+    held-out pairs after :data:`PRUNE_FIRST_CHECKPOINT` projections and at
+    every doubling, and stops once they rank worse than under the prior at
+    :data:`PRUNE_CHECKPOINTS_BELOW` checkpoints in a row: a verdict that
+    returns the prior when the projection loses need not wait for the run's
+    end to see it lose. The path then stops; when its first candidate was
+    pruned the log is the pruned run's record only (``pruned``: its
+    projections; its score below ``prior_score``).
 
     The candidates are fitted on the pairs ``train`` (indices into
     ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
@@ -696,10 +747,23 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     for candidate in candidates:
         if not warm:
             state.assign(prior.copy())
-        log = fit_pair_constraints(state, pairs[fit_on], signs[fit_on], gamma=candidate,
-                                   gamma_dissimilar=gamma_dissimilar, trace=trace,
-                                   max_iter=max_iter, callback=callback, warn=False,
-                                   **options)
+        pruning = ({} if not prune or held_out is None else
+                   dict(checkpoints=prune_checkpoints(max_iter),
+                        on_checkpoint=_pruner(score, prior_score)))
+        try:
+            log = fit_pair_constraints(state, pairs[fit_on], signs[fit_on], gamma=candidate,
+                                       gamma_dissimilar=gamma_dissimilar, trace=trace,
+                                       max_iter=max_iter, callback=callback, warn=False,
+                                       **pruning, **options)
+        except _Pruned as pruned:
+            n_iter_total += pruned.n_iter
+            path.append(candidate)
+            scores.append(pruned.score)
+            if best is None:
+                return dict(pruned=pruned.n_iter, n_iter_total=n_iter_total,
+                            gamma_path=np.asarray(path), gamma_scores=np.asarray(scores),
+                            prior_score=prior_score, validation_score=pruned.score)
+            break
         n_iter_total += log["n_iter"]
         path.append(candidate)
         scores.append(score())
@@ -738,7 +802,9 @@ def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdi
     overfits from the start. The log describes the prior against every
     constraint (no projection made); ``validation_score`` is the prior's and
     ``gamma_scores`` keeps the projection's, ``n_iter_total`` the verdict
-    fit's iterations, ``projection_score`` the verdict's score.
+    fit's iterations, ``projection_score`` the verdict's score, ``pruned``
+    the projections after which the verdict's run was pruned (``None``: run
+    to its end).
     """
     log = fit_pair_constraints(state, pairs, signs, gamma=gamma,
                                gamma_dissimilar=gamma_dissimilar, trace=trace, max_iter=0,
@@ -746,8 +812,16 @@ def keep_the_prior(state, pairs, signs, *, gamma, gamma_dissimilar, trace, verdi
     log.update(n_iter_total=verdict["n_iter_total"], gamma_path=verdict["gamma_path"],
                gamma_scores=verdict["gamma_scores"], prior_score=verdict["prior_score"],
                validation_score=verdict["prior_score"], converged=False,
-               projection_score=verdict["validation_score"])
+               projection_score=verdict["validation_score"], pruned=verdict.get("pruned"))
     return log
+
+
+def _pruned_note(log):
+    """Say that the verdict's run stopped early, and why (``""`` if it ran to its end)."""
+    if log.get("pruned") is None:
+        return ""
+    return (f", the run stopped there: it ranked them worse than the prior at "
+            f"{PRUNE_CHECKPOINTS_BELOW} checkpoints in a row")
 
 
 def prior_kept_message(log, held_out):
@@ -756,6 +830,6 @@ def prior_kept_message(log, held_out):
             f"and farthest tenth of the observed pairs ranked the {held_out} worse "
             f"(AUC {log['projection_score']:.4g} against the prior's "
             f"{log['prior_score']:.4g}; {log['n_iter_total']} projections made without "
-            "them). These constraints are megkernel's choice from your distances, not "
-            "yours: give pair labels (y_kind='labels') with your own gamma to project "
-            "anyway.")
+            f"them{_pruned_note(log)}). These constraints are megkernel's choice from your "
+            "distances, not yours: give pair labels (y_kind='labels') with your own gamma "
+            "to project anyway.")

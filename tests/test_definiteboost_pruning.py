@@ -1,0 +1,146 @@
+"""The verdict of DefiniteBoost from distances is pruned: a losing projection stops early.
+
+``run_definiteboost`` hands ``on_checkpoint`` the state, current, after the
+checkpoint iterations in each of its three loops (plain, lazy, fused), and a
+raise there ends the run. ``DefiniteBoostKernel`` from distances scores its
+verdict's run on the held-out pairs at doubling checkpoints and stops it once
+the held-out pairs rank worse than under the prior at two checkpoints in a
+row: the prior it returns is the one the full run returned, with far fewer
+projections; where the projection wins, the kernel is the one without pruning.
+"""
+
+import numpy as np
+import pytest
+from conftest import clustered_pair_table
+from scipy.linalg import eigh
+from sklearn.exceptions import ConvergenceWarning
+
+import megkernel._solvers.definiteboost_rules as rules
+from megkernel import DefiniteBoostKernel, NoImprovementWarning
+from megkernel._numerics.state import prior_state
+from megkernel._solvers.definiteboost_rules import fit_pair_constraints
+
+
+class _Stop(Exception):
+    pass
+
+
+def _pairs(d, n, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, d, n)
+    b = (a + rng.integers(1, d, n)) % d
+    return np.column_stack([a, b]), np.ones(n)  # similar pairs: a feasible problem
+
+
+def _exact_sq_distances(state, a, b):
+    """Squared distances of trace-one ``W`` from the state's exponent alone (eigh)."""
+    if state.basis is None:
+        lam, vecs = eigh(state.exponent)
+        rows = vecs * np.sqrt(np.exp(lam - lam.max()) / np.exp(lam - lam.max()).sum())
+        diff = rows[a] - rows[b]
+    else:  # W = P exp(B) P^T / tr
+        lam, vecs = eigh(state.exponent)
+        weights = np.exp(lam - lam.max()) / np.exp(lam - lam.max()).sum()
+        diff = (state.basis[a] - state.basis[b]) @ (vecs * np.sqrt(weights))
+    return (diff * diff).sum(axis=1)
+
+
+@pytest.mark.parametrize("loop", ["plain", "lazy", "fused"])
+def test_checkpoints_see_the_current_state_and_may_end_the_run(loop):
+    d = 420 if loop == "lazy" else 30
+    pairs, signs = _pairs(d, 3 * d, seed=1)
+    if loop == "fused":
+        factor = np.random.default_rng(2).normal(size=(d, 6))
+        state, method = prior_state(None, None, factor), "rank-one"
+    else:
+        state, method = prior_state(d, None, None), ("auto" if loop == "lazy" else "eigh")
+    seen = []
+
+    def on_checkpoint(t):
+        got = state.pair_sq_distances(pairs[:5, 0], pairs[:5, 1])
+        np.testing.assert_allclose(
+            got, _exact_sq_distances(state, pairs[:5, 0], pairs[:5, 1]), rtol=1e-8
+        )
+        seen.append(t)
+        if len(seen) == 2:
+            raise _Stop
+
+    projected = []
+    callback = None if loop == "fused" else (lambda t, record: projected.append(t))
+    with pytest.raises(_Stop):
+        fit_pair_constraints(
+            state,
+            pairs,
+            signs,
+            max_iter=400,
+            tol=-np.inf,
+            method=method,
+            callback=callback,
+            checkpoints=[2, 5, 50],
+            on_checkpoint=on_checkpoint,
+            warn=False,
+        )
+    assert seen == [2, 5]
+    if callback is not None:
+        assert projected[-1] == 5  # the run ended where the checkpoint raised
+
+
+def _noisy_table(n, frac, noise, separation):
+    ids, _, _, table = clustered_pair_table(n, 0, frac, spread=1.0, separation=separation)
+    y = table["sq"].to_numpy() * np.exp(noise * np.random.default_rng(1).normal(size=len(table)))
+    return ids, table[["a", "b"]], y
+
+
+def test_a_losing_projection_is_pruned_and_the_prior_returned():
+    # noisy distances: the projection onto their closest and farthest tenth ranks
+    # the held-out pairs worse than the prior; run to its end it took 16,464
+    # projections to be turned away
+    ids, X, y = _noisy_table(120, 0.5, 0.5, 2.0)
+    model = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances")
+    with pytest.warns(NoImprovementWarning, match="the run stopped there"):
+        model.fit(X, y)
+    assert model.validation_score_ == model.prior_score_  # the prior returned
+    assert model.gamma_scores_[0] < model.prior_score_
+    assert model.n_iter_ in rules.prune_checkpoints(10**9)
+    assert model.n_iter_ <= 4 * rules.PRUNE_FIRST_CHECKPOINT
+
+    # the prior returned is the one the unpruned verdict returned
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rules, "prune_checkpoints", lambda max_iter: [])
+        full = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances")
+        with pytest.warns(NoImprovementWarning, match="returned its prior"):
+            full.fit(X, y)
+    assert full.n_iter_ > 10 * model.n_iter_
+    np.testing.assert_array_equal(model.kernel_, full.kernel_)
+
+
+def test_a_winning_projection_is_not_pruned():
+    ids, X, y = _noisy_table(100, 0.6, 1.0, 1.0)
+    model = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances")
+    # hard constraints from noisy distances: the projection says they cannot all hold
+    with pytest.warns(ConvergenceWarning, match="infeasible") as said:
+        model.fit(X, y)
+    assert not any(issubclass(w.category, NoImprovementWarning) for w in said)
+    assert model.validation_score_ > model.prior_score_
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rules, "prune_checkpoints", lambda max_iter: [])
+        full = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances")
+        with pytest.warns(ConvergenceWarning, match="infeasible"):
+            full.fit(X, y)
+    np.testing.assert_array_equal(model.kernel_, full.kernel_)
+    assert model.n_iter_ == full.n_iter_
+
+
+def test_the_pruned_verdict_is_the_same_with_a_progress_bar_and_shuffled_rows(capsys):
+    ids, X, y = _noisy_table(120, 0.5, 0.5, 2.0)
+    with pytest.warns(NoImprovementWarning, match="the run stopped there"):
+        quiet = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances").fit(X, y)
+    order = np.random.default_rng(3).permutation(len(y))
+    shuffled = X.iloc[order].rename(columns={"a": "b", "b": "a"})[["a", "b"]]
+    with pytest.warns(NoImprovementWarning, match="the run stopped there"):
+        shown = DefiniteBoostKernel(
+            objects=ids, random_state=0, y_kind="sq_distances", verbose=1
+        ).fit(shuffled, y[order])
+    capsys.readouterr()
+    assert shown.n_iter_ == quiet.n_iter_
+    np.testing.assert_array_equal(shown.kernel_, quiet.kernel_)
