@@ -112,6 +112,11 @@ class LearnedKernel(NamedTuple):
         The kernel (symmetric PSD).
     objects : ndarray of shape (n_objects,)
         The ids of its rows.
+    weak : bool, default=False
+        ``True`` when the learner itself found that the kernel explains
+        little of pairs it held out (its neighbours may rank worse than the
+        given distances'): ``KernelDistances(keep_given="auto")`` then keeps
+        the given distances first where it has no labels to judge by.
 
     See Also
     --------
@@ -128,6 +133,7 @@ class LearnedKernel(NamedTuple):
 
     kernel: np.ndarray
     objects: np.ndarray
+    weak: bool = False
 
 
 class PairStream(NamedTuple):
@@ -257,8 +263,9 @@ class KernelLearnerMixin:
         Returns
         -------
         learned : LearnedKernel
-            ``(kernel, objects)``: the fitted clone's ``kernel_`` and
-            ``objects_``.
+            ``(kernel, objects, weak)``: the fitted clone's ``kernel_`` and
+            ``objects_``, and whether it explains little of its held-out
+            pairs (:meth:`_kernel_is_weak`).
         """
         model = clone(self)
         if objects is not None and model.get_params(deep=False).get("objects", 0) is None:
@@ -268,7 +275,7 @@ class KernelLearnerMixin:
                 targets = np.square(np.asarray(targets, dtype=float))
             model.set_params(**model._reads_squared_distances())
         model = model.fit(pairs) if targets is None else model.fit(pairs, targets)
-        return LearnedKernel(model.kernel_, np.asarray(model.objects_))
+        return LearnedKernel(model.kernel_, np.asarray(model.objects_), model._kernel_is_weak())
 
     def check_stream(self):
         """Refuse, before a stream is read, what keeps this learner from learning it.
@@ -304,7 +311,9 @@ class KernelLearnerMixin:
         Returns
         -------
         learned : LearnedKernel
-            ``(kernel, objects)``: the clone's ``kernel_`` and ``objects_``.
+            ``(kernel, objects, weak)``: the clone's ``kernel_`` and
+            ``objects_``, and whether it explains little of its held-out
+            pairs (:meth:`_kernel_is_weak`).
 
         Raises
         ------
@@ -325,7 +334,15 @@ class KernelLearnerMixin:
                     model.partial_fit(pairs, targets)
                 except ValueError as error:
                     raise _chunk_error(i, error) from error
-        return LearnedKernel(model.kernel_, np.asarray(model.objects_))
+        return LearnedKernel(model.kernel_, np.asarray(model.objects_), model._kernel_is_weak())
+
+    def _kernel_is_weak(self):
+        """Whether the fitted kernel explains little of the pairs held out from it.
+
+        The default: ``False`` (a learner without a held-out figure claims
+        nothing). A learner that holds pairs out overrides it.
+        """
+        return False
 
     def targets_are_distances(self, targets):
         """Whether ``targets`` are distances (squared or not) one can rank neighbors by.

@@ -68,10 +68,15 @@ class _Holder(NamedTuple):
 
 
 class _Entry(NamedTuple):
-    """A learned kernel and the ids of its rows (read-only arrays)."""
+    """A learned kernel and the ids of its rows (read-only arrays), and whether it is weak.
+
+    ``weak``: its learner found that it explains little of its held-out
+    pairs (:class:`~megkernel.LearnedKernel`).
+    """
 
     kernel: np.ndarray
     objects: np.ndarray
+    weak: bool = False
 
 
 def _read_only(array):
@@ -473,7 +478,10 @@ def _load_entry(entries, key, expected):
     problem = _kernel_problem(kernel)
     if problem is not None:
         raise _Invalid(problem)
-    return kernel.astype(float), objects
+    weak = header.get("weak", False)  # absent in entries stored before the flag existed
+    if type(weak) is not bool:
+        raise _Invalid("a weak flag that is not true or false")
+    return kernel.astype(float), objects, weak
 
 
 def _read_entry(entries, key, expected, warned):
@@ -541,14 +549,14 @@ def _write_atomic(folder, final, write):
         raise
 
 
-def _write_entry(entries, key, kernel, objects):
+def _write_entry(entries, key, kernel, objects, weak=False):
     """Store an entry: the arrays first, the header (which names them) last."""
     record, array = _ids_record(objects)
     kernel = np.ascontiguousarray(kernel, dtype="<f8")
     ids_bytes = b"" if array is None else array.tobytes()
     header = {"format": _FORMAT, "version": _FORMAT_VERSION, "key": key, "n": len(objects),
               "kernel": {"dtype": "<f8", "shape": list(kernel.shape)}, "ids": record,
-              "sha256": _digest(key, kernel, record, ids_bytes)}
+              "sha256": _digest(key, kernel, record, ids_bytes), "weak": bool(weak)}
     paths = _entry_paths(entries, key)
     if array is not None:
         _write_atomic(entries, paths["ids.npy"],
@@ -657,14 +665,14 @@ def _disk_lock(folder, key):
 
 
 def _learn(fit):
-    """``fit()``'s ``(kernel, objects)``, counted."""
-    result = fit()
+    """``fit()``'s ``(kernel, objects, weak)``, counted."""
+    kernel, objects, *weak = fit()
     _cache_stats["fits"] += 1
-    return result
+    return kernel, objects, bool(weak[0]) if weak else False
 
 
 def _disk_cached(folder, key, fit, expected):
-    """``(kernel, objects)`` of ``key`` from ``folder``, else learned and stored there.
+    """``(kernel, objects, weak)`` of ``key`` from ``folder``, else learned and stored there.
 
     A valid entry is read without any lock (so a read-only folder serves
     its kernels); else, under the key's lock, read again (another process
@@ -686,16 +694,16 @@ def _disk_cached(folder, key, fit, expected):
                 found = _read_entry(entries, key, expected, warned)
                 if found is not None:
                     return found
-                kernel, objects = _learn(fit)
-                _store_on_disk(entries, key, kernel, objects, expected)
-                return kernel, objects
+                kernel, objects, weak = _learn(fit)
+                _store_on_disk(entries, key, kernel, objects, expected, weak)
+                return kernel, objects, weak
     _warn_once(("read-only", folder),
                f"KernelDistances cannot write to its memory folder {folder}: it reads the "
                "kernels stored there but learns the others without storing them.")
     return _learn(fit)
 
 
-def _store_on_disk(entries, key, kernel, objects, expected):
+def _store_on_disk(entries, key, kernel, objects, expected, weak=False):
     """Store a learned kernel, unless no process could use it (with a warning once)."""
     kernel = np.asarray(kernel, dtype=float)
     kernel = 0.5 * kernel + 0.5 * kernel.T  # as the in-process cache keeps it
@@ -715,7 +723,7 @@ def _store_on_disk(entries, key, kernel, objects, expected):
                    f"its memory folder: {problem}, which no process could check on reading.")
         return
     try:
-        _write_entry(entries, key, kernel, objects)
+        _write_entry(entries, key, kernel, objects, weak)
     except OSError as error:
         _warn_once(("unwritten", entries),
                    f"KernelDistances could not store a learned kernel in {entries} "
@@ -819,14 +827,15 @@ def _cached_entry(learner, key, fit, memory, expected=None):
         folder = _check_memory(memory)
         if folder is None:
             _warn_in_worker(learner)
-            kernel, objects = _learn(fit)
+            kernel, objects, weak = _learn(fit)
         else:
-            kernel, objects = _disk_cached(folder, key, fit,
+            kernel, objects, weak = _disk_cached(folder, key, fit,
                                            Expected() if expected is None else expected())
         kernel = np.asarray(kernel, dtype=float)
         # a learner's kernel (eigenvectors' products) is symmetric to round-off only:
         # made exactly so, its distances are too (halves first: no overflow near the max)
-        entry = _Entry(_frozen(0.5 * kernel + 0.5 * kernel.T), _frozen(np.asarray(objects)))
+        entry = _Entry(_frozen(0.5 * kernel + 0.5 * kernel.T), _frozen(np.asarray(objects)),
+                       bool(weak))
         _store(process_key, entry)
         return entry
     finally:

@@ -509,14 +509,15 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 f"{name}: the batch fit stopped at max_iter={self.max_iter} iterations "
                 "before its loss settled; raise max_iter.", ConvergenceWarning)
         if result.held_out:
-            weak = max(self.validation_score_, self.prior_score_) < WEAK_R2
+            weak = self._kernel_is_weak()
             advice = (f"the kernel explains little of the held-out distances (R^2 below "
                       f"{WEAK_R2}): too few or too noisy pairs to learn from, and its "
                       "neighbours may rank worse than the given distances'. In a Pipeline, "
                       "KernelDistances(keep_given='auto') keeps the given distances where "
                       "they rank neighbours better (with labels to judge by; without "
-                      "labels it blends the given and the learned distances); compare with "
-                      "the observed distances alone (learner=None) in the same grid.")
+                      "labels, for a kernel this weak, it ranks the given distances "
+                      "first); compare with the observed distances alone (learner=None) "
+                      "in the same grid.")
             better = warn_if_not_better(name, self.validation_score_, self.prior_score_,
                                         what="R^2 of the held-out squared distances",
                                         hint=advice if weak else None)
@@ -524,6 +525,17 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 warn_user(f"{name}: the learned kernel beats its prior on held-out pairs "
                           f"(R^2 {self.validation_score_:.4g} against "
                           f"{self.prior_score_:.4g}), but {advice}", NoImprovementWarning)
+
+    def _kernel_is_weak(self):
+        """Whether the batch fit's kernel, and its prior, explain little of the held-out pairs.
+
+        Both held-out R^2 below ``WEAK_R2``: the fit's ``NoImprovementWarning``
+        then says so, and ``KernelDistances(keep_given="auto")`` without
+        labels keeps the given distances first. ``False`` without held-out
+        pairs (on-line fits, too few pairs).
+        """
+        scores = (getattr(self, "validation_score_", np.nan), getattr(self, "prior_score_", np.nan))
+        return bool(np.nanmax(scores) < WEAK_R2) if not np.isnan(scores).all() else False
 
     def partial_fit(self, X, y=None):
         """Continue the on-line sequence with the trials of ``(X, y)``.

@@ -87,6 +87,7 @@ from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     KEEP_GIVEN_MODES,
     UNLABELLED_MODE,
+    WEAK_KERNEL_MODE,
     class_labels,
     neighbour_verdict,
     observed_distances_known,
@@ -138,16 +139,18 @@ def _check_kernel_learner(learner):
 def _checked_kernel(learned, learner, method):
     """Return the ``LearnedKernel`` a learner's ``method`` returned, shapes checked."""
     try:
-        kernel, objects = learned
+        kernel, objects, *weak = learned
+        if len(weak) > 1:
+            raise ValueError
     except (TypeError, ValueError):
         raise ValueError(f"{type(learner).__name__}.{method} must return a LearnedKernel "
-                         f"(kernel, objects), got {type(learned).__name__}.") from None
+                         f"(kernel, objects[, weak]), got {type(learned).__name__}.") from None
     shape, n_objects = np.shape(kernel), len(np.asarray(objects).reshape(-1))
     if shape != (n_objects, n_objects):
         raise ValueError(f"{type(learner).__name__}.{method} returned a kernel of shape "
                          f"{shape} for {n_objects} objects; it must be (n_objects, "
                          "n_objects), its rows the objects.")
-    return LearnedKernel(kernel, objects)
+    return LearnedKernel(kernel, objects, bool(weak[0]) if weak else False)
 
 
 def _with_copies(block, copies):
@@ -562,7 +565,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                     f"taught, but {type(self.learner).__name__} is given none to keep (its "
                     "targets are no distances, or come as a stream): use "
                     "keep_given='auto' or 'never'.")
-        kernel, given, objects, matrix = self._source()
+        kernel, given, objects, matrix, weak = self._source()
         scale = (_user_kernel_scale(kernel, squared=self.squared,
                                     check_psd=self.kernel is not None)
                  if given is None else 1.0)
@@ -580,7 +583,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         if given_sq is None:
             keeps_given = "never"
         elif self.keep_given == "auto":
-            keeps_given = UNLABELLED_MODE if verdict is None else verdict["keep_given"]
+            unlabelled = WEAK_KERNEL_MODE if weak else UNLABELLED_MODE
+            keeps_given = unlabelled if verdict is None else verdict["keep_given"]
         else:
             keeps_given = self.keep_given
         if verdict is not None:
@@ -858,10 +862,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         return block if self.squared else np.sqrt(block)
 
     def _source(self):
-        """``(kernel, given, objects, matrix)``: read-only, validated, before any change.
+        """``(kernel, given, objects, matrix, weak)``: read-only, validated, before any change.
 
         ``matrix``: the user's validated ``distances`` with their ids, when a
         learner learns from them (the verdict compares with them), else None.
+        ``weak``: the learner found that its kernel explains little of its
+        held-out pairs (:class:`~megkernel.LearnedKernel`).
         """
         given_by = [name for name in ("kernel", "distances") if getattr(self, name) is not None]
         if self.pairs is not None:
@@ -888,15 +894,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             if len(objects) != len(kernel):
                 raise ValueError(f"objects has {len(objects)} ids for a kernel over "
                                  f"{len(kernel)} objects.")
-            return _read_only(kernel), None, _read_only(np.array(objects)), None
+            return _read_only(kernel), None, _read_only(np.array(objects)), None, False
         if callable(self.pairs) and not hasattr(self.pairs, "__array__"):
-            return *self._streamed(), None
+            kernel, given, objects, weak = self._streamed()
+            return kernel, given, objects, None, weak
         if source == "distances":
             matrix, objects = _given_matrix(self.distances, self.objects)
         elif self.learner is not None:
             _check_pair_table(self.pairs, self.targets, self.learner)
             entry = self._learned(self.pairs, self.targets)
-            return _read_only(entry.kernel), None, _read_only(entry.objects), None
+            return _read_only(entry.kernel), None, _read_only(entry.objects), None, entry.weak
         else:
             _check_pair_table(self.pairs, self.targets, None)
             matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
@@ -908,8 +915,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"The distances (up to {np.nanmax(matrix):.4g}) leave no room "
                              f"for the missing ones ({MISSING_DISTANCE:g}): rescale them.")
         if self.learner is None:
-            return None, _read_only(matrix), _read_only(np.array(objects)), None
-        return *self._learned_from_matrix(matrix, objects), (matrix, objects)
+            return None, _read_only(matrix), _read_only(np.array(objects)), None, False
+        kernel, given, objects, weak = self._learned_from_matrix(matrix, objects)
+        return kernel, given, objects, (matrix, objects), weak
 
     def _learned(self, pairs, targets, objects=None):
         """Return the learner's kernel of a pair table (``objects``: a matrix's ids).
@@ -985,7 +993,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         targets = (matrix[a, b] if self.given_squared
                    else squares_of_distances(matrix[a, b], "distances"))
         entry = self._learned(pairs, targets, objects)
-        return _read_only(entry.kernel), None, _read_only(entry.objects)
+        return _read_only(entry.kernel), None, _read_only(entry.objects), entry.weak
 
     def _streamed(self):
         if self.learner is None:
@@ -1015,7 +1023,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                    learner, "learn_kernel_stream")
         entry = _cached_entry(learner, _key(learner, key), fit,
                               self.memory, lambda: expected_ids(learner, named=scan.ids))
-        return _read_only(entry.kernel), None, _read_only(entry.objects)
+        return _read_only(entry.kernel), None, _read_only(entry.objects), entry.weak
 
     #: Parameters holding the user's data: shared by clones, never copied.
     _SHARED_DATA = ("kernel", "distances", "pairs", "targets", "objects", "new_pairs",
