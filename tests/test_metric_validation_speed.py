@@ -55,6 +55,22 @@ def test_probabilities_far_from_the_origin_match_the_plain_softmax():
     np.testing.assert_allclose(p, p_naive, rtol=1e-8, atol=1e-12)
 
 
+def test_a_dense_table_in_many_coordinates_keeps_the_square_arrays():
+    """Edges cost E r^2 per evaluation against n^2 r for the square arrays: a
+    table pairing each of 80 points with half of the others in 40 coordinates
+    is computed over the n x n arrays, a sparse one in 4 over its edges."""
+    rng = np.random.default_rng(6)
+    a, b = np.triu_indices(80, 1)
+    keep = rng.random(len(a)) < 0.5
+    pairs = np.column_stack([a[keep], b[keep]])
+    signs = rng.choice([-1.0, 1.0], size=len(pairs))
+    coordinates = rng.normal(size=(80, 40))
+    dense = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, np.ones(40), 1.0)
+    assert dense._edges is None
+    coordinates, pairs, signs, prior = _sparse_table(6)
+    assert SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)._edges is not None
+
+
 def _sparse_table(seed, n_points=60, n_pairs=45, rank=4):
     rng = np.random.default_rng(seed)
     coordinates = rng.normal(size=(n_points, rank)) / np.sqrt(n_points)
@@ -91,7 +107,7 @@ def test_the_sparse_and_dense_pairs_ascents_follow_the_same_path(monkeypatch):
     """Forced to the n x n arrays, the pairs' ascent takes the same steps."""
     coordinates, pairs, signs, prior = _sparse_table(5, n_points=50, n_pairs=60)
     sparse = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 0.6).advance(8)
-    monkeypatch.setattr(sn, "_SPARSE_SHARE", 0.0)
+    monkeypatch.setattr(sn, "_EDGES_BELOW", 0.0)
     dense = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 0.6).advance(8)
     assert sparse._edges is not None and dense._edges is None
     assert sparse.n_iter == dense.n_iter == 8

@@ -49,12 +49,13 @@ MAX_POINTS = 4000
 #: benchmarks page).
 TEMPERATURES = (1.0, 0.5)
 
-#: Share of a pair table's ``n x n`` entries up to which given pairs' objective
-#: is computed over the pairs alone (:class:`_PartnerEdges`: a product of the
-#: edges' fixed instances per evaluation; faster than the ``n x n`` arrays
-#: even where each point is paired with a third of the others); denser
-#: tables keep the ``n x n`` arrays.
-_SPARSE_SHARE = 0.5
+#: Given pairs' objective is computed over the pairs alone
+#: (:class:`_PartnerEdges`, ``O(E r^2)`` per evaluation for ``E`` directed
+#: edges in ``r`` coordinates) where ``E r`` is at most this many times
+#: ``n^2``, else over the ``n x n`` arrays (``O(n^2 r)``): the two cost the
+#: same near ``E r = 2 n^2`` (measured from 8 to 100 coordinates and 300 to
+#: 1000 points).
+_EDGES_BELOW = 2.0
 
 #: Halvings of the step before an iteration gives up (no ascent direction
 #: left at the scale of double precision: converged).
@@ -241,8 +242,9 @@ class SoftNeighborAscent:
         self._edges = None
         if self._same is None:  # 0/1: a product, not a masked reduction, per step
             self._same = (self.codes[:, None] == self.codes[None, :]).astype(float)
-        elif _SPARSE_SHARE * self._blocked.size >= np.count_nonzero(self._blocked == 0):
-            # given pairs among many points: over the pairs alone (O(pairs), not O(n^2))
+        elif (np.count_nonzero(self._blocked == 0) * self.coordinates.shape[1]
+              <= _EDGES_BELOW * self._blocked.size):
+            # given pairs among many points: over the pairs alone (O(E r^2), not O(n^2 r))
             self._edges = _PartnerEdges(self.coordinates, self._blocked, self._same)
             self._blocked = self._same = None
         self.objective, self._state = self._evaluate(self.exponent)
