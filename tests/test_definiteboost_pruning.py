@@ -15,6 +15,7 @@ from conftest import clustered_pair_table
 from scipy.linalg import eigh
 from sklearn.exceptions import ConvergenceWarning
 
+import megkernel._solvers.definiteboost_projections as projections
 import megkernel._solvers.definiteboost_rules as rules
 from megkernel import DefiniteBoostKernel, NoImprovementWarning
 from megkernel._numerics.state import prior_state
@@ -46,9 +47,10 @@ def _exact_sq_distances(state, a, b):
 
 
 @pytest.mark.parametrize("loop", ["plain", "lazy", "fused"])
-def test_checkpoints_see_the_current_state_and_may_end_the_run(loop):
+def test_checkpoints_see_the_current_state_and_may_end_the_run(loop, monkeypatch):
     d = 420 if loop == "lazy" else 30
-    pairs, signs = _pairs(d, 3 * d, seed=1)
+    # the lazy loop scans its violations every few projections: only with many pairs
+    pairs, signs = _pairs(d, 20000 if loop == "lazy" else 3 * d, seed=1)
     if loop == "fused":
         factor = np.random.default_rng(2).normal(size=(d, 6))
         state, method = prior_state(None, None, factor), "rank-one"
@@ -67,6 +69,12 @@ def test_checkpoints_see_the_current_state_and_may_end_the_run(loop):
 
     projected = []
     callback = None if loop == "fused" else (lambda t, record: projected.append(t))
+    ran = []  # which loop ran: the loop under test
+    for name in ("run_lazy", "run_fused"):
+        real = getattr(projections, name)
+        monkeypatch.setattr(projections, name,
+                            lambda *args, _real=real, _name=name, **kw: (
+                                ran.append(_name), _real(*args, **kw))[1])
     with pytest.raises(_Stop):
         fit_pair_constraints(
             state,
@@ -81,6 +89,7 @@ def test_checkpoints_see_the_current_state_and_may_end_the_run(loop):
             warn=False,
         )
     assert seen == [2, 5]
+    assert ran == ({"plain": [], "lazy": ["run_lazy"], "fused": ["run_fused"]}[loop])
     if callback is not None:
         assert projected[-1] == 5  # the run ended where the checkpoint raised
 
@@ -93,8 +102,7 @@ def _noisy_table(n, frac, noise, separation):
 
 def test_a_losing_projection_is_pruned_and_the_prior_returned():
     # noisy distances: the projection onto their closest and farthest tenth ranks
-    # the held-out pairs worse than the prior; run to its end it took 16,464
-    # projections to be turned away
+    # the held-out pairs worse than the prior
     ids, X, y = _noisy_table(120, 0.5, 0.5, 2.0)
     model = DefiniteBoostKernel(objects=ids, random_state=0, y_kind="sq_distances")
     with pytest.warns(NoImprovementWarning, match="the run stopped there"):
