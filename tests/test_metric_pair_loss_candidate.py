@@ -160,3 +160,18 @@ def test_content_order_is_that_of_the_content():
         np.sort(X[renumber][moved[0]], axis=1), np.sort(X[ordered[0]], axis=1)
     )
     np.testing.assert_array_equal(moved[1], ordered[1])
+
+
+def test_content_order_of_identical_points_does_not_depend_on_their_numbers():
+    """Two points with the same features, paired with different partners: swapping
+    the two points' numbers leaves the sequence of feature pairs unchanged."""
+    X = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 0.0], [6.0, 0.0], [7.0, 1.0], [8.0, 2.0]])
+    pairs, signs = np.array([[0, 1], [2, 3], [4, 5]]), np.ones(3)
+    swapped = np.array([2, 1, 0, 3, 4, 5])  # point 0 is now numbered 2 and back
+    first = content_order(X, pairs, signs)[0]
+    second = content_order(X, swapped[pairs], signs)[0]
+
+    def features(ordered):
+        return np.sort(X[ordered], axis=1)
+
+    np.testing.assert_array_equal(features(first), features(second))

@@ -106,18 +106,18 @@ class MEGMetricFit:
 def content_order(X, pairs, signs):
     """Given pairs in an order of their content: the same for any row order or numbering.
 
-    Each point is ranked by its features (lexicographically; identical
-    points keep their order), and the pairs are sorted by label, then by
-    the ranks of their lower and higher point. MEG's pair loss takes the
+    Each point of a pair is ranked by its features (lexicographically;
+    identical points share their rank), and the pairs are sorted by label,
+    then by the ranks of their lower and higher point: pairs left tied are
+    the same pair of feature vectors, whose order changes nothing. MEG's pair loss takes the
     pairs in mini-batches of random order drawn over the rows: without this,
     the user's row order and numbering of the points would change the
     learned metric. (With ``shuffle=False`` the user's order is the order
     of the updates, as in the paper's on-line MEG, and is kept.)
     """
-    order = np.lexsort(np.asarray(X).T[::-1])
-    rank = np.empty(len(order), dtype=np.intp)
-    rank[order] = np.arange(len(order))
-    ranked = rank[pairs]
+    points, local = np.unique(pairs, return_inverse=True)
+    _, rank = np.unique(np.asarray(X)[points], axis=0, return_inverse=True)
+    ranked = rank.reshape(-1)[local.reshape(-1)].reshape(np.shape(pairs))
     rows = np.lexsort((ranked.max(axis=1), ranked.min(axis=1), np.asarray(signs, dtype=float)))
     return pairs[rows], np.asarray(signs)[rows]
 
