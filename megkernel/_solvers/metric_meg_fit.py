@@ -216,7 +216,7 @@ def fit_meg_metric(X, pairs=None, signs=None, *, labels=None, kinds=(), options)
         From labels: ``"soft-neighbors"``, ``"neighbors"``, ``"random"``.
         From pairs: only the kinds of :func:`pair_kinds` named here are
         validated, e.g. ``("soft-pairs", "pair-classes")``: the pairs'
-        soft-neighbour objectives without MEG's pair loss as their fallback.
+        soft-neighbour objectives without MEG's pair loss beside them.
     options : MEGMetricOptions
         The learner's options.
 

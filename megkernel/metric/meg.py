@@ -107,7 +107,10 @@ class MEGMetric(_FeatureMetric):
         are drawn again in each fold, as many as the final fit's (which then runs
         ``n / n_f`` times the validated length); neighbourhood pairs: the fold's own.
     shuffle : bool, default=True
-        Draw a new order of the pairs for each epoch.
+        Draw a new order of the pairs for each epoch (given pairs start from
+        an order of their content: the row order of the pair table changes
+        nothing). ``False``: the order of the pairs is the order of the
+        updates.
     from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
         What :meth:`fit` learns from class labels. ``"soft-neighbors"``: MEG
         ascent of the stochastic-neighbour objective (NCA's: each point's

@@ -44,12 +44,16 @@ class MEGPairMetric(_PairInput, MEGMetric):
     n_folds : int or "auto", default="auto"
         Folds of the validation, as in :class:`MEGMetric`.
     shuffle : bool, default=True
-        Draw a new order of the pairs for each epoch.
+        Draw a new order of the pairs for each epoch (from an order of their
+        content: the row order of the table changes nothing). ``False``: the
+        user's order is the order of the updates.
     from_labels : {"auto", "soft-neighbors", "neighbors", "random"}, default="auto"
         As in :meth:`MEGMetric.fit_pairs`: with ``"auto"``, the pairs' own
-        soft-neighbour objective, or that of the classes rebuilt from the
-        similar pairs' components where it validates better by more than
-        noise, and MEG's pair loss where neither shows a validated gain.
+        soft-neighbour objective and MEG's pair loss are validated side by
+        side (the pair loss past 16 epochs only where it has overtaken the
+        objective), and the classes rebuilt from the similar pairs'
+        components where they stand in for classes; the held-out scores
+        choose.
     n_neighbors : int, default=5
         As in :class:`MEGMetric`.
     temperature : float or "auto", default="auto"
