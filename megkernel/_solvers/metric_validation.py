@@ -292,9 +292,20 @@ def _kind_name(candidate):
 #: where it has overtaken the pairs' soft-neighbour objective (successive
 #: halving across candidates). The pair loss gains slowly where it wins: on the
 #: validation folds of sparse high-dimensional sets it overtakes the objective
-#: after 8-16 epochs (a race to 4 dropped a gain of 0.035 in 1-NN accuracy;
-#: see the benchmarks page).
+#: only after several epochs (the benchmarks page).
 RACE_EPOCHS = 16.0
+
+
+def _classes_beat_soft(log, items):
+    """Whether the rebuilt classes' validation keeps them over the pairs' objective.
+
+    Their own gain is real, their run was not pruned, and their held-out
+    items beat the pairs' soft-neighbour objective's by more than two paired
+    standard errors.
+    """
+    return bool(log["gain_is_real"] and not log.get("pruned")
+                and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0,
+                                 log["n_repeats"]))
 
 
 def _soft_choice(results, candidates, items):
@@ -309,8 +320,7 @@ def _soft_choice(results, candidates, items):
         return soft
     classes, log = results[candidates.index(PAIR_CLASSES)][0], results[
         candidates.index(PAIR_CLASSES)][2]
-    if (log["gain_is_real"] and not log.get("pruned")
-            and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0, log["n_repeats"])):
+    if _classes_beat_soft(log, items):
         return max(soft, classes)
     return soft
 
@@ -474,11 +484,8 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
     if PAIR_CLASSES in validated:
         classes_at = validated.index(PAIR_CLASSES)
         log = results[classes_at][2]
-        if (log["gain_is_real"] and not log.get("pruned")
-                and (validated[best] == SOFT_PAIRS
-                     or results[classes_at][0] > results[best][0])
-                and gain_is_real(items[PAIR_CLASSES], items[SOFT_PAIRS], 2.0,
-                                 log["n_repeats"])):
+        if ((validated[best] == SOFT_PAIRS or results[classes_at][0] > results[best][0])
+                and _classes_beat_soft(log, items)):
             best = classes_at
     _, epochs, log, rng, (kept_pairs, kept_signs), candidate, caught = results[best]
     for record in caught:
