@@ -471,7 +471,10 @@ def run_definiteboost(constraints, state, settings=None, *, method="eigh", callb
         current (its eigendecomposition refreshed where a run keeps it
         stale), whatever the engine and whether or not there is a
         ``callback``; ``on_checkpoint`` may raise to end the run there (a
-        validation pruning it), leaving ``state`` at that iterate.
+        validation pruning it), leaving ``state`` at that iterate. The lazy
+        loop's refresh restarts its Lanczos steps there: a run with
+        checkpoints differs from one without by rounding (the same
+        constraints; step sizes within about 1e-15).
     on_checkpoint : callable, optional
         Called as ``on_checkpoint(t)``.
 
