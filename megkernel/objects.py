@@ -83,6 +83,7 @@ from ._objects_new import (
     rows_of_new,
     unit_factor,
 )
+from ._objects_paths import path_evidence
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     KEEP_GIVEN_MODES,
@@ -575,8 +576,15 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         blend = None if given_sq is None else scale_map(
             kernel_pair_sq_distances(kernel / scale, given_sq.a, given_sq.b) * scale,
             given_sq.sq)
+        if self.keep_given == "paths" and (labels is None or given_sq is None):
+            raise ValueError(
+                "keep_given='paths' reads the chance of one class off the given distances "
+                "and needs the fit objects' class labels: call fit(ids, y) with labels (a "
+                "Pipeline passes them), or use keep_given='auto'.")
+        paths = (None if labels is None or given_sq is None
+                 else path_evidence(given_sq, rows, labels))
         verdict = (None if labels is None  # (no learner: no labels either)
-                   else self._verdict(kernel, scale, rows, labels, given_sq, blend))
+                   else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths))
         if given_sq is None:
             keeps_given = "never"
         elif self.keep_given == "auto":
@@ -596,12 +604,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  keeps_given_=keeps_given,
                                  _kept_given=None if keeps_given == "never" else given_sq,
                                  _scale_map=blend,
+                                 _paths=paths if keeps_given == "paths" else None,
                                  _extension=None)
             if self.new_pairs is not None and self._given is None:
                 self._extension_state()  # the eigendecomposition now, not at the first predict
             return self
 
-    def _verdict(self, kernel, scale, rows, labels, given_sq, blend):
+    def _verdict(self, kernel, scale, rows, labels, given_sq, blend, paths=None):
         """Compare by leave-one-out 1-NN on the fit objects.
 
         The learned kernel, the observed distances, and the learned kernel
@@ -618,7 +627,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             observed = given_sq.block(unique_rows, unique_rows)
             combined = {mode: _with_copies(with_given(learned, observed, mode,
                                                       given_sq.largest, blend), copies)
-                        for mode in KEEP_GIVEN_MODES[1:]}
+                        for mode in KEEP_GIVEN_MODES[1:] if mode != "paths"}
+            if paths is not None:
+                combined["paths"] = _with_copies(
+                    paths.block(unique_rows, unique_rows, learned), copies)
         return neighbour_verdict(
             _with_copies(learned, copies),
             None if observed is None else _with_copies(observed, copies),
@@ -751,7 +763,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                         fitted_units="squared in the kernel's units")
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
-        if getattr(self, "_kept_given", None) is not None:  # keeps_given_: as known objects
+        if getattr(self, "_paths", None) is not None:  # their given partners' evidence
+            sq = self._paths.new_rows(rows, given_sq, self._fit_rows, sq)
+        elif getattr(self, "_kept_given", None) is not None:  # keeps_given_: as known objects
             for i, (at, given) in enumerate(zip(rows, given_sq)):
                 known, where = np.unique(at, return_inverse=True)  # repeats: their mean
                 mean = np.bincount(where, given) / np.bincount(where)
@@ -853,6 +867,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                       squared=self.squared or kept is not None)
         if kept is None:
             return block
+        if getattr(self, "_paths", None) is not None:
+            block = self._paths.block(rows, cols, block)
+            return block if self.squared else np.sqrt(block)
         block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
                            self._scale_map)
         return block if self.squared else np.sqrt(block)
