@@ -342,7 +342,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``False`` for them too.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
-    keep_given : {"auto", "never", "where_given", "first", "blend"}, default="auto"
+    keep_given : {"auto", "never", "where_given", "first", "blend", "paths"}, default="auto"
         With a ``learner`` taught distances (``pairs`` and ``targets`` of a
         learner of distances, or ``distances``), whether the distances it
         was given are kept beside its kernel. ``"never"``: the learned
@@ -359,7 +359,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         for a pair that has a given distance the mean of the two: where the
         kernel explains little, its distances shrink towards the typical
         given one and rarely outrank a measured pair; where it explains
-        much, it re-ranks the measured pairs too.
+        much, it re-ranks the measured pairs too. ``"paths"`` (needs the
+        class labels of :meth:`fit`): the chance that two objects share a
+        class, from their given distance and every shared given partner
+        (the chance of one class of a given pair read off its distance by a
+        decreasing isotonic regression over the labelled given pairs; the
+        evidence of the pair and of each two-step path multiplied in, naive
+        Bayes), as the squared distance ``-log`` of that chance; pairs with
+        no evidence come after all others, ordered by the learned kernel.
+        Where few pairs are given it finds neighbours no single given
+        distance ranks.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
         a later mode in this list replacing the kept one only when it is
@@ -441,7 +450,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         :data:`MISSING_DISTANCE`.
     n_features_in_ : int
         Always 1 (an object id per row).
-    keeps_given_ : {"never", "where_given", "first", "blend"}
+    keeps_given_ : {"never", "where_given", "first", "blend", "paths"}
         How the distances the learner was taught are kept beside its kernel
         (``keep_given``, or what ``"auto"`` chose at :meth:`fit`); "never"
         without such distances.
