@@ -16,7 +16,10 @@ distance.
 
 A path ``i - k - j`` with chances ``p, p'`` of one class on its two edges
 has ``i, j`` of one class with chance ``p p' + (1 - p)(1 - p') q`` (``q``:
-of one class when both differ from ``k``). The chances take few distinct
+of one class when both differ from ``k``); its evidence is measured against
+a path whose edges say nothing (each at the chance of a given pair), so
+given pairs chosen as near ones (each object's nearest) are no evidence by
+their number alone. The chances take few distinct
 values (the isotonic fit is a step function, its values rounded to
 :data:`PATH_LEVELS` levels), so the sum over shared partners is a sum of
 sparse products, one per eigenvector of the levels' log-ratio matrix.
@@ -75,11 +78,17 @@ class PathEvidence:
         freq = np.bincount(codes, minlength=len(classes)) / len(codes)
         s = float(np.sum(freq**2))
         prior = float(same.mean()) if same.size else s
+        # the chance of one class of a given pair (the given pairs may be chosen,
+        # e.g. each object's nearest) and of any pair (the class frequencies)
         self.prior = float(np.clip(prior, PATH_CLIP, 1 - PATH_CLIP))
+        self.base = float(np.clip(s, PATH_CLIP, 1 - PATH_CLIP))
         # of one class when both differ from a third object's class
         differ = float(np.sum(freq * (1 - freq) ** 2))
         self.q = float(np.clip(np.sum(freq * (s - freq**2)) / differ if differ > 0 else s,
                                PATH_CLIP, 1 - PATH_CLIP))
+        # a path whose two edges say nothing (each at the given pairs' chance)
+        self.path_prior = float(np.clip(self.prior**2 + (1 - self.prior) ** 2 * self.q,
+                                        PATH_CLIP, 1 - PATH_CLIP))
         if same.size:
             fit = IsotonicRegression(increasing=False, out_of_bounds="clip").fit(sq[both], same)
             self._knots, self._values = fit.X_thresholds_, fit.y_thresholds_
@@ -94,7 +103,7 @@ class PathEvidence:
         self.levels = np.unique(odds)
         p = 1.0 / (1.0 + np.exp(-self.levels))
         path = p[:, None] * p[None] + (1 - p[:, None]) * (1 - p[None]) * self.q
-        ratio = _logit(np.clip(path, PATH_CLIP, 1 - PATH_CLIP)) - _logit(self.prior)
+        ratio = _logit(np.clip(path, PATH_CLIP, 1 - PATH_CLIP)) - _logit(self.path_prior)
         lam, vecs = eigh_symmetric(0.5 * (ratio + ratio.T), name="the paths' ratio matrix")
         keep = np.abs(lam) > 1e-9 * max(np.abs(lam).max(), 1e-300)
         self._lam, self._vecs = lam[keep], vecs[:, keep]
@@ -124,14 +133,14 @@ class PathEvidence:
         """Squared distances between ``rows`` and ``cols`` (``learned_sq`` breaks ties)."""
         edges_rows, edges_cols = self._edges[rows], self._edges[cols]
         evidence = (edges_rows[:, cols] + edges_rows @ edges_cols.T).toarray()
-        score = _logit(self.prior) + self._direct[rows][:, cols].toarray()
+        score = _logit(self.base) + self._direct[rows][:, cols].toarray()
         for lam, factor in zip(self._lam, self._factors):
             score += lam * (factor[rows] @ factor[cols].T).toarray()
         return self._as_sq(score, evidence, learned_sq)
 
     def new_rows(self, partners, partner_sq, cols, learned_sq):
         """Squared distances of new objects (their given partners and distances) to ``cols``."""
-        score = np.full((len(partners), len(cols)), _logit(self.prior))
+        score = np.full((len(partners), len(cols)), _logit(self.base))
         evidence = np.zeros_like(score)
         col_of = np.full(self._n, -1)
         col_of[np.asarray(cols)] = np.arange(len(cols))

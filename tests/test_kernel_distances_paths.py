@@ -59,6 +59,7 @@ def _naive_paths(ids, labels, table):
     s = np.sum(freq**2)
     q = np.sum(freq * (s - freq**2)) / np.sum(freq * (1 - freq) ** 2)
     prior = same.mean()
+    path_prior = prior**2 + (1 - prior) ** 2 * q
     chance = np.full((n, n), np.nan)
     for a, b, v in zip(i, j, p):
         chance[a, b] = chance[b, a] = v
@@ -67,7 +68,7 @@ def _naive_paths(ids, labels, table):
         for b in range(n):
             if a == b:
                 continue
-            score, evidence = _logit(prior), False
+            score, evidence = _logit(s), False
             if not np.isnan(chance[a, b]):
                 score += _logit(chance[a, b]) - _logit(prior)
                 evidence = True
@@ -76,7 +77,7 @@ def _naive_paths(ids, labels, table):
                     continue
                 u, v = chance[a, k], chance[k, b]
                 path = np.clip(u * v + (1 - u) * (1 - v) * q, PATH_CLIP, 1 - PATH_CLIP)
-                score += _logit(path) - _logit(prior)
+                score += _logit(path) - _logit(path_prior)
                 evidence = True
             if evidence:
                 out[a, b] = np.logaddexp(0.0, -score)
@@ -149,7 +150,7 @@ def test_a_new_object_is_placed_by_its_given_partners_and_their_paths():
         edge[(a, b)] = edge[(b, a)] = chance(v)
     expected = np.full(len(known), NO_EVIDENCE)
     for b in range(len(known)):
-        score, evidence = _logit(paths.prior), False
+        score, evidence = _logit(paths.base), False
         if b in partner:
             score += _logit(chance(partner[b])) - _logit(paths.prior)
             evidence = True
@@ -157,7 +158,7 @@ def test_a_new_object_is_placed_by_its_given_partners_and_their_paths():
             if (k, b) in edge:
                 u, w = chance(v), edge[(k, b)]
                 path = np.clip(u * w + (1 - u) * (1 - w) * paths.q, PATH_CLIP, 1 - PATH_CLIP)
-                score += _logit(path) - _logit(paths.prior)
+                score += _logit(path) - _logit(paths.path_prior)
                 evidence = True
         if evidence:
             expected[b] = np.logaddexp(0.0, -score)
