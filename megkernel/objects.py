@@ -590,7 +590,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 "keep_given='paths' reads the chance of one class off the given distances "
                 "and needs the fit objects' class labels: call fit(ids, y) with labels (a "
                 "Pipeline passes them), or use keep_given='auto'.")
+        # the graph's evidence only where it may be kept (its blocks cost sparse products)
         paths = (None if labels is None or given_sq is None
+                 or self.keep_given not in ("auto", "paths")
                  else path_evidence(given_sq, rows, labels))
         verdict = (None if labels is None  # (no learner: no labels either)
                    else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths))
