@@ -606,7 +606,9 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     observed distances alone, the full matrix, each learner's kernel alone
     (``keep_given="never"``), the blend of the given and the learned
     distances (``keep_given="blend"``: what the default keeps without
-    labels) and the default step (``keep_given="auto"``: the labels of each
+    labels), the evidence of the given pairs' graph (``keep_given="paths"``:
+    the labels of each split's training half read the chance of one class
+    off the given distances) and the default step (``keep_given="auto"``: the labels of each
     split's training half choose), with the first (cache-filling) fit's wall
     time and the warnings it gave. The user's plain distances go to
     ``KernelDistances`` as they are (its defaults: ``given_squared=None``
@@ -619,9 +621,9 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     head = "| task | seed | objects | pairs given | observed | full |"
     rule = "|---|---|---|---|---|---|"
     for name in learners:
-        head += (f" {name} kernel | {name} blend (no labels) | {name} default | {name} fit s "
-                 f"| {name} warned |")
-        rule += "---|---|---|---|---|"
+        head += (f" {name} kernel | {name} blend (no labels) | {name} paths | {name} default "
+                 f"| {name} fit s | {name} warned |")
+        rule += "---|---|---|---|---|---|"
     print(head)
     print(rule)
     classes = {"MEG": MEGKernelRegressor, "DB": DefiniteBoostKernel}
@@ -655,13 +657,14 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                         seconds = time.perf_counter() - start
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
-                            alone, blend, default = (
+                            alone, blend, paths, default = (
                                 score(KernelDistances(learner=learner, keep_given=keep, **side))
-                                for keep in ("never", "blend", "auto"))
+                                for keep in ("never", "blend", "paths", "auto"))
                         warned = sorted({type(w.message).__name__ for w in caught})
-                        line += (f" {alone:.3f} | {blend:.3f} | {default:.3f} | {seconds:.1f} | "
-                                 f"{', '.join(warned) or 'none'} |")
-                        row[name] = (alone, default, "NoImprovementWarning" in warned, blend)
+                        line += (f" {alone:.3f} | {blend:.3f} | {paths:.3f} | {default:.3f} "
+                                 f"| {seconds:.1f} | {', '.join(warned) or 'none'} |")
+                        row[name] = (alone, default, "NoImprovementWarning" in warned, blend,
+                                     paths)
                     print(line, flush=True)
                     rows.append(row)
     for name in learners:
@@ -669,7 +672,8 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
         ahead = sum(r[name][1] >= r["observed"] + 0.005 for r in rows)
         losses = [r for r in rows if r[name][0] < r["observed"]]
         gains = {what: np.array([r[name][k] - r["observed"] for r in rows])
-                 for what, k in (("kernel alone", 0), ("blend", 3), ("default", 1))}
+                 for what, k in (("kernel alone", 0), ("blend", 3), ("paths", 4),
+                                 ("default", 1))}
         print(f"\n{name}: default >= observed on {kept} of {len(rows)} tables, "
               f">= observed + 0.005 on {ahead}; the kernel alone loses on {len(losses)}, "
               f"of which the fit warned on {sum(r[name][2] for r in losses)}; it warned "

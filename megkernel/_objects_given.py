@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, triu
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
@@ -279,6 +279,8 @@ class GivenSquaredDistances:
     a, b, sq : ndarray
         The given pairs of distinct objects and their squared distances
         (repeats kept), in an order independent of the table's rows.
+    n_objects : int
+        The number of objects.
     n_pairs : int
         Their number.
     largest : float
@@ -297,8 +299,18 @@ class GivenSquaredDistances:
         shape = (int(n_objects), int(n_objects))
         self._sums = coo_matrix((np.concatenate([sq, sq]), (rows, cols)), shape).tocsr()
         self._counts = coo_matrix((np.ones(rows.size), (rows, cols)), shape).tocsr()
+        self.n_objects = int(n_objects)
         self.n_pairs = int(keep.sum())
         self.largest = float(sq.max(initial=0.0))
+
+    def unique_pairs(self):
+        """Return ``a, b, sq``: each given pair once (``a < b``), a repeated one's mean."""
+        upper = triu(self._sums, 1).tocsr()
+        counts = triu(self._counts, 1).tocsr()
+        upper.sort_indices()
+        counts.sort_indices()
+        a = np.repeat(np.arange(upper.shape[0]), np.diff(upper.indptr))
+        return a, upper.indices.astype(np.intp), upper.data / counts.data
 
     def block(self, rows, cols):
         """Return the given squared distances between ``rows`` and ``cols`` (NaN: none)."""

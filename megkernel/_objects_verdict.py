@@ -130,8 +130,10 @@ def _paired_z(right, right_other):
 KEEP_Z = 1.0
 
 #: The ways ``KernelDistances(keep_given=...)`` combines the learned kernel
-#: with the distances it was taught, in the order a tie prefers them.
-KEEP_GIVEN_MODES = ("never", "where_given", "first", "blend")
+#: with the distances it was taught, in the order a tie prefers them
+#: (``"paths"``, the evidence of the given pairs' graph, needs class labels:
+#: :mod:`megkernel._objects_paths`).
+KEEP_GIVEN_MODES = ("never", "where_given", "first", "blend", "paths")
 
 #: What ``keep_given="auto"`` keeps without labels to choose by: ``"blend"``.
 #: Label-free scores can only judge a combination by how it reproduces the
@@ -297,6 +299,8 @@ _MODE_WORDS = {
              "beyond them (a measured pair is always nearer)",
     "blend": "averages the given and the learned distance where both exist, the learned "
              "distances mapped onto the given ones' scale",
+    "paths": "ranks objects by the chance of one class that their given distance and "
+             "their shared given partners imply",
 }
 
 

@@ -83,6 +83,7 @@ from ._objects_new import (
     rows_of_new,
     unit_factor,
 )
+from ._objects_paths import path_evidence
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     KEEP_GIVEN_MODES,
@@ -344,7 +345,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         ``False`` for them too.
     squared : bool, default=False
         Return squared distances from :meth:`transform` and ``distances_``.
-    keep_given : {"auto", "never", "where_given", "first", "blend"}, default="auto"
+    keep_given : {"auto", "never", "where_given", "first", "blend", "paths"}, default="auto"
         With a ``learner`` taught distances (``pairs`` and ``targets`` of a
         learner of distances, or ``distances``), whether the distances it
         was given are kept beside its kernel. ``"never"``: the learned
@@ -361,7 +362,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         for a pair that has a given distance the mean of the two: where the
         kernel explains little, its distances shrink towards the typical
         given one and rarely outrank a measured pair; where it explains
-        much, it re-ranks the measured pairs too.
+        much, it re-ranks the measured pairs too. ``"paths"`` (needs the
+        class labels of :meth:`fit`): the chance that two objects share a
+        class, from their given distance and every shared given partner
+        (the chance of one class of a given pair read off its distance by a
+        decreasing isotonic regression over the labelled given pairs; the
+        evidence of the pair and of each two-step path multiplied in, naive
+        Bayes), as the squared distance ``-log`` of that chance; pairs with
+        no evidence come after all others, ordered by the learned kernel.
+        Where few pairs are given it finds neighbours no single given
+        distance ranks.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
         a later mode in this list replacing the kept one only when it is
@@ -443,7 +453,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         :data:`MISSING_DISTANCE`.
     n_features_in_ : int
         Always 1 (an object id per row).
-    keeps_given_ : {"never", "where_given", "first", "blend"}
+    keeps_given_ : {"never", "where_given", "first", "blend", "paths"}
         How the distances the learner was taught are kept beside its kernel
         (``keep_given``, or what ``"auto"`` chose at :meth:`fit`); "never"
         without such distances.
@@ -578,8 +588,17 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         blend = None if given_sq is None else scale_map(
             kernel_pair_sq_distances(kernel / scale, given_sq.a, given_sq.b) * scale,
             given_sq.sq)
+        if self.keep_given == "paths" and (labels is None or given_sq is None):
+            raise ValueError(
+                "keep_given='paths' reads the chance of one class off the given distances "
+                "and needs the fit objects' class labels: call fit(ids, y) with labels (a "
+                "Pipeline passes them), or use keep_given='auto'.")
+        # the graph's evidence only where it may be kept (its blocks cost sparse products)
+        paths = (None if labels is None or given_sq is None
+                 or self.keep_given not in ("auto", "paths")
+                 else path_evidence(given_sq, rows, labels))
         verdict = (None if labels is None  # (no learner: no labels either)
-                   else self._verdict(kernel, scale, rows, labels, given_sq, blend))
+                   else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths))
         if given_sq is None:
             keeps_given = "never"
         elif self.keep_given == "auto":
@@ -600,12 +619,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                  keeps_given_=keeps_given,
                                  _kept_given=None if keeps_given == "never" else given_sq,
                                  _scale_map=blend,
+                                 _paths=paths if keeps_given == "paths" else None,
                                  _extension=None)
             if self.new_pairs is not None and self._given is None:
                 self._extension_state()  # the eigendecomposition now, not at the first predict
             return self
 
-    def _verdict(self, kernel, scale, rows, labels, given_sq, blend):
+    def _verdict(self, kernel, scale, rows, labels, given_sq, blend, paths=None):
         """Compare by leave-one-out 1-NN on the fit objects.
 
         The learned kernel, the observed distances, and the learned kernel
@@ -622,7 +642,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             observed = given_sq.block(unique_rows, unique_rows)
             combined = {mode: _with_copies(with_given(learned, observed, mode,
                                                       given_sq.largest, blend), copies)
-                        for mode in KEEP_GIVEN_MODES[1:]}
+                        for mode in KEEP_GIVEN_MODES[1:] if mode != "paths"}
+            if paths is not None:
+                combined["paths"] = _with_copies(
+                    paths.block(unique_rows, unique_rows, learned), copies)
         return neighbour_verdict(
             _with_copies(learned, copies),
             None if observed is None else _with_copies(observed, copies),
@@ -755,7 +778,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                         fitted_units="squared in the kernel's units")
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
-        if getattr(self, "_kept_given", None) is not None:  # keeps_given_: as known objects
+        if getattr(self, "_paths", None) is not None:  # their given partners' evidence
+            sq = self._paths.new_rows(rows, given_sq, self._fit_rows, sq)
+        elif getattr(self, "_kept_given", None) is not None:  # keeps_given_: as known objects
             for i, (at, given) in enumerate(zip(rows, given_sq)):
                 known, where = np.unique(at, return_inverse=True)  # repeats: their mean
                 mean = np.bincount(where, given) / np.bincount(where)
@@ -857,6 +882,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                       squared=self.squared or kept is not None)
         if kept is None:
             return block
+        if getattr(self, "_paths", None) is not None:
+            block = self._paths.block(rows, cols, block)
+            return block if self.squared else np.sqrt(block)
         block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
                            self._scale_map)
         return block if self.squared else np.sqrt(block)

@@ -194,9 +194,9 @@ def test_own_data_sparse_quick(bench_own_data, capsys):
             if line.startswith(("| family |", "| graph |"))]
     assert [row[0].strip() for row in rows] == ["family", "graph"]
     for row in rows:
-        accuracies = [float(row[k]) for k in (4, 5, 6, 7, 8, 11, 12, 13)]
+        accuracies = [float(row[k]) for k in (4, 5, 6, 7, 8, 9, 12, 13, 14, 15)]
         assert all(0.0 <= a <= 1.0 for a in accuracies)
-        assert float(row[9]) > 0 and float(row[14]) > 0  # fit times
+        assert float(row[10]) > 0 and float(row[16]) > 0  # fit times
     assert "MEG: default >= observed on" in out and "of 2 tables" in out
     assert "DB: default >= observed on" in out
 
