@@ -379,7 +379,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         difference (``verdict_`` holds the figures, ``keeps_given_`` the
         choice); without labels, ``"blend"``: a score without labels can
         only judge a mode by how it reproduces the given distances, which
-        cannot tell where the kernel ranks neighbours better than they do.
+        cannot tell where the kernel ranks neighbours better than they do;
+        but ``"first"`` where the learner found that its kernel explains
+        little of its held-out pairs (:class:`~megkernel.LearnedKernel`'s
+        ``weak``; ``MEGKernelRegressor`` then warns so).
         Where few pairs are given, a learned kernel can rank an object's
         neighbours worse than the distances it was taught (it fits all the
         pairs, mostly the large distances; 1-NN needs the small ones): the
