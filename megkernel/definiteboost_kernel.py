@@ -88,9 +88,9 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     also stops once two checkpoints in a row rank them no better, beyond
     their noise (the AUC's standard error), than the last one that did: the
     held-out pairs then choose the run's length (the checkpoint that ranked
-    them best; none above the prior: the prior), and the kernel is refitted
-    on every pair for as many projections, as MEG's batch fit chooses its
-    iterations.
+    them best, if better than the prior beyond that noise; else the prior),
+    and the kernel is refitted on every pair for as many projections, as
+    MEG's batch fit chooses its iterations.
 
     **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
     ``W_1 = F F^T / ||F||_F^2`` and the problem is solved inside its range:

@@ -750,11 +750,12 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     checkpoints in a row have not ranked them better beyond noise than the
     last one that did: the held-out pairs then choose the run's length, the
     checkpoint that ranked them best (as MEG's batch fit chooses its
-    iterations). The path then stops; when its first candidate stopped
-    early the log is that run's record only (``pruned``: its projections;
-    ``run_length``: the best checkpoint's, 0 when none ranked them above the
-    prior; ``validation_score``: that checkpoint's score, else the last one,
-    below ``prior_score``).
+    iterations), if it ranked them better than the prior beyond noise. The
+    path then stops; when its first candidate stopped early the log is that
+    run's record only (``pruned``: its projections; ``run_length``: the best
+    checkpoint's, 0 when none ranked them better than the prior beyond
+    noise; ``validation_score``: the best checkpoint's score, else the last
+    one, below ``prior_score``).
 
     The candidates are fitted on the pairs ``train`` (indices into
     ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
@@ -811,12 +812,15 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
             path.append(candidate)
             scores.append(pruned.score)
             if best is None:
-                chosen = pruned.best_iter > 0  # a checkpoint ranked them above the prior
-                return dict(pruned=pruned.n_iter, run_length=pruned.best_iter,
+                # the best checkpoint is chosen over the prior only beyond the
+                # noise: noise alone does not move the choice
+                above = pruned.best_iter > 0
+                won = above and pruned.best_score > prior_score + noise(prior_score)
+                return dict(pruned=pruned.n_iter, run_length=pruned.best_iter if won else 0,
                             gamma=candidate, n_iter_total=n_iter_total,
                             gamma_path=np.asarray(path), gamma_scores=np.asarray(scores),
                             prior_score=prior_score,
-                            validation_score=pruned.best_score if chosen else pruned.score)
+                            validation_score=pruned.best_score if above else pruned.score)
             break
         n_iter_total += log["n_iter"]
         path.append(candidate)
@@ -881,7 +885,8 @@ def _pruned_note(log):
 def prior_kept_message(log, held_out):
     """Word the warning of a fit that returned its prior (:func:`keep_the_prior`)."""
     return (f"DefiniteBoostKernel returned its prior: projecting it onto the closest "
-            f"and farthest tenth of the observed pairs ranked the {held_out} worse "
+            f"and farthest tenth of the observed pairs ranked the {held_out} worse, "
+            "or better by less than their noise "
             f"(AUC {log['projection_score']:.4g} against the prior's "
             f"{log['prior_score']:.4g}; {log['n_iter_total']} projections made without "
             f"them{_pruned_note(log)}). These constraints are megkernel's choice from your "
