@@ -84,7 +84,13 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     megkernel's choice, not the user's. That held-out run is scored after
     64, 128, 256, ... projections and stopped once the held-out pairs rank
     worse than under the prior at two of these checkpoints in a row: a
-    projection that loses is not run to its end only to be turned away.
+    projection that loses is not run to its end only to be turned away. It
+    also stops once two checkpoints in a row rank them no better, beyond
+    their noise (the AUC's standard error), than the last one that did: the
+    held-out pairs then choose the run's length (the checkpoint that ranked
+    them best, if better than the prior beyond that noise; else the prior),
+    and the kernel is refitted on every pair for as many projections, as
+    MEG's batch fit chooses its iterations.
 
     **Low-rank mode.** With ``init_factor=F`` (d x r) the prior is
     ``W_1 = F F^T / ||F||_F^2`` and the problem is solved inside its range:

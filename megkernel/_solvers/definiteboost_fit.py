@@ -23,6 +23,7 @@ import numpy as np
 
 from .._warnings import deferred_warnings, replay
 from .definiteboost_distances import distance_constraints
+from .definiteboost_projections import ChosenCount
 from .definiteboost_rules import (
     Chosen,
     auto_max_iter,
@@ -38,6 +39,11 @@ from .holdout import split_labelled_pairs
 from .meg_batch import fit_batch
 
 __all__ = ["DefiniteBoostFit", "fit_from_distances", "fit_from_labels"]
+
+
+#: Why a refit from distances stops where it does (for its warnings).
+CHOSEN_LENGTH = ("the length at which the held-out pairs ranked best; their score "
+                 "stopped rising")
 
 
 class DefiniteBoostFit(NamedTuple):
@@ -282,11 +288,19 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
             # pairs and stays there is not run to its end only to be turned away
             verdict = _run(verdict_state, constrained[train], signs[train],
                            trace=verdict_trace, held_out=held_out, prune=True, **run)
-    prior_kept = verdict is not None and verdict["validation_score"] < verdict["prior_score"]
+    prior_kept = verdict is not None and (verdict["validation_score"] < verdict["prior_score"]
+                                          or verdict.get("run_length") == 0)
     if prior_kept:
         log = keep_the_prior(state, constrained, signs, gamma=gamma, trace=fitted_trace,
                              verdict=verdict, gamma_dissimilar=gamma_dissimilar, **options)
     else:
+        if verdict is not None and verdict.get("run_length"):
+            # the held-out pairs chose the run's length: refitted for as many
+            # projections, ending at the last (as the verdict's checkpoint did),
+            # its ties in the verdict's order
+            run.update(max_iter=ChosenCount(verdict["run_length"], CHOSEN_LENGTH,
+                                            getattr(max_iter, "budgeted", False)),
+                       options=dict(options, keep="last"))
         log = _run(state, constrained, signs, trace=fitted_trace, **run)
     if verdict is not None and not prior_kept:
         replay(verdict_warnings)

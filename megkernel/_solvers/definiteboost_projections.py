@@ -298,12 +298,16 @@ class ChosenCount(int):
 
     The warnings about a run that reached it say so: the user did not set
     the number. ``reason`` (optional) says how it was chosen, for those
-    warnings (e.g. the budget of a run over many objects).
+    warnings (e.g. the budget of a run over many objects). ``budgeted``:
+    whether the count cuts the run short of its end (its ties then go in a
+    scrambled order, see ``fit_pair_constraints``); by default whether there
+    is a ``reason``.
     """
 
-    def __new__(cls, value, reason=""):
+    def __new__(cls, value, reason="", budgeted=None):
         count = super().__new__(cls, value)
         count.reason = reason
+        count.budgeted = bool(reason) if budgeted is None else bool(budgeted)
         return count
 
 

@@ -284,7 +284,7 @@ def fit_pair_constraints(state, pairs, signs, *, gamma="auto", gamma_dissimilar=
     # violated as the next) go in a fixed scrambled order, not the table's: in
     # the table's (pairs of object 0 first, ...) a run stopped by the budget has
     # moved only the first objects
-    budget = bool(getattr(max_iter, "reason", ""))
+    budget = getattr(max_iter, "budgeted", False)
     if budget:
         kept = kept[np.random.default_rng(0).permutation(kept.size)]
     constraints = PairConstraints(pairs[kept, 0], pairs[kept, 1], signs[kept],
@@ -648,12 +648,41 @@ PRUNE_FIRST_CHECKPOINT = 64
 PRUNE_CHECKPOINTS_BELOW = 2
 
 
-class _Pruned(Exception):
-    """A run stopped at a checkpoint: its held-out score stayed below the prior's."""
+#: ... and also stops once this many checkpoints in a row have not ranked
+#: them better beyond noise (:func:`auc_noise`) than the last one that did
+#: (at first the prior): the run's length is then the checkpoint that ranked
+#: them best, as MEG's batch fit chooses its iterations with patience.
+SETTLE_CHECKPOINTS = 2
 
-    def __init__(self, n_iter, score):
+
+class _Pruned(Exception):
+    """A run stopped at a checkpoint: its held-out score stayed below the prior's.
+
+    ``n_iter``: the projections made; ``score``: the held-out score there.
+    ``best_iter``, ``best_score``: the checkpoint that scored best (for a
+    run that stopped because its score settled, the length chosen).
+    """
+
+    def __init__(self, n_iter, score, best_iter=None, best_score=None):
         super().__init__(n_iter, score)
         self.n_iter, self.score = n_iter, score
+        self.best_iter, self.best_score = best_iter, best_score
+
+
+def auc_noise(auc, n_closer, n_farther):
+    """Return the standard error of an AUC of ``n_closer`` against ``n_farther`` pairs.
+
+    Hanley and McNeil's (1982) formula, with ``Q1 = A / (2 - A)`` and
+    ``Q2 = 2 A^2 / (1 + A)``: the size of a difference in the held-out
+    pairs' ranking that their number can tell from chance.
+    """
+    a = float(auc)
+    if not (n_closer > 0 and n_farther > 0 and 0.0 <= a <= 1.0):
+        return 0.0
+    q1, q2 = a / (2.0 - a), 2.0 * a * a / (1.0 + a)
+    variance = (a * (1.0 - a) + (n_closer - 1) * (q1 - a * a)
+                + (n_farther - 1) * (q2 - a * a)) / (n_closer * n_farther)
+    return float(np.sqrt(max(variance, 0.0)))
 
 
 def prune_checkpoints(max_iter):
@@ -665,15 +694,28 @@ def prune_checkpoints(max_iter):
     return checkpoints
 
 
-def _pruner(score, prior_score):
-    """``on_checkpoint`` of a pruned run: raise :class:`_Pruned` by the rule above."""
+def _pruner(score, prior_score, noise):
+    """``on_checkpoint`` of a pruned run: raise :class:`_Pruned` by the rules above.
+
+    ``noise(auc)``: the noise of a held-out score (:func:`auc_noise`).
+    """
     below = []
+    best = [0, prior_score]  # the best checkpoint so far (0: the prior)
+    reference, settled = [prior_score], [0]
 
     def on_checkpoint(t):
         now = score()
         below.append(now < prior_score)
+        if now > best[1]:
+            best[:] = [t, now]
         if len(below) >= PRUNE_CHECKPOINTS_BELOW and all(below[-PRUNE_CHECKPOINTS_BELOW:]):
-            raise _Pruned(t, now)
+            raise _Pruned(t, now, *best)
+        if now > reference[0] + noise(reference[0]):
+            reference[0], settled[0] = now, 0
+        else:
+            settled[0] += 1
+            if settled[0] >= SETTLE_CHECKPOINTS:
+                raise _Pruned(t, now, *best)
 
     return on_checkpoint
 
@@ -704,9 +746,16 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     every doubling, and stops once they rank worse than under the prior at
     :data:`PRUNE_CHECKPOINTS_BELOW` checkpoints in a row: a verdict that
     returns the prior when the projection loses need not wait for the run's
-    end to see it lose. The path then stops; when its first candidate was
-    pruned the log is the pruned run's record only (``pruned``: its
-    projections; its score below ``prior_score``).
+    end to see it lose. It also stops once :data:`SETTLE_CHECKPOINTS`
+    checkpoints in a row have not ranked them better beyond noise than the
+    last one that did: the held-out pairs then choose the run's length, the
+    checkpoint that ranked them best (as MEG's batch fit chooses its
+    iterations), if it ranked them better than the prior beyond noise. The
+    path then stops; when its first candidate stopped early the log is that
+    run's record only (``pruned``: its projections; ``run_length``: the best
+    checkpoint's, 0 when none ranked them better than the prior beyond
+    noise; ``validation_score``: the best checkpoint's score, else the last
+    one, below ``prior_score``).
 
     The candidates are fitted on the pairs ``train`` (indices into
     ``pairs``) and scored on ``held_out``; the chosen ``gamma`` is then
@@ -733,6 +782,9 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
     mean = trace * prior_mean_sq_distance(state)
     score = (lambda: np.nan) if held_out is None else (
         lambda: held_out.score(lambda a, b: trace * state.pair_sq_distances(a, b)))
+    if held_out is not None:
+        def noise(auc):
+            return auc_noise(auc, len(held_out.closer), len(held_out.farther))
     prior_score = score()
     if gamma == "auto":
         fractions = AUTO_GAMMA_FRACTIONS if held_out is not None else (DEFAULT_GAMMA_FRACTION,)
@@ -749,7 +801,7 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
             state.assign(prior.copy())
         pruning = ({} if not prune or held_out is None else
                    dict(checkpoints=prune_checkpoints(max_iter),
-                        on_checkpoint=_pruner(score, prior_score)))
+                        on_checkpoint=_pruner(score, prior_score, noise)))
         try:
             log = fit_pair_constraints(state, pairs[fit_on], signs[fit_on], gamma=candidate,
                                        gamma_dissimilar=gamma_dissimilar, trace=trace,
@@ -760,9 +812,15 @@ def fit_labelled_pairs(state, pairs, signs, *, gamma, gamma_dissimilar, trace,
             path.append(candidate)
             scores.append(pruned.score)
             if best is None:
-                return dict(pruned=pruned.n_iter, n_iter_total=n_iter_total,
+                # the best checkpoint is chosen over the prior only beyond the
+                # noise: noise alone does not move the choice
+                above = pruned.best_iter > 0
+                won = above and pruned.best_score > prior_score + noise(prior_score)
+                return dict(pruned=pruned.n_iter, run_length=pruned.best_iter if won else 0,
+                            gamma=candidate, n_iter_total=n_iter_total,
                             gamma_path=np.asarray(path), gamma_scores=np.asarray(scores),
-                            prior_score=prior_score, validation_score=pruned.score)
+                            prior_score=prior_score,
+                            validation_score=pruned.best_score if above else pruned.score)
             break
         n_iter_total += log["n_iter"]
         path.append(candidate)
@@ -820,14 +878,15 @@ def _pruned_note(log):
     """Say that the verdict's run stopped early, and why (``""`` if it ran to its end)."""
     if log.get("pruned") is None:
         return ""
-    return (f", the run stopped there: it ranked them worse than the prior at "
+    return (f", the run stopped there: it ranked them no better than the prior at "
             f"{PRUNE_CHECKPOINTS_BELOW} checkpoints in a row")
 
 
 def prior_kept_message(log, held_out):
     """Word the warning of a fit that returned its prior (:func:`keep_the_prior`)."""
     return (f"DefiniteBoostKernel returned its prior: projecting it onto the closest "
-            f"and farthest tenth of the observed pairs ranked the {held_out} worse "
+            f"and farthest tenth of the observed pairs ranked the {held_out} worse, "
+            "or better by less than their noise "
             f"(AUC {log['projection_score']:.4g} against the prior's "
             f"{log['prior_score']:.4g}; {log['n_iter_total']} projections made without "
             f"them{_pruned_note(log)}). These constraints are megkernel's choice from your "
