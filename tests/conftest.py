@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
@@ -33,6 +34,7 @@ from megkernel import (
     MEGPairMetric,
     NoImprovementWarning,
 )
+from megkernel.objects import KernelLearnerMixin
 
 # -- pytest configuration ----------------------------------------------------------
 
@@ -141,6 +143,31 @@ def low_rank_kernel(d, rank, seed, *, positive=True):
     F = rng.uniform(0, 1, size=(d, rank)) if positive else rng.normal(size=(d, rank))
     K = F @ F.T
     return K / np.trace(K)
+
+
+class FixedKernelLearner(KernelLearnerMixin, RegressorMixin, BaseEstimator):
+    """A 'learner' of distances returning a given kernel (the identity by
+    default: every pair equally far apart, a kernel that knows nothing)."""
+
+    def __init__(self, objects=None, kernel=None):
+        self.objects = objects
+        self.kernel = kernel
+
+    def fit(self, pairs, targets):
+        self.objects_ = np.asarray(self.objects, dtype=object)
+        self.kernel_ = (np.eye(len(self.objects_)) if self.kernel is None
+                        else np.asarray(self.kernel, dtype=float))
+        return self
+
+
+def new_object_pairs(table, new):
+    """The rows of a pair table with exactly one object in ``new``, as
+    ``new_pairs`` of ``KernelDistances``: columns ``new`` and ``known``."""
+    across = table[table["a"].isin(new) ^ table["b"].isin(new)]
+    first_new = across["a"].isin(new)
+    pairs = pd.DataFrame({"new": np.where(first_new, across["a"], across["b"]),
+                          "known": np.where(first_new, across["b"], across["a"])})
+    return across, pairs
 
 
 def clustered_pair_table(n=40, seed=0, fraction=0.5, *, spread, separation, clusters=4, dim=3):

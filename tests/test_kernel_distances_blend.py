@@ -6,27 +6,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import clustered_pair_table
+from conftest import FixedKernelLearner as Fixed
+from conftest import clustered_pair_table, new_object_pairs
 from numpy.testing import assert_allclose, assert_array_equal
-from sklearn.base import BaseEstimator, RegressorMixin
 
 from megkernel import KernelDistances, MEGKernelRegressor
 from megkernel._objects_verdict import TIE_BREAK, scale_map
-from megkernel.objects import KernelLearnerMixin, clear_cache
-
-
-class Fixed(KernelLearnerMixin, RegressorMixin, BaseEstimator):
-    """A 'learner' returning a given kernel (the identity by default)."""
-
-    def __init__(self, objects=None, kernel=None):
-        self.objects = objects
-        self.kernel = kernel
-
-    def fit(self, pairs, targets):
-        self.objects_ = np.asarray(self.objects, dtype=object)
-        self.kernel_ = (np.eye(len(self.objects_)) if self.kernel is None
-                        else np.asarray(self.kernel, dtype=float))
-        return self
+from megkernel.objects import clear_cache
 
 
 def _clustered(n=40, seed=0, fraction=0.5):
@@ -173,10 +159,7 @@ def test_a_new_object_keeps_its_given_distances_in_the_blend():
     ids, _, points, table = _clustered(n=44)
     known, new = ids[:40], ids[40:]
     inside = table["a"].isin(known) & table["b"].isin(known)
-    across = table[table["a"].isin(new) ^ table["b"].isin(new)]
-    new_pairs = pd.DataFrame({"new": np.where(across["a"].isin(new), across["a"], across["b"]),
-                              "known": np.where(across["a"].isin(new), across["b"],
-                                                across["a"])})
+    across, new_pairs = new_object_pairs(table, new)
     out = {}
     for keep in ("blend", "never"):
         step = KernelDistances(learner=MEGKernelRegressor(objects=known, random_state=0),

@@ -4,27 +4,15 @@ distances and the shared given partners, against a computation by loops."""
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import clustered_pair_table
+from conftest import FixedKernelLearner as Fixed
+from conftest import clustered_pair_table, new_object_pairs
 from numpy.testing import assert_allclose, assert_array_equal
-from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.isotonic import IsotonicRegression
 
 from megkernel import KernelDistances
 from megkernel._objects_paths import NO_EVIDENCE, PATH_CLIP
 from megkernel._objects_verdict import TIE_BREAK
-from megkernel.objects import KernelLearnerMixin, clear_cache
-
-
-class Fixed(KernelLearnerMixin, RegressorMixin, BaseEstimator):
-    """A 'learner' returning the identity kernel (it knows nothing)."""
-
-    def __init__(self, objects=None):
-        self.objects = objects
-
-    def fit(self, pairs, targets):
-        self.objects_ = np.asarray(self.objects, dtype=object)
-        self.kernel_ = np.eye(len(self.objects_))
-        return self
+from megkernel.objects import clear_cache
 
 
 @pytest.fixture(autouse=True)
@@ -124,10 +112,7 @@ def test_a_new_object_is_placed_by_its_given_partners_and_their_paths():
     ids, labels, table = _table(n=44, fraction=0.3)
     known, new = ids[:40], ids[40:]
     inside = table["a"].isin(known) & table["b"].isin(known)
-    across = table[table["a"].isin(new) ^ table["b"].isin(new)]
-    new_pairs = pd.DataFrame({"new": np.where(across["a"].isin(new), across["a"], across["b"]),
-                              "known": np.where(across["a"].isin(new), across["b"],
-                                                across["a"])})
+    across, new_pairs = new_object_pairs(table, new)
     step = KernelDistances(learner=Fixed(objects=known), pairs=table.loc[inside, ["a", "b"]],
                            targets=table.loc[inside, "sq"], given_squared=True,
                            keep_given="paths", squared=True, new_pairs=new_pairs,

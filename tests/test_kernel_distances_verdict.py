@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import FixedKernelLearner as Forgetful
 from conftest import clustered_pair_table
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -28,18 +29,6 @@ from megkernel._objects_verdict import (
     neighbour_verdict,
 )
 from megkernel.objects import KernelLearnerMixin, clear_cache
-
-
-class Forgetful(KernelLearnerMixin, RegressorMixin, BaseEstimator):
-    """A 'learner' whose kernel is the identity: every pair equally far apart."""
-
-    def __init__(self, objects=None):
-        self.objects = objects
-
-    def fit(self, pairs, targets):
-        self.objects_ = np.asarray(self.objects, dtype=object)
-        self.kernel_ = np.eye(len(self.objects_))
-        return self
 
 
 def _clustered(n=40, seed=0, fraction=0.5):
