@@ -195,7 +195,9 @@ def test_unfitted_and_unsupported_models_are_refused(stream):
 
 def test_pipeline_and_new_pyplot_figure(stream):
     pairs, y = stream
-    pipeline = make_pipeline(MEGKernelRegressor(n_objects=D)).fit(pairs[:300], y[:300])
+    # a fixed seed: about one held-out draw in 40 makes the kernel lose to its prior
+    learner = MEGKernelRegressor(n_objects=D, random_state=0)
+    pipeline = make_pipeline(learner).fit(pairs[:300], y[:300])
     before = plt.get_fignums()
     try:
         ax = plot_learning_curve(pipeline)
