@@ -606,7 +606,8 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     observed distances alone, the full matrix, each learner's kernel alone
     (``keep_given="never"``), the blend of the given and the learned
     distances (``keep_given="blend"``: what the default keeps without
-    labels), the evidence of the given pairs' graph (``keep_given="paths"``:
+    labels, unless the learner finds its kernel weak: then ``"first"``),
+    the evidence of the given pairs' graph (``keep_given="paths"``:
     the labels of each split's training half read the chance of one class
     off the given distances) and the default step (``keep_given="auto"``: the labels of each
     split's training half choose), with the first (cache-filling) fit's wall
@@ -621,7 +622,7 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     head = "| task | seed | objects | pairs given | observed | full |"
     rule = "|---|---|---|---|---|---|"
     for name in learners:
-        head += (f" {name} kernel | {name} blend (no labels) | {name} paths | {name} default "
+        head += (f" {name} kernel | {name} blend | {name} paths | {name} default "
                  f"| {name} fit s | {name} warned |")
         rule += "---|---|---|---|---|---|"
     print(head)

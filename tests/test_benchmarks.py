@@ -196,7 +196,8 @@ def test_own_data_sparse_quick(bench_own_data, capsys):
     for row in rows:
         accuracies = [float(row[k]) for k in (4, 5, 6, 7, 8, 9, 12, 13, 14, 15)]
         assert all(0.0 <= a <= 1.0 for a in accuracies)
-        assert float(row[10]) > 0 and float(row[16]) > 0  # fit times
+        # fit times, in tenths of a second: a quick table's fit can print 0.0
+        assert float(row[10]) >= 0 and float(row[16]) >= 0
     assert "MEG: default >= observed on" in out and "of 2 tables" in out
     assert "DB: default >= observed on" in out
 
