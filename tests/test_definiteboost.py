@@ -519,8 +519,10 @@ def test_gridsearch_over_gamma_on_labelled_pairs():
     d = 30
     pairs, y, low, high = _labelled_pairs(d, seed=61)
     grid = {"gamma": [0.25 * low, 0.5 * low, low]}  # below gamma_dissimilar=high
+    # a fixed seed: one held-out draw in 40 makes a fold's kernel rank its
+    # held-out pairs below the prior (AUC 0.47), which warns
     search = GridSearchCV(DefiniteBoostKernel(n_objects=d, gamma_dissimilar=high,
-                                              max_iter=300), grid, cv=3)
+                                              max_iter=300, random_state=0), grid, cv=3)
     _quiet(search.fit, pairs, y)
     assert search.best_params_["gamma"] in grid["gamma"]
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
