@@ -685,12 +685,28 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     more doublings at the pace of the last one (the scores' rise per
     doubling, none if they fell) still leave it below the prior's: the
     checkpoints of the patience, one and two passes, would not replace it.
+    With k-NN margins the same holds of the held-out 1-NN accuracy (the
+    share of positive margins): no checkpoint whose accuracy is
+    significantly below the choice's replaces it (:func:`_replaces`), however
+    far its margins rise.
     """
     last = len(table) - 1
-    if last < 2 or not gain_is_real(table[0], table[last], z, n_repeats):
+    if last < 2:
         return False
-    rise = max(scores[last] - scores[last - 1], 0.0)
-    return bool(scores[last] + 2.0 * rise < scores[0])
+
+    def stays_below(rows, values):
+        if not gain_is_real(rows[0], rows[2], z, n_repeats):
+            return False
+        rise = max(values[2] - values[1], 0.0)
+        return bool(values[2] + 2.0 * rise < values[0])
+
+    rows = [table[0], table[last - 1], table[last]]
+    if stays_below(rows, [scores[0], scores[last - 1], scores[last]]):
+        return True
+    if isinstance(table[0][0], tuple):  # AUC placements: no accuracy
+        return False
+    right = [[(item > 0).astype(float) for item in row] for row in rows]
+    return stays_below(right, [float(np.mean([item.mean() for item in row])) for row in right])
 
 
 def _mean_scores(items):

@@ -1,0 +1,99 @@
+"""DefiniteBoostMetric's validation of its sweeps: where it stops, what it keeps.
+
+The loop of :mod:`megkernel._solvers.holdout` with DefiniteBoost's early stop
+(``early_prior``): before one pass over the pairs it stops where the prior,
+still the choice, is out of reach -- by the held-out scores, or by the
+held-out 1-NN accuracy, which no checkpoint may lose against the choice.
+"""
+
+import numpy as np
+
+from megkernel._solvers.holdout import (
+    _prior_out_of_reach,
+    doubling_checkpoints,
+    validate_length,
+)
+
+
+class _Classes:
+    """Class labels whose pairs the folds keep (as neighbourhood pairs)."""
+
+    def __init__(self, codes):
+        self.codes = codes
+
+    def draw(self, points, seed):
+        return None
+
+
+class _Path:
+    """A fold path with given held-out margins per length (``margins(length, n)``)."""
+
+    def __init__(self, scorer, margins, asked):
+        self.n, self.margins, self.asked = len(scorer.queries), margins, asked
+
+    def score_at(self, length):
+        self.asked.append(length)
+        return self.margins(length, self.n)
+
+
+def _validate(margins):
+    rng = np.random.default_rng(0)
+    n = 200
+    codes = np.arange(n) % 2
+    pairs = np.column_stack([np.arange(n), (np.arange(n) + 2) % n])
+    signs = np.ones(n)
+    asked = []
+    best, log = validate_length(
+        n,
+        pairs,
+        signs,
+        lambda scorer: _Path(scorer, margins, asked),
+        checkpoints=doubling_checkpoints(1000),
+        n_folds=5,
+        rng=rng,
+        learner="DefiniteBoostMetric",
+        classes=_Classes(codes),
+        early_prior=True,
+    )
+    return best, log, max(asked)
+
+
+def _learned(length, n, *, right_after):
+    """All queries right under the prior (margin 0.5); after it, larger margins for most,
+    negative ones for the rest (``right_after(length)`` of them right)."""
+    if length == 0:
+        return np.full(n, 0.5)
+    right = np.arange(n) < int(round(right_after(length) * n))
+    return np.where(right, 0.95, -0.05)
+
+
+def test_falling_accuracy_stops_the_sweeps_before_one_pass():
+    # the margins rise significantly over the prior's at every checkpoint while a
+    # steady 30 % of the held-out points turn wrong: no checkpoint can replace the
+    # prior, so the runs stop at half a pass instead of going on to two
+    best, log, longest = _validate(lambda length, n: _learned(length, n, right_after=lambda _: 0.7))
+    assert log["scores"][1] > log["scores"][0]  # the margins did rise
+    assert log["accuracies"][-1] < log["accuracies"][0]
+    assert best == 0.0
+    assert log["stopped"] == "out_of_reach"
+    assert longest == 0.5
+    assert log["checkpoints"] == [0.0, 0.125, 0.25, 0.5]
+
+
+def test_recovering_accuracy_goes_on_past_half_a_pass():
+    # the accuracy falls at first but rises fast enough towards the prior's: the
+    # patience's checkpoints are still run
+    def right_after(length):
+        return {0.125: 0.6, 0.25: 0.6, 0.5: 0.85}.get(length, 1.0)
+
+    best, log, longest = _validate(lambda length, n: _learned(length, n, right_after=right_after))
+    assert longest >= 1.0
+    assert log["stopped"] != "out_of_reach" or log["checkpoints"][-1] >= 1.0
+
+
+def test_auc_validation_is_unchanged_by_the_accuracy_rule():
+    # with AUC placements (pairs without classes) there is no accuracy to read:
+    # the rule only looks at the scores
+    placements = (np.linspace(0.4, 0.6, 50), np.linspace(0.4, 0.6, 50))
+    table = [[placements] * 5 for _ in range(4)]
+    assert not _prior_out_of_reach(table, z=2.0, n_repeats=1, scores=[0.5] * 4)
