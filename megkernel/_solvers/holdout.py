@@ -686,9 +686,13 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     doubling, none if they fell) still leave it below the prior's: the
     checkpoints of the patience, one and two passes, would not replace it.
     With k-NN margins the same holds of the held-out 1-NN accuracy (the
-    share of positive margins): no checkpoint whose accuracy is
-    significantly below the choice's replaces it (:func:`_replaces`), however
-    far its margins rise.
+    share of positive margins), where the margins do not climb back to the
+    prior's within those two doublings (margins still below it but rising
+    fast may carry the accuracy back with them): no checkpoint whose
+    accuracy is significantly below the choice's replaces it
+    (:func:`_replaces`), however far its margins rise above the prior's
+    (the margins of points already right grow while a few others turn
+    wrong).
     """
     last = len(table) - 1
     if last < 2:
@@ -704,6 +708,10 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     if stays_below(rows, [scores[0], scores[last - 1], scores[last]]):
         return True
     if isinstance(table[0][0], tuple):  # AUC placements: no accuracy
+        return False
+    climbing = scores[last] < scores[0] <= scores[last] + 2.0 * max(
+        scores[last] - scores[last - 1], 0.0)
+    if climbing:
         return False
     right = [[(item > 0).astype(float) for item in row] for row in rows]
     return stays_below(right, [float(np.mean([item.mean() for item in row])) for row in right])
