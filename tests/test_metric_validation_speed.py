@@ -138,3 +138,41 @@ def test_far_pairs_and_a_tiny_temperature_over_the_edges_stay_finite():
     ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
     P, p = ascent._edges.probabilities(ascent.exponent, 1e-310)
     assert np.all(np.isfinite(P)) and np.all(np.isfinite(p))
+
+
+def test_the_pairs_ascent_among_many_points_starts_without_a_square_array():
+    """3000 points in 4000 pairs: choosing the edges and starting the ascent
+    (masks, temperature, first evaluation) allocates far less than one
+    3000 x 3000 array (72 MB); the square masks were built before the choice."""
+    coordinates, pairs, signs, prior = _sparse_table(8, n_points=3000, n_pairs=4000, rank=5)
+    tracemalloc.start()
+    try:
+        ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ascent._edges is not None
+    assert peak < 8e6
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_the_edges_made_from_the_pairs_are_the_masks_partners(seed):
+    """The edges built from the pairs alone are the unblocked entries of the
+    square masks, in row-major order, similar where the mask says so (a pair
+    given with both labels included), and the temperature among partners is
+    that of the square arrays."""
+    coordinates, pairs, signs, prior = _sparse_table(seed, n_points=40, n_pairs=70)
+    pairs = np.vstack([pairs, pairs[:3, ::-1]])  # the same pairs again, reversed,
+    signs = np.r_[signs, -signs[:3]]  # with the other label
+    other = pairs[:, 0] != pairs[:, 1]
+    points, local = np.unique(pairs[other], return_inverse=True)
+    local = local.reshape(-1, 2)
+    blocked, same = pair_masks(len(points), local, signs[other])
+    edges = sn._PartnerEdges(coordinates[points], local, signs[other])
+    rows, cols = np.nonzero(blocked == 0)
+    np.testing.assert_array_equal(edges.rows, rows)
+    np.testing.assert_array_equal(edges.cols, cols)
+    np.testing.assert_array_equal(edges.right, same[rows, cols])
+    assert edges.prior_temperature(coordinates[points], prior) == pytest.approx(
+        sn.prior_temperature(coordinates[points], prior, blocked), rel=1e-12
+    )
