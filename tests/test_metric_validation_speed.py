@@ -10,8 +10,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from test_metric_pair_loss_candidate import _pair_loss_problem, _race
 
 import megkernel._solvers.metric_soft_neighbors as sn
+import megkernel._solvers.metric_validation as mv
 from megkernel._solvers.metric_meg import embedding
 from megkernel._solvers.metric_soft_neighbors import (
     SoftNeighborAscent,
@@ -176,3 +178,31 @@ def test_the_edges_made_from_the_pairs_are_the_masks_partners(seed):
     assert edges.prior_temperature(coordinates[points], prior) == pytest.approx(
         sn.prior_temperature(coordinates[points], prior, blocked), rel=1e-12
     )
+
+
+def test_the_pair_loss_validated_past_its_race_continues_the_races_folds(monkeypatch):
+    """Where the pair loss goes on past its race, the full validation continues
+    each fold's trajectory from the race's end: it makes exactly the MEG trials
+    of one validation without the race (the folds were run again from the
+    prior), with the same result and generator state."""
+    trials = []
+    real = mv.run_batches
+
+    def counted(*args, **kwargs):
+        trials.append(kwargs["n_more"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mv, "run_batches", counted)
+    coordinates, these, targets, sides, prior, rate = _pair_loss_problem()
+    rng = np.random.default_rng(5)
+    expected = mv.validate_epochs(
+        coordinates, these[0], targets, sides, these[1], prior,
+        learning_rate=rate, batch_size=80, rng=rng, max_epochs=64,
+    )  # fmt: skip
+    alone = sum(trials)
+    trials.clear()
+    epochs, log, after = _race((-np.inf, -np.inf))
+    assert max(log["checkpoints"]) > mv.RACE_EPOCHS  # the race went on
+    assert sum(trials) == alone
+    assert (epochs, log["scores"]) == (expected[0], expected[1]["scores"])
+    assert after.bit_generator.state == rng.bit_generator.state
