@@ -366,7 +366,7 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
             learning_rate=learning_rate, batch_size=batch_size, rng=fold_rng,
             n_folds=n_folds, max_epochs=max_iter, checkpoints=checkpoints, classes=classes,
             looks_before=looks_before, paths=paths)
-        path_rng.append(fold_rng)  # the first run's draws the epochs' orders of both
+        path_rng.append(fold_rng)  # the first run's generator draws both runs' epoch orders
         return epochs, log, path_rng[0]
 
     full = doubling_checkpoints(max_iter)
