@@ -53,10 +53,11 @@ def _seeded_global_generator():
     independent of which tests ran before it: on small tables an occasional
     held-out draw makes a kernel lose to its prior, and the warning that says
     so is an error under the suite's filters."""
-    state = np.random.get_state()
-    np.random.seed(0)
+    # the legacy global generator is the one check_random_state(None) uses
+    state = np.random.get_state()  # noqa: NPY002
+    np.random.seed(0)  # noqa: NPY002
     yield
-    np.random.set_state(state)
+    np.random.set_state(state)  # noqa: NPY002
 
 
 def _expected_failure(item, call):

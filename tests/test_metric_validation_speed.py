@@ -10,8 +10,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from test_metric_pair_loss_candidate import _pair_loss_problem, _race
 
 import megkernel._solvers.metric_soft_neighbors as sn
+import megkernel._solvers.metric_validation as mv
 from megkernel._solvers.metric_meg import embedding
 from megkernel._solvers.metric_soft_neighbors import (
     SoftNeighborAscent,
@@ -138,3 +140,69 @@ def test_far_pairs_and_a_tiny_temperature_over_the_edges_stay_finite():
     ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
     P, p = ascent._edges.probabilities(ascent.exponent, 1e-310)
     assert np.all(np.isfinite(P)) and np.all(np.isfinite(p))
+
+
+def test_the_pairs_ascent_among_many_points_starts_without_a_square_array():
+    """3000 points in 4000 pairs: choosing the edges and starting the ascent
+    (masks, temperature, first evaluation) allocates far less than one
+    3000 x 3000 array (72 MB); the square masks were built before the choice."""
+    coordinates, pairs, signs, prior = _sparse_table(8, n_points=3000, n_pairs=4000, rank=5)
+    tracemalloc.start()
+    try:
+        ascent = SoftNeighborAscent.of_pairs(coordinates, pairs, signs, prior, 1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ascent._edges is not None
+    assert peak < 8e6
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_the_edges_made_from_the_pairs_are_the_masks_partners(seed):
+    """The edges built from the pairs alone are the unblocked entries of the
+    square masks, in row-major order, similar where the mask says so (a pair
+    given with both labels included), and the temperature among partners is
+    that of the square arrays."""
+    coordinates, pairs, signs, prior = _sparse_table(seed, n_points=40, n_pairs=70)
+    pairs = np.vstack([pairs, pairs[:3, ::-1]])  # the same pairs again, reversed,
+    signs = np.r_[signs, -signs[:3]]  # with the other label
+    other = pairs[:, 0] != pairs[:, 1]
+    points, local = np.unique(pairs[other], return_inverse=True)
+    local = local.reshape(-1, 2)
+    blocked, same = pair_masks(len(points), local, signs[other])
+    edges = sn._PartnerEdges(coordinates[points], local, signs[other])
+    rows, cols = np.nonzero(blocked == 0)
+    np.testing.assert_array_equal(edges.rows, rows)
+    np.testing.assert_array_equal(edges.cols, cols)
+    np.testing.assert_array_equal(edges.right, same[rows, cols])
+    assert edges.prior_temperature(coordinates[points], prior) == pytest.approx(
+        sn.prior_temperature(coordinates[points], prior, blocked), rel=1e-12
+    )
+
+
+def test_the_pair_loss_validated_past_its_race_continues_the_races_folds(monkeypatch):
+    """Where the pair loss goes on past its race, the full validation continues
+    each fold's trajectory from the race's end: it makes exactly the MEG trials
+    of one validation without the race (the folds were run again from the
+    prior), with the same result and generator state."""
+    trials = []
+    real = mv.run_batches
+
+    def counted(*args, **kwargs):
+        trials.append(kwargs["n_more"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mv, "run_batches", counted)
+    coordinates, these, targets, sides, prior, rate = _pair_loss_problem()
+    rng = np.random.default_rng(5)
+    expected = mv.validate_epochs(
+        coordinates, these[0], targets, sides, these[1], prior,
+        learning_rate=rate, batch_size=80, rng=rng, max_epochs=64,
+    )  # fmt: skip
+    alone = sum(trials)
+    trials.clear()
+    epochs, log, after = _race((-np.inf, -np.inf))
+    assert max(log["checkpoints"]) > mv.RACE_EPOCHS  # the race went on
+    assert sum(trials) == alone
+    assert (epochs, log["scores"]) == (expected[0], expected[1]["scores"])
+    assert after.bit_generator.state == rng.bit_generator.state

@@ -29,6 +29,8 @@ neighbour under the Euclidean prior (a soft 1-NN at the data's own scale).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from .metric_meg import MetricExponent, embedding
@@ -178,15 +180,40 @@ class _PartnerEdges:
     as directed edges ``i -> j`` grouped by ``i``: the probabilities, the
     objective and its gradient of :class:`SoftNeighborAscent` with ``masks``,
     computed over the edges (``O(pairs x r)``) instead of the ``n x n``
-    arrays of every point against every other.
+    arrays of every point against every other. Made from the pairs
+    themselves: nothing of size ``n x n`` is built.
     """
 
-    def __init__(self, coordinates, blocked, same):
-        self.rows, self.cols = np.nonzero(blocked == 0)  # row-major: grouped by row
-        self.right = same[self.rows, self.cols]
+    def __init__(self, coordinates, pairs, signs):
+        # pairs: local rows of ``coordinates``, no pair of a point with itself
+        n = len(coordinates)
+        a, b = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+        similar = np.asarray(signs) > 0
+        # both directions, each directed edge once, in row-major order (grouped by row)
+        keys, inverse = np.unique(np.r_[a * n + b, b * n + a], return_inverse=True)
+        self.rows, self.cols = np.divmod(keys, n)
+        self.right = np.zeros(len(keys))  # a pair given with both labels counts as similar
+        self.right[inverse.reshape(-1)[np.r_[similar, similar]]] = 1.0
         self.starts = np.flatnonzero(np.r_[True, self.rows[1:] != self.rows[:-1]])
-        # the edges' instances u_ij = z_i - z_j, the same at every step
-        self.differences = coordinates[self.rows] - coordinates[self.cols]
+        self._coordinates = coordinates
+
+    @cached_property
+    def differences(self):
+        """The edges' instances ``u_ij = z_i - z_j``, the same at every step (made once)."""
+        return self._coordinates[self.rows] - self._coordinates[self.cols]
+
+    def prior_temperature(self, coordinates, prior):
+        """:func:`prior_temperature` among partners, over the edges."""
+        scaled = coordinates * np.sqrt(prior)
+        sq_norms = np.einsum("ij,ij->i", scaled, scaled)
+        sq = np.maximum(sq_norms[self.rows] + sq_norms[self.cols]
+                        - 2.0 * np.einsum("ij,ij->i", scaled[self.rows], scaled[self.cols]),
+                        0.0)
+        temperature = float(np.mean(np.minimum.reduceat(sq, self.starts)))
+        if temperature > 0:
+            return temperature
+        positive = sq[sq > 0]
+        return float(np.median(positive)) if positive.size else 1.0
 
     def probabilities(self, exponent, temperature):
         """Return each edge's ``p_ij`` and each point's probability of a similar pick."""
@@ -231,22 +258,20 @@ class SoftNeighborAscent:
     masks : tuple of ndarray or None, default=None
         Given pairs instead of classes: ``(blocked, same)`` of
         :func:`pair_masks` (``codes`` is then not read).
+    edges : _PartnerEdges or None, default=None
+        Given pairs instead of classes, over their edges alone (``codes``
+        is then not read): see :meth:`of_pairs`, which chooses.
     """
 
-    def __init__(self, coordinates, codes, prior, temperature, *, masks=None):
+    def __init__(self, coordinates, codes, prior, temperature, *, masks=None, edges=None):
         self.coordinates, self.codes = coordinates, np.asarray(codes)
         self.temperature = float(temperature)
         self.exponent = MetricExponent.from_prior(prior)
         self.step, self.n_iter, self.converged = 1.0, 0, False
         self._blocked, self._same = masks if masks is not None else (None, None)
-        self._edges = None
-        if self._same is None:  # 0/1: a product, not a masked reduction, per step
+        self._edges = edges
+        if self._same is None and edges is None:  # 0/1: a product, not a masked reduction
             self._same = (self.codes[:, None] == self.codes[None, :]).astype(float)
-        elif (np.count_nonzero(self._blocked == 0) * self.coordinates.shape[1]
-              <= _EDGES_BELOW * self._blocked.size):
-            # given pairs among many points: over the pairs alone (O(E r^2), not O(n^2 r))
-            self._edges = _PartnerEdges(self.coordinates, self._blocked, self._same)
-            self._blocked = self._same = None
         self.objective, self._state = self._evaluate(self.exponent)
         self.objectives = [self.objective]
 
@@ -264,10 +289,15 @@ class SoftNeighborAscent:
         if not len(pairs):
             return cls._at_prior(coordinates, prior, temperature)
         points, local = np.unique(pairs, return_inverse=True)
-        masks = pair_masks(len(points), local.reshape(-1, 2), signs)
-        own = coordinates[points]
-        return cls(own, np.zeros(len(points), dtype=int), prior,
-                   temperature * prior_temperature(own, prior, masks[0]), masks=masks)
+        local, own, codes = local.reshape(-1, 2), coordinates[points], np.zeros(len(points), int)
+        edges = _PartnerEdges(own, local, signs)  # O(pairs): which path, before any n x n
+        if len(edges.rows) * own.shape[1] <= _EDGES_BELOW * len(points) ** 2:
+            # given pairs among many points: over the pairs alone (O(E r^2), not O(n^2 r))
+            return cls(own, codes, prior, temperature * edges.prior_temperature(own, prior),
+                       edges=edges)
+        masks = pair_masks(len(points), local, signs)
+        return cls(own, codes, prior, temperature * prior_temperature(own, prior, masks[0]),
+                   masks=masks)
 
     @classmethod
     def of_classes(cls, coordinates, codes, prior, temperature):

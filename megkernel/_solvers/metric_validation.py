@@ -59,22 +59,25 @@ class _EpochPath:
         self.exponent = MetricExponent.from_prior(prior)
         self.learning_rate, self.batch_size = learning_rate, batch_size
         self.rng, self.order, self.n_seen = rng, None, 0
+        self.scores = {}  # a path met again (a race continued) does not recompute
 
     def score_at(self, epochs):
-        stop = self.scorer.steps(epochs)
-        _, self.order = run_batches(
-            self.exponent, self.diffs, self.targets, self.sides,
-            learning_rate=self.learning_rate, n_seen=self.n_seen,
-            n_more=stop - self.n_seen, batch_size=self.batch_size, rng=self.rng,
-            order=self.order)
-        self.n_seen = stop
-        return self.scorer.score(embedding(self.coordinates, self.exponent))
+        if epochs not in self.scores:
+            stop = self.scorer.steps(epochs)
+            _, self.order = run_batches(
+                self.exponent, self.diffs, self.targets, self.sides,
+                learning_rate=self.learning_rate, n_seen=self.n_seen,
+                n_more=stop - self.n_seen, batch_size=self.batch_size, rng=self.rng,
+                order=self.order)
+            self.n_seen = stop
+            self.scores[epochs] = self.scorer.score(embedding(self.coordinates, self.exponent))
+        return self.scores[epochs]
 
 
 def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learning_rate,
                     batch_size, rng, n_folds="auto", max_epochs=MAX_PASSES, checkpoints=None,
                     patience=2, z=2.0, elasticity=ELASTICITY, min_items=_MIN_ITEMS,
-                    classes=None, looks_before=0):
+                    classes=None, looks_before=0, paths=None):
     """How many epochs of mini-batch MEG: cross-validated over the training points.
 
     :func:`megkernel._solvers.holdout.validate_length` with MEG's
@@ -84,7 +87,11 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     ``checkpoints`` (``None``: :func:`doubling_checkpoints` up to
     ``max_epochs``). Without a usable fold one epoch is run, as the paper's
     pass. ``classes``: as in ``validate_length`` (pairs drawn from labels,
-    drawn again in each fold).
+    drawn again in each fold). ``paths``: a dict that keeps the folds'
+    paths (by their order); a validation over the same folds (the same
+    generator state) given it again continues each fold's trajectory where
+    it stopped, with the generator it was drawing from, instead of running
+    it again from the prior.
 
     Returns
     -------
@@ -93,9 +100,17 @@ def validate_epochs(coordinates, pairs, targets, sides, signs, prior, *, learnin
     log : dict
         As :func:`~megkernel._solvers.holdout.validate_length`.
     """
+    made = []
+
     def make_path(scorer):
-        return _EpochPath(scorer, coordinates, signs, targets, sides, prior,
-                          learning_rate=learning_rate, batch_size=batch_size, rng=rng)
+        made.append(scorer)  # the folds come in the same order in every run
+        if paths is None or len(made) not in paths:
+            path = _EpochPath(scorer, coordinates, signs, targets, sides, prior,
+                              learning_rate=learning_rate, batch_size=batch_size, rng=rng)
+            if paths is None:
+                return path
+            paths[len(made)] = path
+        return paths[len(made)]
 
     epochs, log = validate_length(len(coordinates), pairs, signs, make_path,
                                   checkpoints=(doubling_checkpoints(max_epochs)
@@ -342,14 +357,17 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     checkpoint. Returns ``(epochs, log, rng)``, ``rng`` the generator after
     the validation that counts.
     """
+    paths, path_rng = {}, []  # the race's trajectories, continued by the full validation
+
     def run(checkpoints):
         fold_rng = copy.deepcopy(rng)
         epochs, log = validate_epochs(
             coordinates, these[0], targets, sides, these[1], prior,
             learning_rate=learning_rate, batch_size=batch_size, rng=fold_rng,
             n_folds=n_folds, max_epochs=max_iter, checkpoints=checkpoints, classes=classes,
-            looks_before=looks_before)
-        return epochs, log, fold_rng
+            looks_before=looks_before, paths=paths)
+        path_rng.append(fold_rng)  # the first run's generator draws both runs' epoch orders
+        return epochs, log, path_rng[0]
 
     full = doubling_checkpoints(max_iter)
     short = [checkpoint for checkpoint in full if checkpoint <= race]
