@@ -222,7 +222,7 @@ def test_secular_solver_matches_lapack(kind, seed):
         lanes = np.empty((12, k))
         info = kernels._secular_roots(d, z, rho, roots, deltaT, inverseT, poles, lanes,
                                       np.empty(k, dtype=np.intp),
-                                      np.empty(10, dtype=np.int32), np.empty(4))
+                                      np.empty(10, dtype=np.int32), np.empty(8))
         assert info == 0
         # the pole reciprocals, kept for the eigenvectors: poles[i, j] = 1 / (d_j - d_i)
         with np.errstate(divide="ignore"):
@@ -264,7 +264,7 @@ def test_eigenvectors_of_the_secular_solution_are_orthonormal(kind):
         lanes = np.empty((12, k))
         assert kernels._secular_roots(d, z, rho, roots, deltaT, vectorsT, poles, lanes,
                                       np.empty(k, dtype=np.intp),
-                                      np.empty(10, dtype=np.int32), np.empty(4)) == 0
+                                      np.empty(10, dtype=np.int32), np.empty(8)) == 0
         assert kernels._eigenvectors(d, z, deltaT, poles, vectorsT, np.empty(k),
                                      np.empty(k), lanes[1], lanes[0], lanes[8])
         matrix = np.diag(d) + rho * np.outer(z, z)

@@ -74,6 +74,8 @@ _reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"},
 
 #: Float scratch vectors of length ``n`` (before the blocks).
 _VECTORS = 19
+#: Float scratch scalars: LAPACK's two, BLAS's two, a root's known evaluation.
+_SCALARS = 8
 #: Integer scratch vectors of length ``n``.
 _INDICES = 3
 
@@ -83,14 +85,14 @@ def make_workspace(n, m):
 
     Returns ``(floats, ints, lapack_ints)``: a float array holding
     :data:`_VECTORS` vectors of length ``n`` (twelve of them the secular
-    solver's per-root state), LAPACK's two real scalars and BLAS's two,
+    solver's per-root state), :data:`_SCALARS` scalars,
     two ``n x n`` blocks (the secular deltas, the small eigenvectors) and
     two ``n x m`` blocks (the gathered and the updated eigenvector rows);
     an ``intp`` array of :data:`_INDICES` index vectors;
     ``dlaed4``'s three and ``dgemm``'s five integer arguments (int32).
     Contents never matter (written before read).
     """
-    floats = np.empty(_VECTORS * n + 4 + 2 * n * n + 2 * n * m)
+    floats = np.empty(_VECTORS * n + _SCALARS + 2 * n * n + 2 * n * m)
     return floats, np.empty(_INDICES * n, dtype=np.intp), np.empty(10, dtype=np.int32)
 
 
@@ -123,31 +125,41 @@ def _secular_sums(zk, shifted, tau, row, inverse, split):
     return psi, dpsi, phi, dphi
 
 
-@_reduction
+@_strict
 def _eigenvectors(dk, zk, deltaT, poles, vectorsT, zhat, norms, base, tau, stored):
     """Eigenvectors of the kept block, as the *columns* of ``vectorsT`` (``dlaed3``).
 
     Gu & Eisenstat's recomputed ``zhat`` makes them numerically orthogonal:
     ``zhat_i^2 = -(dk_i - root_i) prod_{j != i} (dk_i - root_j) / (dk_i -
-    dk_j)``, with the pole reciprocals ``poles[i, j] = 1 / (dk_j - dk_i)``
+    dk_j)``, with the pole reciprocals ``poles[j, i] = 1 / (dk_i - dk_j)``
     of :func:`_secular_roots` and the deltas ``dk_i - root_j = (dk_i -
     base_j) - tau_j`` recomputed as the secular solver formed them, or read
-    from ``deltaT[i, j]`` where ``stored[j] != 0`` (a root from ``dlaed4``).
-    On entry ``vectorsT[i, j]`` holds ``1 / (dk_i - root_j)``. Rows run over
-    the roots innermost (vectorized); the products along a row are its only
-    reductions. Returns False if a vector is not finite (a root on a pole:
-    the update must then be recomputed from the exponent), else True.
+    from ``deltaT[i, j]`` where ``stored[j] != 0`` (a root from ``dlaed4``);
+    the products run over ``j`` in order, vectorized over ``i``. On entry
+    ``vectorsT[i, j]`` holds ``1 / (dk_i - root_j)``; the norms are sums down
+    the columns, vectorized over the roots. Returns False if a vector is
+    not finite (a root on a pole: the update must then be recomputed from
+    the exponent), else True.
     """
     k = dk.size
     for i in range(k):
-        di = dk[i]
-        inverse = poles[i]
-        rows = deltaT[i]
-        product = 1.0
-        for j in range(k):
-            r = rows[j] if stored[j] != 0.0 else (di - base[j]) - tau[j]
-            product *= r if j == i else r * -inverse[j]
-        zhat[i] = math.sqrt(-product) if zk[i] >= 0 else -math.sqrt(-product)
+        zhat[i] = 1.0
+    for j in range(k):
+        # column j's factors, vectorized over i: (dk_i - root_j) / (dk_i - dk_j),
+        # with 1 / (dk_i - dk_j) = poles[j, i]; the root's own delta alone
+        inverse = poles[j]
+        if stored[j] != 0.0:
+            for i in range(k):
+                r = deltaT[i, j]
+                zhat[i] *= r if i == j else r * inverse[i]
+        else:
+            shift = base[j]
+            t = tau[j]
+            for i in range(k):
+                r = (dk[i] - shift) - t
+                zhat[i] *= r if i == j else r * inverse[i]
+    for i in range(k):
+        zhat[i] = math.sqrt(-zhat[i]) if zk[i] >= 0 else -math.sqrt(-zhat[i])
     for j in range(k):
         norms[j] = 0.0
     for i in range(k):
@@ -198,13 +210,15 @@ def _lane_sums(dk, zk, tau, total, slope, size, inverseT):
 
 @_strict
 def _secular_root(j, dk, zk, rho, row, inverse, shifted, tau, lower, upper, w_prev,
-                  first_step, guessed):
+                  first_step, guessed, sums):
     """Root ``j`` of the secular equation alone, by ``dlaed4``'s iteration.
 
     From ``tau`` above pole ``j`` (bracketed by ``lower`` and ``upper``,
     the last evaluation's ``w_prev``) at step ``first_step``: origin at the
     nearer pole, fixed-weight and middle-way rational steps, bisection
-    safeguard, ``dlaed4``'s rounding-error stopping test. Returns ``(code,
+    safeguard, ``dlaed4``'s rounding-error stopping test. ``sums``, if not
+    empty, holds ``w``, ``w'`` and the error bound of the evaluation at
+    ``tau`` (taken side by side), used for the first step. Returns ``(code,
     origin, tau)``: code 1, converged at an evaluation (``row = (dk -
     dk[origin]) - tau`` and ``inverse = 1 / row`` from it); 2, converged by a
     rational step of round-off size (``row`` set, ``inverse`` stale); 0, not
@@ -219,11 +233,21 @@ def _secular_root(j, dk, zk, rho, row, inverse, shifted, tau, lower, upper, w_pr
     for i in range(k):
         shifted[i] = dk[i] - base
     for step in range(first_step, _MAX_STEPS):
-        psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, inverse, p)
-        w = 1.0 / rho + psi + phi
-        dw = dpsi + dphi
-        erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
-                  + abs(tau) * dw)
+        if step == first_step and sums.size > 0:
+            # the evaluation at tau is known (p == j here: psi' and phi' apart
+            # are not needed), and of the deltas only the two nearest poles'
+            w = sums[0]
+            dw = sums[1]
+            erretm = sums[2]
+            psi = dpsi = phi = dphi = 0.0
+            row[p] = shifted[p] - tau
+            row[p + 1] = shifted[p + 1] - tau
+        else:
+            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, inverse, p)
+            w = 1.0 / rho + psi + phi
+            dw = dpsi + dphi
+            erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
+                      + abs(tau) * dw)
         if abs(w) <= _EPS * erretm:
             return 1, origin, tau
         if w < 0:
@@ -308,8 +332,9 @@ def _secular_roots(dk, zk, rho, roots, deltaT, inverseT, poles, lanes, state, ib
     ``inverseT[i, j] = 1 / (dk_i - root_j)``, and ``poles[i, j] = 1 / (dk_j
     - dk_i)`` (zero for ``i == j``), one division each, kept for Gu &
     Eisenstat's ``zhat`` (:func:`_eigenvectors`). ``lanes`` is ``12 x k``
-    scratch (rows 0, 1 and 8 as said), ``state`` (intp, ``k``) too.
-    Returns LAPACK's ``info``.
+    scratch (rows 0, 1 and 8 as said), ``state`` (intp, ``k``) too;
+    ``ibuf`` (int32, 3) and ``rbuf`` (7) hold LAPACK's scalar arguments and a
+    root's known evaluation. Returns LAPACK's ``info``.
     """
     k = dk.size
     tau = lanes[0]
@@ -324,6 +349,7 @@ def _secular_roots(dk, zk, rho, roots, deltaT, inverseT, poles, lanes, state, ib
     row = lanes[9]
     inverse = lanes[10]
     shifted = lanes[11]
+    given = rbuf[4:7]
     cauchy = total  # free until the first sums
     for j in range(k):
         cauchy[j] = 0.0
@@ -397,12 +423,15 @@ def _secular_roots(dk, zk, rho, roots, deltaT, inverseT, poles, lanes, state, ib
             roots[j] = base[j] + tau[j]
             continue
         if state[j] == 3:
+            given[0] = 1.0 / rho + total[j]
+            given[1] = slope[j]
+            given[2] = (11.0 + k / 8.0) * size[j] + 2.0 / rho + abs(tau[j]) * slope[j]
             code, origin, t = _secular_root(j, dk, zk, rho, row, inverse, shifted, tau[j],
-                                            lower[j], upper[j], w_first[j], 1, True)
+                                            lower[j], upper[j], w_first[j], 1, True, given)
         else:
             gap = dk[j + 1] - dk[j] if j < k - 1 else rho
             code, origin, t = _secular_root(j, dk, zk, rho, row, inverse, shifted,
-                                            gap / 2, 0.0, gap, 0.0, 0, False)
+                                            gap / 2, 0.0, gap, 0.0, 0, False, given[:0])
         if code == 0:
             ibuf[0] = k
             ibuf[1] = j + 1
@@ -558,8 +587,8 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
     zk = floats[3 * n:4 * n]
     roots = floats[4 * n:5 * n]
     zhat = floats[5 * n:6 * n]
-    rbuf = floats[_VECTORS * n:_VECTORS * n + 4]
-    blocks = _VECTORS * n + 4
+    rbuf = floats[_VECTORS * n:_VECTORS * n + _SCALARS]
+    blocks = _VECTORS * n + _SCALARS
     row_buffer = floats[blocks + 2 * n * n:blocks + 2 * n * n + m]
     pos = ints[0:n]
     kept = ints[n:2 * n]
