@@ -166,7 +166,7 @@ ENGINES = {
                    pair_sq_distance_after=eigh.pair_sq_distance_after),
     "rank-one": Engine("rank-one", rank_one.pair_trials, rank_one.pair_update,
                        low_rank=True, pair_sq_distance_after=rank_one.pair_sq_distance_after,
-                       compiled=_rank_one_kernels, compile_seconds=7,
+                       compiled=_rank_one_kernels, compile_seconds=5,
                        compiled_update=_rank_one_kernels.pair_trials,
                        make_workspace=_rank_one_kernels.make_workspace,
                        refresh_every=rank_one.REFRESH_EVERY),
