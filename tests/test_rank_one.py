@@ -330,3 +330,23 @@ def test_auto_runs_the_paper_run_by_the_rank_one_engine():
         by_engine[name] = by_engine.get(name, 0) + length
     assert by_engine.get("rank-one", 0) >= (n - warm) // 2
     assert stats["auto_segments"][-1][0] == "rank-one"
+
+
+def test_a_short_auto_call_is_priced_over_the_eigenvalues_its_pairs_see():
+    """A call short enough for one engine is priced as its segments are: over
+    the eigenvalues its pairs see. Here the constant vector, which no pair
+    ``e_a - e_b`` sees, has an eigenvalue far from all others: priced over the
+    whole spectrum, Lanczos looked dear and the call ran by rank-one; over the
+    pairs' eigenvalues (a spread of one) Lanczos is the cheaper."""
+    d = 52
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(np.column_stack([np.ones(d), rng.standard_normal((d, d - 1))]))[0]
+    lam = np.r_[15.0, rng.uniform(-0.5, 0.5, d - 1)]
+    W = (Q * np.exp(lam - lam.max())) @ Q.T
+    state = ExponentState.from_prior(W / np.trace(W))
+    a = rng.integers(0, d, 300)
+    b = (a + rng.integers(1, d, 300)) % d
+    stats = {}
+    run_pair_trials(state, a, b, rng.uniform(0.01, 0.05, 300), learning_rate=0.5,
+                    stats=stats)
+    assert stats["auto_segments"] == [("lanczos", 300)]
