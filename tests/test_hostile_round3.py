@@ -98,14 +98,17 @@ def test_eigenvectors_of_a_root_on_a_pole_are_refused():
     from megkernel._engines import _rank_one_kernels as kernels
 
     def eigenvectors(dk, roots):
-        # The kernel's inputs as the secular solver leaves them: the deltas,
-        # the pole reciprocals 1 / (dk_i - dk_j), no row filled in yet.
+        # The kernel's inputs as the secular solver leaves them: the deltas
+        # dk_i - root_j (here given: "stored") and their reciprocals, the pole
+        # reciprocals 1 / (dk_j - dk_i).
         k = dk.size
+        delta = dk[:, None] - roots[None, :]
         with np.errstate(divide="ignore"):
             poles = 1.0 / (dk[None, :] - dk[:, None])
-        return kernels._eigenvectors(dk, np.full(k, 0.5), dk[None, :] - roots[:, None],
-                                     poles, np.empty((k, k)), np.zeros(k, np.int64),
-                                     np.empty(k))
+            inverse = 1.0 / delta
+        return kernels._eigenvectors(dk, np.full(k, 0.5), delta, poles, inverse,
+                                     np.empty(k), np.empty(k), roots, np.zeros(k),
+                                     np.ones(k))
 
     # two equal poles: no secular equation
     assert eigenvectors(np.array([-1.0, 0.5, 0.5, 2.0]),

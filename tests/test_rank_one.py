@@ -189,41 +189,90 @@ def test_rank_one_update_state_and_line_search(monkeypatch):
                                atol=1e-14)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_vectorised_secular_solver_matches_lapack(seed):
+def _secular_problem(kind, seed):
+    """``(d, z, rhos)``: poles in a tight cluster with components over six
+    decades ("cluster"), or gaps over twelve decades ("graded": some roots
+    need more steps than the solver's own iteration takes, and go to dlaed4)."""
     rng = np.random.default_rng(seed)
-    k = 40
-    d = np.sort(np.concatenate([rng.standard_normal(k // 2),
-                                1e-9 * rng.standard_normal(k - k // 2)]))
-    z = rng.standard_normal(k) * 10.0 ** rng.uniform(-6, 0, k)
-    z /= np.linalg.norm(z)
-    for rho in (1e-6, 0.3, 1e6):
-        roots, delta = np.empty(k), np.empty((k, k))
-        converged = np.zeros(k, dtype=np.intp)
-        poles, inverses = np.empty((k, k)), np.empty((k, k))
-        kernels._secular_roots_vectorised(d, z, rho, roots, delta, converged,
-                                           np.empty(k), np.empty(k), poles, inverses)
-        # the pole reciprocals, kept for the eigenvectors, and the last
-        # evaluation's reciprocals where it was at the root (converged == 1)
+    if kind == "cluster":
+        k = 40
+        d = np.sort(np.concatenate([rng.standard_normal(k // 2),
+                                    1e-9 * rng.standard_normal(k - k // 2)]))
+        z = rng.standard_normal(k) * 10.0 ** rng.uniform(-6, 0, k)
+        rhos = (1e-6, 0.3, 1e6)
+    else:
+        k = int(rng.integers(5, 60))
+        d = np.cumsum(10.0 ** rng.uniform(-12, 0, k))
+        z = rng.standard_normal(k) * 10.0 ** rng.uniform(-8, 0, k)
+        rhos = (10.0 ** rng.uniform(-8, 8),)
+    return d, z / np.linalg.norm(z), rhos
+
+
+@pytest.mark.parametrize("kind, seed", [("cluster", 0), ("cluster", 1), ("cluster", 2),
+                                        ("cluster", 3), ("graded", 5), ("graded", 20)])
+def test_secular_solver_matches_lapack(kind, seed):
+    """The roots side by side (with the roots that continue alone, and
+    dlaed4 for the hard ones) against LAPACK's dlaed4 root by root."""
+    d, z, rhos = _secular_problem(kind, seed)
+    k = d.size
+    ref_roots, ref_delta = np.empty(k), np.empty((k, k))
+    for rho in rhos:
+        roots = np.empty(k)
+        deltaT, inverseT, poles = np.empty((k, k)), np.empty((k, k)), np.empty((k, k))
+        lanes = np.empty((12, k))
+        info = kernels._secular_roots(d, z, rho, roots, deltaT, inverseT, poles, lanes,
+                                      np.empty(k, dtype=np.intp),
+                                      np.empty(10, dtype=np.int32), np.empty(8))
+        assert info == 0
+        # the pole reciprocals, kept for the eigenvectors: poles[i, j] = 1 / (d_j - d_i)
         with np.errstate(divide="ignore"):
             expected = 1.0 / (d[None, :] - d[:, None])
         np.fill_diagonal(expected, 0.0)
         np.testing.assert_array_equal(poles, expected)
-        at_root = converged == 1
-        assert at_root.mean() >= 0.5
-        np.testing.assert_array_equal(inverses[at_root], 1.0 / delta[at_root])
-        ref_roots, ref_delta = np.empty(k), np.empty((k, k))
-        info = kernels._secular_roots(d, z, rho, ref_roots, ref_delta,
-                                       np.zeros(k, dtype=np.intp),
-                                       np.empty(3, dtype=np.int32), np.empty(2))
+        info = kernels._lapack_roots(d, z, rho, ref_roots, ref_delta,
+                                     np.zeros(k, dtype=np.intp),
+                                     np.empty(3, dtype=np.int32), np.empty(2))
         assert info == 0
-        done = converged.astype(bool)
-        assert done.mean() >= 0.9
+        tau, base, stored = lanes[0], lanes[1], lanes[8] != 0
+        # d_i - root_j as the solver formed it, and its reciprocal
+        delta = np.where(stored[None, :], deltaT, (d[:, None] - base[None, :]) - tau[None, :])
         scale = np.abs(d).max() + rho
-        np.testing.assert_allclose(roots[done], ref_roots[done], rtol=0,
-                                   atol=1e-14 * scale)
-        np.testing.assert_allclose(delta[done], ref_delta[done], rtol=0,
-                                   atol=1e-14 * scale)
+        np.testing.assert_allclose(roots, ref_roots, rtol=0, atol=1e-14 * scale)
+        np.testing.assert_allclose(delta, ref_delta.T, rtol=0, atol=1e-14 * scale)
+        np.testing.assert_array_equal(roots[~stored], (base + tau)[~stored])
+        np.testing.assert_allclose(inverseT, 1.0 / delta, rtol=1e-15, atol=0)
+        assert stored.any() == (kind == "graded")  # dlaed4's roots: their deltas kept
+
+
+@pytest.mark.parametrize("kind", ["cluster", "graded"])
+def test_eigenvectors_of_the_secular_solution_are_orthonormal(kind):
+    """Gu & Eisenstat's eigenvectors from the solver's deltas (recomputed,
+    or dlaed4's kept ones) against a dense eigh of ``diag(d) + rho z z^T``:
+    the same eigenpairs, orthonormal to round-off."""
+    if kind == "graded":
+        d, z, rhos = _secular_problem("graded", 5)
+    else:
+        rng = np.random.default_rng(5)
+        d = np.sort(np.concatenate([rng.standard_normal(20), 1e-6 * rng.standard_normal(20)]))
+        z = rng.standard_normal(40)
+        z /= np.linalg.norm(z)
+        rhos = (1e-3, 0.3, 30.0)
+    k = d.size
+    for rho in rhos:
+        roots = np.empty(k)
+        deltaT, vectorsT, poles = np.empty((k, k)), np.empty((k, k)), np.empty((k, k))
+        lanes = np.empty((12, k))
+        assert kernels._secular_roots(d, z, rho, roots, deltaT, vectorsT, poles, lanes,
+                                      np.empty(k, dtype=np.intp),
+                                      np.empty(10, dtype=np.int32), np.empty(8)) == 0
+        assert kernels._eigenvectors(d, z, deltaT, poles, vectorsT, np.empty(k),
+                                     np.empty(k), lanes[1], lanes[0], lanes[8])
+        matrix = np.diag(d) + rho * np.outer(z, z)
+        np.testing.assert_allclose(vectorsT.T @ vectorsT, np.eye(k), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(matrix @ vectorsT, vectorsT * roots, rtol=0,
+                                   atol=1e-13 * (np.abs(d).max() + rho))
+        np.testing.assert_allclose(roots, np.linalg.eigvalsh(matrix), rtol=0,
+                                   atol=1e-13 * (np.abs(d).max() + rho))
 
 
 @pytest.mark.parametrize("dense", [True, False])
@@ -281,3 +330,23 @@ def test_auto_runs_the_paper_run_by_the_rank_one_engine():
         by_engine[name] = by_engine.get(name, 0) + length
     assert by_engine.get("rank-one", 0) >= (n - warm) // 2
     assert stats["auto_segments"][-1][0] == "rank-one"
+
+
+def test_a_short_auto_call_is_priced_over_the_eigenvalues_its_pairs_see():
+    """A call short enough for one engine is priced as its segments are: over
+    the eigenvalues its pairs see. Here the constant vector, which no pair
+    ``e_a - e_b`` sees, has an eigenvalue far from all others: priced over the
+    whole spectrum, Lanczos looked dear and the call ran by rank-one; over the
+    pairs' eigenvalues (a spread of one) Lanczos is the cheaper."""
+    d = 52
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(np.column_stack([np.ones(d), rng.standard_normal((d, d - 1))]))[0]
+    lam = np.r_[15.0, rng.uniform(-0.5, 0.5, d - 1)]
+    W = (Q * np.exp(lam - lam.max())) @ Q.T
+    state = ExponentState.from_prior(W / np.trace(W))
+    a = rng.integers(0, d, 300)
+    b = (a + rng.integers(1, d, 300)) % d
+    stats = {}
+    run_pair_trials(state, a, b, rng.uniform(0.01, 0.05, 300), learning_rate=0.5,
+                    stats=stats)
+    assert stats["auto_segments"] == [("lanczos", 300)]

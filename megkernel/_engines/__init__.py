@@ -290,7 +290,8 @@ AUTO_MEMO_TRIALS = 1024
 
 #: A longer call whose whole work is expected to take less than this many
 #: seconds (the cost model's, :func:`auto_plan` for all its trials, each of
-#: which may keep one eigenpair more) runs by that one engine instead of
+#: which may keep one eigenpair more, over the eigenvalues its pairs see)
+#: runs by that one engine instead of
 #: segments: the first use of an engine in a process compiles its kernels
 #: (seconds, :attr:`Engine.compile_seconds`), which switching to a second
 #: engine within a short call cannot pay back (a d = 300 call of 2000 trials
@@ -341,7 +342,7 @@ def _call_kind(state, n):
 #: restoring a limit costs about as much as a few small trials.
 PIN_FROM_TRIALS = 8
 
-def auto_plan(state, a=None, b=None, n_trials=None, done=0):
+def auto_plan(state, a=None, b=None, n_trials=None, done=0, whole_call=False):
     """Choose the engine ``"auto"`` runs MEG trials with on a dense ``state``, and for how long.
 
     Compares the cost model's (:mod:`._cost`) seconds per trial: the
@@ -364,6 +365,11 @@ def auto_plan(state, a=None, b=None, n_trials=None, done=0):
         (every eigenpair kept, the ``eigh`` shared by many trials).
     done : int, default=0
         Trials the call has run (segments grow with it).
+    whole_call : bool, default=False
+        Price all ``n_trials`` trials, not the next segment: ``k`` as if
+        each trial kept one eigenpair more (the first few trials do not
+        show how many the later ones keep), the spread from the trials
+        ``a, b`` if given (the eigenvalues the pairs see, as for a segment).
 
     Returns
     -------
@@ -378,7 +384,7 @@ def auto_plan(state, a=None, b=None, n_trials=None, done=0):
     d = state.size
     if n_trials is None:
         k = float(d)
-    elif a is None:  # the trials unknown: each may keep one eigenpair more
+    elif a is None or whole_call:  # each trial may keep one eigenpair more
         k = min(float(d), _cost.kept_eigenpairs(state) + n_trials)
     else:
         k = _cost.kept_eigenpairs(state, a, b)
@@ -509,7 +515,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
         if stats is not None:
             stats.setdefault("auto_segments", []).append((memo[0], n))
     if plan:  # a short call: one engine (the second one's compile would not pay)
-        name, _, seconds = auto_plan(state, None, None, n)
+        name, _, seconds = auto_plan(state, a, b, n, whole_call=True)
         if seconds[name] * n < AUTO_ONE_ENGINE_BELOW:
             engine, plan = ENGINES[name], False
             if stats is not None:

@@ -17,7 +17,7 @@ script's rows (``R1`` from the smallest ``d``, ``R2`` from the largest).
 
 Fitted forms (seconds):
 
-* rank-one trial: ``4.5e-6 + 3.5e-9 k^2 + 3.9e-11 k^2 m`` (the secular
+* rank-one trial: ``4.5e-6 + 2.5e-9 k^2 + 3.9e-11 k^2 m`` (the secular
   equation and Gu-Eisenstat's eigenvectors, ``O(k^2)``; the eigenvector
   product, a ``k x k`` by ``k x m`` GEMM);
 * Lanczos trial of ``s`` steps: ``8e-6 + 1.1e-8 n s^2`` for its ``n``
@@ -58,7 +58,7 @@ SAMPLES = 4
 _EPS = np.finfo(float).eps
 
 #: Rank-one trial: seconds ``R0 + R1 k^2 + R2 k^2 m``.
-R0, R1, R2 = 4.5e-6, 3.5e-9, 3.9e-11
+R0, R1, R2 = 4.5e-6, 2.5e-9, 3.9e-11
 #: Lanczos trial: ``L0 + QL n s^2`` (``n`` evaluations) plus ``s`` products.
 L0, QL = 8e-6, 1.1e-8
 #: Gauss-Legendre nodes of a trial whose ``Z' - Z`` is integrated (the

@@ -4,21 +4,23 @@ The compiled half of :mod:`megkernel._engines.rank_one`. The
 eigendecomposition of ``diag(lam) + s z z^T`` follows LAPACK's divide and
 conquer merge step: deflation of tiny ``z`` components and of near-equal
 eigenvalues (``dlaed2``), the secular equation solved by ``dlaed4``'s
-iteration with the sums over the poles vectorized (LAPACK's own ``dlaed4``,
-called from compiled code through ``scipy.linalg.cython_lapack``, takes over
-any root that does not converge), and Gu & Eisenstat's recomputed ``z`` for
-numerically orthogonal eigenvectors (``dlaed3``/``dlaed9``). Eigenvectors
-are stored as the *rows* of ``Vt`` (``Vt = V^T``, C-contiguous), so that the
-rows touched by one update are contiguous and the eigenvector product is one
-GEMM over the rows that did not deflate.
+iteration with the roots side by side (their first steps taken together,
+in passes over the poles vectorized over the roots; LAPACK's own
+``dlaed4``, called from compiled code through ``scipy.linalg.cython_lapack``,
+takes over any root that does not converge), and Gu & Eisenstat's
+recomputed ``z`` for numerically orthogonal eigenvectors
+(``dlaed3``/``dlaed9``), computed as the columns of a block so that every
+loop runs over the roots. Eigenvectors are stored as the *rows* of ``Vt``
+(``Vt = V^T``, C-contiguous), so that the rows touched by one update are
+contiguous and the eigenvector product is one GEMM over the rows that did
+not deflate.
 
 Written to compile quickly (the first use of the engine compiles it): one
 compiled entry point, :func:`pair_trials`, for MEG trials and single
 updates alike (a compiled function calling another compiled function links
 and generates the callee's code again), few and small helpers, plain arrays
 as arguments (the scratch space is three flat arrays, :func:`make_workspace`,
-carved up inside), the per-root state of the secular solver in local
-variables, loops instead of array slice assignments (whose error path
+carved up inside), loops instead of array slice assignments (whose error path
 compiles string formatting) and an insertion sort instead of ``np.argsort``
 (the eigenvalues are nearly sorted after an update).
 """
@@ -52,6 +54,8 @@ _dgemm = types.ExternalFunction(_DGEMM_SYMBOL, types.void(*[types.voidptr] * 13)
 
 #: ``ord("N")``: BLAS's "no transpose", read as the first byte of an int32.
 _NO_TRANSPOSE = 78
+#: ``ord("T")``: BLAS's "transpose".
+_TRANSPOSE = 84
 
 #: LAPACK's relative machine precision ``dlamch('Epsilon')``.
 _EPS = np.finfo(np.float64).eps / 2
@@ -69,7 +73,9 @@ _reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"},
                   no_cfunc_wrapper=True)
 
 #: Float scratch vectors of length ``n`` (before the blocks).
-_VECTORS = 7
+_VECTORS = 19
+#: Float scratch scalars: LAPACK's two, BLAS's two, a root's known evaluation.
+_SCALARS = 8
 #: Integer scratch vectors of length ``n``.
 _INDICES = 3
 
@@ -78,14 +84,15 @@ def make_workspace(n, m):
     """Scratch of :func:`pair_trials` for ``n`` eigenpairs of length ``m``.
 
     Returns ``(floats, ints, lapack_ints)``: a float array holding
-    :data:`_VECTORS` vectors of length ``n``, LAPACK's two real scalars,
+    :data:`_VECTORS` vectors of length ``n`` (twelve of them the secular
+    solver's per-root state), :data:`_SCALARS` scalars,
     two ``n x n`` blocks (the secular deltas, the small eigenvectors) and
     two ``n x m`` blocks (the gathered and the updated eigenvector rows);
     an ``intp`` array of :data:`_INDICES` index vectors;
-    ``dlaed4``'s three and ``dgemm``'s seven integer arguments (int32).
+    ``dlaed4``'s three and ``dgemm``'s five integer arguments (int32).
     Contents never matter (written before read).
     """
-    floats = np.empty(_VECTORS * n + 4 + 2 * n * n + 2 * n * m)
+    floats = np.empty(_VECTORS * n + _SCALARS + 2 * n * n + 2 * n * m)
     return floats, np.empty(_INDICES * n, dtype=np.intp), np.empty(10, dtype=np.int32)
 
 
@@ -118,192 +125,337 @@ def _secular_sums(zk, shifted, tau, row, inverse, split):
     return psi, dpsi, phi, dphi
 
 
-@_reduction
-def _eigenvectors(dk, zk, delta, poles, vectors, current, zhat):
-    """Eigenvectors of the kept block, as the rows of ``vectors`` (``dlaed3``).
+@_strict
+def _eigenvectors(dk, zk, deltaT, poles, vectorsT, zhat, norms, base, tau, stored):
+    """Eigenvectors of the kept block, as the *columns* of ``vectorsT`` (``dlaed3``).
 
-    Gu & Eisenstat's recomputed ``zhat`` (from the secular deltas
-    ``delta[j, i] = dk_i - roots_j`` and, for ``k >= 3``, the pole
-    reciprocals ``poles[j, i] = 1 / (dk_i - dk_j)`` of
-    :func:`_secular_roots_vectorised`) makes them numerically orthogonal.
-    On entry row ``j`` of ``vectors`` holds ``1 / delta[j]`` where
-    ``current[j] == 1`` (the secular solver's last evaluation, at the root);
-    other rows are computed here. Loops run over ``i`` innermost
-    (vectorized); only the norms are sums. Returns False if a vector is
+    Gu & Eisenstat's recomputed ``zhat`` makes them numerically orthogonal:
+    ``zhat_i^2 = -(dk_i - root_i) prod_{j != i} (dk_i - root_j) / (dk_i -
+    dk_j)``, with the pole reciprocals ``poles[j, i] = 1 / (dk_i - dk_j)``
+    of :func:`_secular_roots` and the deltas ``dk_i - root_j = (dk_i -
+    base_j) - tau_j`` recomputed as the secular solver formed them, or read
+    from ``deltaT[i, j]`` where ``stored[j] != 0`` (a root from ``dlaed4``);
+    the products run over ``j`` in order, vectorized over ``i``. On entry
+    ``vectorsT[i, j]`` holds ``1 / (dk_i - root_j)``; the norms are sums down
+    the columns, vectorized over the roots. Returns False if a vector is
     not finite (a root on a pole: the update must then be recomputed from
     the exponent), else True.
     """
     k = dk.size
-    if k <= 2:
-        ok = True
-        for j in range(k):
-            for i in range(k):
-                vectors[j, i] = delta[j, i] if k == 2 else 1.0
-                ok = ok and math.isfinite(vectors[j, i])
-        return ok
     for i in range(k):
-        zhat[i] = delta[i, i]
+        zhat[i] = 1.0
     for j in range(k):
-        row = delta[j]
+        # column j's factors, vectorized over i: (dk_i - root_j) / (dk_i - dk_j),
+        # with 1 / (dk_i - dk_j) = poles[j, i]; the root's own delta alone
         inverse = poles[j]
-        for i in range(k):  # one full-length pass (vectorized); i == j skipped
-            ratio = row[i] * inverse[i]
-            zhat[i] *= 1.0 if i == j else ratio
+        if stored[j] != 0.0:
+            for i in range(k):
+                r = deltaT[i, j]
+                zhat[i] *= r if i == j else r * inverse[i]
+        else:
+            shift = base[j]
+            t = tau[j]
+            for i in range(k):
+                r = (dk[i] - shift) - t
+                zhat[i] *= r if i == j else r * inverse[i]
     for i in range(k):
         zhat[i] = math.sqrt(-zhat[i]) if zk[i] >= 0 else -math.sqrt(-zhat[i])
     for j in range(k):
-        vec = vectors[j]
-        row = delta[j]
-        if current[j] != 1:
-            for i in range(k):
-                vec[i] = 1.0 / row[i]
-        norm2 = 0.0
-        for i in range(k):
-            x = zhat[i] * vec[i]
-            vec[i] = x
-            norm2 += x * x
-        if not 0.0 < norm2 < math.inf:  # a NaN or infinite entry (or all zero)
+        norms[j] = 0.0
+    for i in range(k):
+        vec = vectorsT[i]
+        scale = zhat[i]
+        for j in range(k):
+            x = scale * vec[j]
+            vec[j] = x
+            norms[j] += x * x
+    for j in range(k):
+        if not 0.0 < norms[j] < math.inf:  # a NaN or infinite entry (or all zero)
             return False
-        scale = 1.0 / math.sqrt(norm2)  # a product per entry, not a division
-        for i in range(k):
-            vec[i] *= scale
+        norms[j] = 1.0 / math.sqrt(norms[j])  # a product per entry, not a division
+    for i in range(k):
+        vec = vectorsT[i]
+        for j in range(k):
+            vec[j] *= norms[j]
     return True
 
 
 @_strict
-def _secular_roots_vectorised(dk, zk, rho, roots, delta, converged, shifted, cauchy,
-                              poles, inverses):
-    """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
+def _lane_sums(dk, zk, tau, total, slope, size, inverseT):
+    """Sum the secular equation of every root ``j`` at its own ``tau[j]``, in one pass.
 
-    ``dlaed4``'s iteration (origin at the nearer pole, fixed-weight and
-    middle-way rational steps, bisection safeguard, a rounding-error
-    stopping test), with the pole distances of each root kept in its row of
-    ``delta`` (``delta[j, i] = dk_i - roots_j``, from ``shifted = dk -
-    dk[origin]``, computed once per origin) and the secular sums vectorized
-    over the poles. Roots not converged after :data:`_MAX_STEPS` steps keep
-    ``converged[j] == 0`` for ``dlaed4``; a root whose last evaluation was
-    at the root itself gets ``converged[j] == 1`` and ``inverses[j] = 1 /
-    delta[j]`` (the reciprocals of that evaluation); a root found by a
-    rational step of round-off size gets ``converged[j] == 2`` (its
-    ``inverses`` row is stale).
-
-    Unlike ``dlaed4``, a root starts from its first-order perturbation
-    ``rho zk_j^2 / (1 + rho sum_{i != j} zk_i^2 / (dk_i - dk_j))`` above its
-    lower pole when that lies in the lower half of the interval (a small
-    step: the usual case late in a run), which saves about one evaluation
-    of the secular sums per root; the sums over ``i != j`` for all roots
-    take one pass over the pole reciprocals ``poles[j, i] = 1 / (dk_i -
-    dk_j)`` (zero for ``i == j``), which are computed here once, with one
-    division each, and kept for Gu & Eisenstat's ``zhat``
-    (:func:`_eigenvectors`). Otherwise it starts mid-interval. ``shifted``
-    and ``cauchy`` (``k`` each) are scratch; ``poles`` and ``inverses`` are
-    ``k x k``.
+    ``total[j] = sum_i zk_i^2 q_ij``, ``slope[j] = sum_i zk_i^2 q_ij^2`` and
+    ``size[j] = sum_i |zk_i^2 q_ij|`` with ``q_ij = 1 / ((dk_i - dk_j) -
+    tau_j)`` (kept in ``inverseT[i, j]``), each summed in the order of
+    ``i``: the poles are the outer loop and the roots the inner, vectorized
+    one, so that no sum is a reduction.
     """
     k = dk.size
     for j in range(k):
-        cauchy[j] = 0.0
+        total[j] = 0.0
+        slope[j] = 0.0
+        size[j] = 0.0
     for i in range(k):
-        inverse = poles[i]
-        pole = dk[i]
-        for j in range(k):  # one full-length pass (vectorized)
-            q = 1.0 / (dk[j] - pole)
-            inverse[j] = 0.0 if j == i else q
-        # poles[i, j] = -poles[j, i] exactly: the sum over i of zk_i^2 / (dk_i -
-        # dk_j), accumulated in the order of i, vectorized over j
-        zi2 = zk[i] * zk[i]
+        weight = zk[i] * zk[i]
+        di = dk[i]
+        inverse = inverseT[i]
         for j in range(k):
-            cauchy[j] -= zi2 * inverse[j]
-    for j in range(k):
-        row = delta[j]
-        converged[j] = 0
-        # start mid-interval, bracketed by the two poles
-        gap = dk[j + 1] - dk[j] if j < k - 1 else rho
-        origin = j
-        tau = gap / 2
-        guessed = False
-        if j < k - 1:
-            scale = 1.0 + rho * cauchy[j]
-            first_order = rho * zk[j] * zk[j] / scale
-            if scale > 0.0 and 0.0 < first_order < tau:
-                tau = first_order
-                guessed = True
-        lower = 0.0
-        upper = gap
-        w_prev = 0.0
-        middle_way = False
-        p = min(j, k - 2)
-        base = dk[j]
-        for i in range(k):
-            shifted[i] = dk[i] - base
-        for step in range(_MAX_STEPS):
-            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, inverses[j], p)
+            q = 1.0 / ((di - dk[j]) - tau[j])
+            inverse[j] = q
+            u = weight * q
+            total[j] += u
+            slope[j] += u * q
+            size[j] += abs(u)
+
+
+@_strict
+def _secular_root(j, dk, zk, rho, row, inverse, shifted, tau, lower, upper, w_prev,
+                  first_step, guessed, sums):
+    """Root ``j`` of the secular equation alone, by ``dlaed4``'s iteration.
+
+    From ``tau`` above pole ``j`` (bracketed by ``lower`` and ``upper``,
+    the last evaluation's ``w_prev``) at step ``first_step``: origin at the
+    nearer pole, fixed-weight and middle-way rational steps, bisection
+    safeguard, ``dlaed4``'s rounding-error stopping test. ``sums``, if not
+    empty, holds ``w``, ``w'`` and the error bound of the evaluation at
+    ``tau`` (taken side by side), used for the first step. Returns ``(code,
+    origin, tau)``: code 1, converged at an evaluation (``row = (dk -
+    dk[origin]) - tau`` and ``inverse = 1 / row`` from it); 2, converged by a
+    rational step of round-off size (``row`` set, ``inverse`` stale); 0, not
+    converged within :data:`_MAX_STEPS` steps.
+    """
+    k = dk.size
+    gap = dk[j + 1] - dk[j] if j < k - 1 else rho
+    origin = j
+    middle_way = False
+    p = min(j, k - 2)
+    base = dk[j]
+    for i in range(k):
+        shifted[i] = dk[i] - base
+    for step in range(first_step, _MAX_STEPS):
+        if step == first_step and sums.size > 0:
+            # the evaluation at tau is known (p == j here: psi' and phi' apart
+            # are not needed), and of the deltas only the two nearest poles'
+            w = sums[0]
+            dw = sums[1]
+            erretm = sums[2]
+            psi = dpsi = phi = dphi = 0.0
+            row[p] = shifted[p] - tau
+            row[p + 1] = shifted[p + 1] - tau
+        else:
+            psi, dpsi, phi, dphi = _secular_sums(zk, shifted, tau, row, inverse, p)
             w = 1.0 / rho + psi + phi
             dw = dpsi + dphi
             erretm = ((11.0 + k / 8.0) * (abs(phi) + abs(psi)) + 2.0 / rho
                       + abs(tau) * dw)
-            if abs(w) <= _EPS * erretm:
-                converged[j] = 1
-                break
-            if w < 0:
-                lower = max(lower, tau)
+        if abs(w) <= _EPS * erretm:
+            return 1, origin, tau
+        if w < 0:
+            lower = max(lower, tau)
+        else:
+            upper = min(upper, tau)
+        if step == 0 and w < 0 and j < k - 1 and not guessed:
+            # first step, root in the upper half: measure from the upper pole
+            origin = j + 1
+            tau -= gap
+            lower -= gap
+            upper -= gap
+            base = dk[origin]
+            for i in range(k):
+                shifted[i] = dk[i] - base
+        left = row[p]
+        right = row[p + 1]
+        a = (left + right) * w - left * right * dw
+        b = left * right * w
+        if j == k - 1 or middle_way:
+            c = w - left * dpsi - right * dphi
+        elif origin == p:
+            ratio = zk[p] / left
+            c = w - right * dw - (left - right) * (ratio * ratio)
+        else:
+            ratio = zk[p + 1] / right
+            c = w - left * dw - (right - left) * (ratio * ratio)
+        disc = math.sqrt(abs(a * a - 4.0 * b * c))
+        if j == k - 1:
+            c = abs(c)
+            if c == 0.0:
+                eta = upper - tau
+            elif a >= 0:
+                eta = (a + disc) / (2.0 * c)
             else:
-                upper = min(upper, tau)
-            if step == 0 and w < 0 and j < k - 1 and not guessed:
-                # first step, root in the upper half: measure from the upper pole
-                origin = j + 1
-                tau -= gap
-                lower -= gap
-                upper -= gap
-                base = dk[origin]
-                for i in range(k):
-                    shifted[i] = dk[i] - base
-            left = row[p]
-            right = row[p + 1]
-            a = (left + right) * w - left * right * dw
-            b = left * right * w
-            if j == k - 1 or middle_way:
-                c = w - left * dpsi - right * dphi
-            elif origin == p:
-                ratio = zk[p] / left
-                c = w - right * dw - (left - right) * (ratio * ratio)
-            else:
-                ratio = zk[p + 1] / right
-                c = w - left * dw - (right - left) * (ratio * ratio)
-            disc = math.sqrt(abs(a * a - 4.0 * b * c))
-            if j == k - 1:
-                c = abs(c)
-                if c == 0.0:
-                    eta = upper - tau
-                elif a >= 0:
-                    eta = (a + disc) / (2.0 * c)
-                else:
-                    eta = 2.0 * b / (a - disc)
-            elif c == 0.0:
-                eta = b / a if a != 0.0 else 0.0
-            elif a <= 0:
-                eta = (a - disc) / (2.0 * c)
-            else:
-                eta = 2.0 * b / (a + disc)
-            if w * eta >= 0:
-                eta = -w / dw
-            if not lower < tau + eta < upper:
-                eta = ((upper if w < 0 else lower) - tau) / 2
-            tau += eta
-            if abs(eta) <= 2.0 * _EPS * abs(tau):
-                # a rational step at round-off size: converged
-                for i in range(k):
-                    row[i] = shifted[i] - tau
-                converged[j] = 2
-                break
-            if w_prev * w > 0 and abs(w) > abs(w_prev) / 10:
-                middle_way = not middle_way
-            w_prev = w
-        if converged[j]:
-            roots[j] = dk[origin] + tau
+                eta = 2.0 * b / (a - disc)
+        elif c == 0.0:
+            eta = b / a if a != 0.0 else 0.0
+        elif a <= 0:
+            eta = (a - disc) / (2.0 * c)
+        else:
+            eta = 2.0 * b / (a + disc)
+        if w * eta >= 0:
+            eta = -w / dw
+        if not lower < tau + eta < upper:
+            eta = ((upper if w < 0 else lower) - tau) / 2
+        tau += eta
+        if abs(eta) <= 2.0 * _EPS * abs(tau):
+            for i in range(k):
+                row[i] = shifted[i] - tau
+            return 2, origin, tau
+        if w_prev * w > 0 and abs(w) > abs(w_prev) / 10:
+            middle_way = not middle_way
+        w_prev = w
+    return 0, origin, tau
 
 
 @_strict
-def _secular_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
+def _secular_roots(dk, zk, rho, roots, deltaT, inverseT, poles, lanes, state, ibuf,
+                   rbuf):
+    """Roots of ``1/rho + sum zk_i^2 / (dk_i - x)`` for ``k >= 3``.
+
+    ``dlaed4``'s iteration, with the roots side by side: every root ``j <
+    k - 1`` starts from its first-order perturbation ``rho zk_j^2 / (1 + rho
+    sum_{i != j} zk_i^2 / (dk_i - dk_j))`` above its lower pole when that
+    lies in the lower half of its interval (nearly always once the
+    eigenvalues have spread), and all of them take their first evaluation
+    of the secular sums, their first rational step and the evaluation
+    after it together (:func:`_lane_sums`: one pass over the poles for all
+    roots, no reductions; the roots' steps independent of each other). A
+    root that then passes the stopping test (or whose step was of round-off
+    size) is done; every other root continues alone
+    (:func:`_secular_root`, from where it is, or from the start for the
+    last root and a root without that first guess), and ``dlaed4`` (called
+    from compiled code through ``scipy.linalg.cython_lapack``) takes over a
+    root that does not converge in :data:`_MAX_STEPS` steps.
+
+    On return ``roots[j] = base_j + tau_j`` with ``base``, ``tau`` the
+    rows 1 and 0 of ``lanes``, so that ``dk_i - root_j = (dk_i - base_j) -
+    tau_j`` as the solver formed it, except where ``lanes[8, j] != 0``
+    (``dlaed4``'s roots: their deltas are in column ``j`` of ``deltaT``);
+    ``inverseT[i, j] = 1 / (dk_i - root_j)``, and ``poles[i, j] = 1 / (dk_j
+    - dk_i)`` (zero for ``i == j``), one division each, kept for Gu &
+    Eisenstat's ``zhat`` (:func:`_eigenvectors`). ``lanes`` is ``12 x k``
+    scratch (rows 0, 1 and 8 as said), ``state`` (intp, ``k``) too;
+    ``ibuf`` (int32, 3) and ``rbuf`` (7) hold LAPACK's scalar arguments and a
+    root's known evaluation. Returns LAPACK's ``info``.
+    """
+    k = dk.size
+    tau = lanes[0]
+    base = lanes[1]
+    total = lanes[2]
+    slope = lanes[3]
+    size = lanes[4]
+    lower = lanes[5]
+    upper = lanes[6]
+    w_first = lanes[7]
+    stored = lanes[8]
+    row = lanes[9]
+    inverse = lanes[10]
+    shifted = lanes[11]
+    given = rbuf[4:7]
+    cauchy = total  # free until the first sums
+    for j in range(k):
+        cauchy[j] = 0.0
+    for i in range(k):
+        inv = poles[i]
+        pole = dk[i]
+        for j in range(k):  # one full-length pass (vectorized)
+            q = 1.0 / (dk[j] - pole)
+            inv[j] = 0.0 if j == i else q
+        # the sum over i of zk_i^2 / (dk_i - dk_j), accumulated in the order
+        # of i, vectorized over j
+        zi2 = zk[i] * zk[i]
+        for j in range(k):
+            cauchy[j] -= zi2 * inv[j]
+    for j in range(k):
+        gap = dk[j + 1] - dk[j] if j < k - 1 else rho
+        tau[j] = gap / 2  # mid-interval: never on a pole
+        base[j] = dk[j]
+        stored[j] = 0.0
+        state[j] = 0
+        if j < k - 1:
+            scale = 1.0 + rho * cauchy[j]
+            first_order = rho * zk[j] * zk[j] / scale
+            if scale > 0.0 and 0.0 < first_order < gap / 2:
+                tau[j] = first_order
+                state[j] = 1
+    _lane_sums(dk, zk, tau, total, slope, size, inverseT)
+    for j in range(k - 1):
+        # one rational step of every guessed root (the others' are not used)
+        t = tau[j]
+        w = 1.0 / rho + total[j]
+        dw = slope[j]
+        erretm = (11.0 + k / 8.0) * size[j] + 2.0 / rho + abs(t) * dw
+        gap = dk[j + 1] - dk[j]
+        low = max(0.0, t) if w < 0 else 0.0
+        high = gap if w < 0 else min(gap, t)
+        left = -t
+        right = gap - t
+        a = (left + right) * w - left * right * dw
+        b = left * right * w
+        ratio = zk[j] / left
+        c = w - right * dw - (left - right) * (ratio * ratio)
+        disc = math.sqrt(abs(a * a - 4.0 * b * c))
+        if c == 0.0:
+            eta = b / a if a != 0.0 else 0.0
+        elif a <= 0:
+            eta = (a - disc) / (2.0 * c)
+        else:
+            eta = 2.0 * b / (a + disc)
+        if w * eta >= 0:
+            eta = -w / dw
+        if not low < t + eta < high:
+            eta = ((high if w < 0 else low) - t) / 2
+        if abs(w) <= _EPS * erretm:  # converged at the guess: stay
+            eta = 0.0
+        tau[j] = t + eta
+        lower[j] = low
+        upper[j] = high
+        w_first[j] = w
+        if state[j] == 1 and abs(eta) <= 2.0 * _EPS * abs(t + eta):
+            state[j] = 2  # a step of round-off size: converged
+    _lane_sums(dk, zk, tau, total, slope, size, inverseT)
+    for j in range(k - 1):
+        if state[j] == 1:
+            w = 1.0 / rho + total[j]
+            erretm = (11.0 + k / 8.0) * size[j] + 2.0 / rho + abs(tau[j]) * slope[j]
+            if abs(w) > _EPS * erretm:
+                state[j] = 3  # not yet: continues alone
+    for j in range(k):
+        if state[j] == 1 or state[j] == 2:
+            roots[j] = base[j] + tau[j]
+            continue
+        if state[j] == 3:
+            given[0] = 1.0 / rho + total[j]
+            given[1] = slope[j]
+            given[2] = (11.0 + k / 8.0) * size[j] + 2.0 / rho + abs(tau[j]) * slope[j]
+            code, origin, t = _secular_root(j, dk, zk, rho, row, inverse, shifted, tau[j],
+                                            lower[j], upper[j], w_first[j], 1, True, given)
+        else:
+            gap = dk[j + 1] - dk[j] if j < k - 1 else rho
+            code, origin, t = _secular_root(j, dk, zk, rho, row, inverse, shifted,
+                                            gap / 2, 0.0, gap, 0.0, 0, False, given[:0])
+        if code == 0:
+            ibuf[0] = k
+            ibuf[1] = j + 1
+            rbuf[0] = rho
+            _dlaed4(ibuf[0:].ctypes, ibuf[1:].ctypes, dk.ctypes, zk.ctypes,
+                    row.ctypes, rbuf[0:].ctypes, rbuf[1:].ctypes, ibuf[2:].ctypes)
+            if ibuf[2] != 0:
+                return ibuf[2]
+            roots[j] = rbuf[1]
+            stored[j] = 1.0
+            for i in range(k):
+                deltaT[i, j] = row[i]
+                inverseT[i, j] = 1.0 / row[i]
+            continue
+        base[j] = dk[origin]
+        tau[j] = t
+        roots[j] = base[j] + t
+        for i in range(k):
+            inverseT[i, j] = inverse[i] if code == 1 else 1.0 / row[i]
+    return 0
+
+
+@_strict
+def _lapack_roots(dk, zk, rho, roots, delta, converged, ibuf, rbuf):
     """Roots of ``1 + rho sum zk_i^2 / (dk_i - x)`` by LAPACK ``dlaed4``.
 
     Solves for the roots ``j`` with ``converged[j] == 0``.
@@ -435,9 +587,8 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
     zk = floats[3 * n:4 * n]
     roots = floats[4 * n:5 * n]
     zhat = floats[5 * n:6 * n]
-    shifted = floats[6 * n:7 * n]
-    rbuf = floats[_VECTORS * n:_VECTORS * n + 4]
-    blocks = _VECTORS * n + 4
+    rbuf = floats[_VECTORS * n:_VECTORS * n + _SCALARS]
+    blocks = _VECTORS * n + _SCALARS
     row_buffer = floats[blocks + 2 * n * n:blocks + 2 * n * n + m]
     pos = ints[0:n]
     kept = ints[n:2 * n]
@@ -571,21 +722,39 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
             # written only after the eigenvectors
             start_poles = blocks + 2 * n * n + n * m
             poles = floats[start_poles:start_poles + k * k].reshape((k, k))
-            converged = order  # free until the final sort
-            for j in range(k):
-                converged[j] = 0
+            # the secular deltas and the eigenvectors (columns: vectorsT), both
+            # transposed; the eigenvectors come in where the reciprocals were
+            deltaT = delta
+            vectorsT = small
             if k >= 3:
-                _secular_roots_vectorised(dk[:k], zk[:k], rho_k, roots, delta, converged,
-                                          shifted, zhat, poles, small)
-            info = _secular_roots(dk[:k], zk[:k], rho_k, roots, delta, converged,
-                                  lapack_ints, rbuf)
-            if info != 0:
-                return t, updates, swapped, info
-            # -- eigenvectors of the kept block, with Gu & Eisenstat's z (dlaed3);
-            # never a non-finite one into the eigenpairs: the next prediction
-            # would be NaN, and its step would spoil the exact exponent
-            if not _eigenvectors(dk[:k], zk[:k], delta, poles, small, converged, zhat):
-                return t, updates, swapped, -1
+                lanes = floats[6 * n:18 * n].reshape((12, n))
+                info = _secular_roots(dk[:k], zk[:k], rho_k, roots, deltaT, vectorsT, poles,
+                                      lanes, order, lapack_ints, rbuf)
+                if info != 0:
+                    return t, updates, swapped, info
+                # -- eigenvectors of the kept block, with Gu & Eisenstat's z
+                # (dlaed3); never a non-finite one into the eigenpairs: the next
+                # prediction would be NaN, and its step would spoil the exact
+                # exponent
+                if not _eigenvectors(dk[:k], zk[:k], deltaT, poles, vectorsT, zhat,
+                                     floats[18 * n:19 * n], lanes[1], lanes[0], lanes[8]):
+                    return t, updates, swapped, -1
+            else:
+                # one or two: dlaed4 (dlaed5 returns the eigenvectors in the
+                # deltas' place)
+                converged = order  # free until the final sort
+                for j in range(k):
+                    converged[j] = 0
+                info = _lapack_roots(dk[:k], zk[:k], rho_k, roots, poles, converged,
+                                     lapack_ints, rbuf)
+                if info != 0:
+                    return t, updates, swapped, info
+                for j in range(k):
+                    for i in range(k):
+                        x = poles[j, i] if k == 2 else 1.0
+                        if not math.isfinite(x):
+                            return t, updates, swapped, -1
+                        vectorsT[i, j] = x
             for j in range(k):
                 lam[pos[kept[j]]] = sign * roots[j]
             # -- rotate the eigenvectors that did not deflate (in working order):
@@ -593,21 +762,24 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
             offset = blocks + 2 * n * n
             gathered = floats[offset:offset + k * m].reshape((k, m))
             updated = floats[offset + n * m:offset + n * m + k * m].reshape((k, m))
-            # new rows (k x m) = small (k x k) @ rows: column-major BLAS sees
-            # the transposes, new^T = rows^T small^T
+            # new rows (k x m) = vectorsT^T (k x k) @ rows: column-major BLAS
+            # sees the transposes, new^T = rows^T vectorsT (vectorsT, C-ordered,
+            # is its own transpose to BLAS: "T")
             lapack_ints[3] = m
             lapack_ints[4] = k
             lapack_ints[5] = k
             lapack_ints[6] = _NO_TRANSPOSE
+            lapack_ints[7] = _TRANSPOSE
             rbuf[2] = 1.0
             rbuf[3] = 0.0
             if k == n:  # nothing deflated: every row, written into the spare
                 if sign < 0:  # working order is reversed: reverse both axes
-                    full = delta  # free now (k == n)
+                    full = poles  # free now
                     for j in range(n):
                         for i in range(n):
-                            full[pos[j], pos[i]] = small[j, i]
-                    small = full
+                            full[pos[j], pos[i]] = vectorsT[i, j]
+                    vectorsT = full
+                    lapack_ints[7] = _NO_TRANSPOSE
                 source = Vt
                 target = spare
             else:
@@ -618,9 +790,9 @@ def pair_trials(lam, Vt, spare, exponent, basis, a, b, y, scales, learning_rate,
                         dst[c] = src[c]
                 source = gathered
                 target = updated
-            _dgemm(lapack_ints[6:].ctypes, lapack_ints[6:].ctypes, lapack_ints[3:].ctypes,
+            _dgemm(lapack_ints[6:].ctypes, lapack_ints[7:].ctypes, lapack_ints[3:].ctypes,
                    lapack_ints[4:].ctypes, lapack_ints[5:].ctypes, rbuf[2:].ctypes,
-                   source.ctypes, lapack_ints[3:].ctypes, small.ctypes,
+                   source.ctypes, lapack_ints[3:].ctypes, vectorsT.ctypes,
                    lapack_ints[5:].ctypes, rbuf[3:].ctypes, target.ctypes,
                    lapack_ints[3:].ctypes)
             if k == n:  # the two buffers trade places
