@@ -32,7 +32,11 @@ fold's own training points (with two folds, the pairs with both ends in a
 fold's half are only about a quarter of them, too few to show a gain the
 full fit makes), and the final fit runs ``n / n_f`` times the validated length
 (:func:`_length_scale`). Neighbourhood pairs (the default from labels) and
-given pairs stay the fold's pairs with both ends among its training points.
+given pairs stay the fold's pairs with both ends among its training points
+(about ``((k-1)/k)**2`` of them with ``k`` folds): the log records their
+ratio and how far past the choice the held-out curve held it, for a learner
+whose refit on every pair gains longer than a fold's
+(:func:`megkernel._solvers.metric_validation.refit_epochs`).
 
 * ``"knn"`` -- the mean relative 1-NN margin of the held-out points against
   the others, with the similar pairs' connected components as classes
