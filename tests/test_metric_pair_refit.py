@@ -107,16 +107,53 @@ def test_held_to_stops_at_a_fall_of_the_accuracy_alone():
     ("log", "expected"),
     [
         # held past chosen x ratio: the ratio
-        ({"gain_is_real": True, "chosen": 4.0, "held_to": 16.0, "pair_ratio": 1.5}, 6.0),
+        (
+            {
+                "score": "knn",
+                "gain_is_real": True,
+                "chosen": 4.0,
+                "held_to": 16.0,
+                "pair_ratio": 1.5,
+            },
+            6.0,
+        ),
         # held only to the next checkpoint, shorter than the ratio asks: as far as it held
-        ({"gain_is_real": True, "chosen": 4.0, "held_to": 8.0, "pair_ratio": 4.0}, 8.0),
+        (
+            {
+                "score": "knn",
+                "gain_is_real": True,
+                "chosen": 4.0,
+                "held_to": 8.0,
+                "pair_ratio": 4.0,
+            },
+            8.0,
+        ),
         # the curve fell right after the choice: unchanged
-        ({"gain_is_real": True, "chosen": 4.0, "held_to": 4.0, "pair_ratio": 1.5}, 4.0),
+        (
+            {
+                "score": "knn",
+                "gain_is_real": True,
+                "chosen": 4.0,
+                "held_to": 4.0,
+                "pair_ratio": 1.5,
+            },
+            4.0,
+        ),
         # no learned length: the prior stays
-        ({"gain_is_real": False, "chosen": 0.0, "held_to": 0.0, "pair_ratio": 1.5}, 0.0),
+        (
+            {
+                "score": "knn",
+                "gain_is_real": False,
+                "chosen": 0.0,
+                "held_to": 0.0,
+                "pair_ratio": 1.5,
+            },
+            0.0,
+        ),
         # the folds drew their pairs again: their own scaling stands
         (
             {
+                "score": "knn",
                 "gain_is_real": True,
                 "chosen": 4.0,
                 "held_to": 16.0,
@@ -125,8 +162,28 @@ def test_held_to_stops_at_a_fall_of_the_accuracy_alone():
             },
             5.0,
         ),
+        # the folds scored pair AUC, whose rise is no evidence for the neighbours: unchanged
+        (
+            {
+                "score": "auc",
+                "gain_is_real": True,
+                "chosen": 4.0,
+                "held_to": 16.0,
+                "pair_ratio": 4.0,
+            },
+            4.0,
+        ),
         # the safety net caps it
-        ({"gain_is_real": True, "chosen": 8.0, "held_to": 16.0, "pair_ratio": 1.5}, 10.0),
+        (
+            {
+                "score": "knn",
+                "gain_is_real": True,
+                "chosen": 8.0,
+                "held_to": 16.0,
+                "pair_ratio": 1.5,
+            },
+            10.0,
+        ),
     ],
 )
 def test_refit_epochs(log, expected):

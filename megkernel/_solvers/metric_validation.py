@@ -386,14 +386,17 @@ def refit_epochs(epochs, log, max_length):
     held-out curve held the choice that far (``log["held_to"]``: no
     checkpoint up to it scored significantly below the choice: it stopped
     for a gain too small to repay the folds' length, not for a fall), else
-    as far as it held. Unchanged where no learned length was chosen, where
-    the folds drew their pairs again (``log["length_scale"]`` is already
-    their scaling), and at the safety net ``max_length``. The factor is
-    recorded as ``log["length_scale"]``.
+    as far as it held. Only where the folds scored held-out 1-NN margins
+    (``log["score"] == "knn"``): held-out pair AUC keeps rising with the
+    length long after the neighbours stop improving, so its curve is no
+    evidence for a longer refit. Unchanged where no learned length was
+    chosen, where the folds drew their pairs again (``log["length_scale"]``
+    is already their scaling), and at the safety net ``max_length``. The
+    factor is recorded as ``log["length_scale"]``.
     """
     chosen = log.get("chosen")
     if (not log.get("gain_is_real") or not chosen or log.get("length_scale", 1.0) != 1.0
-            or "held_to" not in log):
+            or "held_to" not in log or log.get("score") != "knn"):
         return epochs
     factor = min(log["pair_ratio"], log["held_to"] / chosen)
     if not factor > 1.0:
