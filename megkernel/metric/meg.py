@@ -89,7 +89,7 @@ class MEGMetric(_FeatureMetric):
         fixed cap but ``max_iter``; see :attr:`validation_` and
         :mod:`megkernel._solvers.holdout`); with MEG's pair loss, the final
         run on every pair is longer by the pairs over a fold's where the
-        folds' held-out scores allow it.
+        folds' held-out 1-NN margins allow it.
     max_iter : int, default=1000
         Safety net of ``n_epochs="auto"``: at most this many epochs, with a
         :class:`~sklearn.exceptions.ConvergenceWarning` when the validated
@@ -202,8 +202,9 @@ class MEGMetric(_FeatureMetric):
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
         (the final length over the chosen one: with MEG's pair loss on pairs
         that the folds keep among their points, ``"pair_ratio"``, the pairs
-        over a fold's, where the folds' held-out scores held the choice up
-        to that length, ``"held_to"``: a run on more pairs gains longer),
+        over a fold's, where the folds' held-out 1-NN margins held the
+        choice up to that length, ``"held_to"``: a run on more pairs gains
+        longer),
         ``"held_to"``, ``"pair_ratio"``; with several kinds to choose
         from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
         soft-neighbour objective, ``"pair-classes"`` that of the classes
