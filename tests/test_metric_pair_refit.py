@@ -123,10 +123,21 @@ def test_held_to_stops_at_a_fall_of_the_accuracy_alone():
                 "score": "knn",
                 "gain_is_real": True,
                 "chosen": 4.0,
-                "held_to": 8.0,
+                "held_to": 6.0,
+                "pair_ratio": 1.9,
+            },
+            6.0,
+        ),
+        # folds of a quarter of the pairs (two folds): unchanged
+        (
+            {
+                "score": "knn",
+                "gain_is_real": True,
+                "chosen": 4.0,
+                "held_to": 16.0,
                 "pair_ratio": 4.0,
             },
-            8.0,
+            4.0,
         ),
         # the curve fell right after the choice: unchanged
         (

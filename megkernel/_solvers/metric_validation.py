@@ -375,6 +375,14 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     return run(full)
 
 
+#: Largest ratio of the refit's pairs to a fold's by which the pair loss's
+#: refit is lengthened (:func:`refit_epochs`): five folds hold about 64 % of
+#: the pairs (a ratio of 1.56), where the longer refit was measured to gain;
+#: two folds (600 points or more) hold a quarter, with half the points, and
+#: there a refit four times the choice lost (the benchmarks page).
+MAX_PAIR_RATIO = 2.0
+
+
 def refit_epochs(epochs, log, max_length):
     """Return the refit's length on every pair: the validated one, scaled where the folds allow.
 
@@ -389,14 +397,17 @@ def refit_epochs(epochs, log, max_length):
     as far as it held. Only where the folds scored held-out 1-NN margins
     (``log["score"] == "knn"``): held-out pair AUC keeps rising with the
     length long after the neighbours stop improving, so its curve is no
-    evidence for a longer refit. Unchanged where no learned length was
-    chosen, where the folds drew their pairs again (``log["length_scale"]``
-    is already their scaling), and at the safety net ``max_length``. The
-    factor is recorded as ``log["length_scale"]``.
+    evidence for a longer refit. Only where a fold held at least half the
+    pairs (``log["pair_ratio"]`` at most :data:`MAX_PAIR_RATIO`). Unchanged
+    where no learned length was chosen, where the folds drew their pairs
+    again (``log["length_scale"]`` is already their scaling), and at the
+    safety net ``max_length``. The factor is recorded as
+    ``log["length_scale"]``.
     """
     chosen = log.get("chosen")
     if (not log.get("gain_is_real") or not chosen or log.get("length_scale", 1.0) != 1.0
-            or "held_to" not in log or log.get("score") != "knn"):
+            or "held_to" not in log or log.get("score") != "knn"
+            or log["pair_ratio"] > MAX_PAIR_RATIO):
         return epochs
     factor = min(log["pair_ratio"], log["held_to"] / chosen)
     if not factor > 1.0:
