@@ -18,6 +18,7 @@ from megkernel._solvers.metric_meg_fit import content_order, metric_space
 from megkernel._solvers.metric_validation import (
     RACE_EPOCHS,
     _validate_pair_loss,
+    refit_epochs,
     validate_epochs,
 )
 
@@ -65,8 +66,9 @@ def test_the_pair_loss_is_validated_and_learns_sparse_counts_beyond_euclidean():
     assert {"soft-pairs", "pairs"} <= set(model.validation_["from_labels"])
     assert model.validation_["kept"] == "pairs" and model.validation_["gain_is_real"]
     euclidean = KNeighborsClassifier(1).fit(X_train, y_train).score(X_test, y_test)
-    # the rebuilt classes the soft objectives alone kept: 0.017 below Euclidean
-    assert _one_nn(model, X_train, y_train, X_test, y_test) >= euclidean + 0.05
+    # the rebuilt classes the soft objectives alone kept: 0.017 below Euclidean;
+    # the pair loss: three or more more of the 60 test points right
+    assert round(_one_nn(model, X_train, y_train, X_test, y_test) - euclidean, 9) >= 0.05
 
 
 def _pair_loss_problem(seed=0):
@@ -123,7 +125,7 @@ def test_where_the_race_goes_on_the_validation_is_the_one_without_it(unless_abov
     )
     epochs, log, after = _race(unless_above)
     assert "pruned" not in log
-    assert epochs == expected[0]
+    assert epochs == refit_epochs(expected[0], expected[1], 64)
     assert log["scores"] == expected[1]["scores"]
     assert after.bit_generator.state == rng.bit_generator.state
 

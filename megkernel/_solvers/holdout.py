@@ -32,7 +32,11 @@ fold's own training points (with two folds, the pairs with both ends in a
 fold's half are only about a quarter of them, too few to show a gain the
 full fit makes), and the final fit runs ``n / n_f`` times the validated length
 (:func:`_length_scale`). Neighbourhood pairs (the default from labels) and
-given pairs stay the fold's pairs with both ends among its training points.
+given pairs stay the fold's pairs with both ends among its training points
+(about ``((k-1)/k)**2`` of them with ``k`` folds): the log records their
+ratio and how far past the choice the held-out curve held it, for a learner
+whose refit on every pair gains longer than a fold's
+(:func:`megkernel._solvers.metric_validation.refit_epochs`).
 
 * ``"knn"`` -- the mean relative 1-NN margin of the held-out points against
   the others, with the similar pairs' connected components as classes
@@ -840,7 +844,10 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         ``"gain_is_real"`` (a learned length chosen), ``"n_folds"``, ``"n_repeats"`` and
         ``"stopped"`` (``"patience"``, ``"out_of_reach"`` (see
         :func:`_out_of_reach`), or ``"max_length"`` when the
-        checkpoints ran out), ``"length_scale"``; with the k-NN score also ``"accuracies"``,
+        checkpoints ran out), ``"length_scale"``, ``"held_to"`` (the longest
+        checkpoint reached up to which no checkpoint past the choice scored
+        significantly below it: :func:`_held_to`), ``"pair_ratio"`` (the
+        pairs over a fold's mean training pairs); with the k-NN score also ``"accuracies"``,
         the held-out 1-NN accuracy (share of positive margins) per
         checkpoint; with ``reference``, ``"reference_score"`` (its mean),
         ``"gain_over_reference"`` and ``"worse_than_reference"`` (the
@@ -926,8 +933,38 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                   f"length allowed ({best:g} passes over the pairs); raise {safety_net} "
                   "to let it learn longer.", ConvergenceWarning)
     log["length_scale"] = _length_scale(n_objects, paths, scorers)
+    log["held_to"] = _held_to(table, log["checkpoints"].index(best), z=z, n_repeats=n_repeats,
+                              checkpoints=log["checkpoints"])
+    log["pair_ratio"] = _pair_ratio(len(pairs), [scorer for scorer in scorers if scorer.usable])
     # the safety net stays a cap on the final fit's length too
     return min(best * log["length_scale"], float(checkpoints[-1])), log
+
+
+def _held_to(table, chosen, *, z, n_repeats, checkpoints):
+    """Return the longest checkpoint reached up to which the held-out curve held the choice.
+
+    Walking past the chosen row, each checkpoint whose held-out scores are
+    not significantly below the choice's (paired, ``z`` standard errors;
+    with k-NN margins, nor its 1-NN accuracy) extends the reach; the first
+    that is stops it. The choice itself where none past it was reached.
+    """
+    held = chosen
+    for row in range(chosen + 1, len(table)):
+        if gain_is_real(table[chosen], table[row], z, n_repeats):
+            break
+        if not isinstance(table[row][0], tuple) and gain_is_real(
+                [(item > 0).astype(float) for item in table[chosen]],
+                [(item > 0).astype(float) for item in table[row]], z, n_repeats):
+            break
+        held = row
+    return float(checkpoints[held])
+
+
+def _pair_ratio(n_pairs, usable):
+    """Return the final fit's pairs over a usable fold's training pairs (mean over folds)."""
+    if not usable:
+        return 1.0
+    return float(n_pairs / np.mean([len(scorer.train_pairs) for scorer in usable]))
 
 
 def _length_scale(n_objects, paths, scorers):
