@@ -103,3 +103,87 @@ def test_rank_one_on_a_clustered_spectrum_names_its_cost_once():
         run_pair_trials(state, a[2530:2535], b[2530:2535], y[2530:2535],
                         learning_rate=0.5, method="rank-one")
     assert not caught  # once per state
+
+
+def _warned_about(run):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught]
+
+
+def test_eigh_named_on_a_large_state_says_its_cost_and_auto_does_not():
+    d = 300
+    pairs, y = distance_triples(_clustered(d), 2000, random_state=1)
+    a, b = pairs[:, 0], pairs[:, 1]
+    state = ExponentState.identity(d)
+    run_pair_trials(state, a[:1200], b[:1200], y[:1200], learning_rate=0.5)
+    auto = state.copy()
+    assert not _warned_about(lambda: run_pair_trials(auto, a[1200:1210], b[1200:1210],
+                                                     y[1200:1210], learning_rate=0.5))
+    with pytest.warns(UserWarning, match=r"method='eigh' on this state costs about .* one "
+                                         r"eigendecomposition of the d = 300 exponent per "
+                                         r"trial.* times the (rank-one|lanczos) engine's"):
+        run_pair_trials(state, a[1200:1210], b[1200:1210], y[1200:1210], learning_rate=0.5,
+                        method="eigh")
+    # the same trials as "auto" up to round-off
+    assert np.allclose(state.matrix(), auto.matrix(), rtol=1e-9, atol=1e-15)
+
+
+def test_a_named_engine_is_quiet_where_its_excess_is_not_worth_a_word(stream):
+    # wine at d = 30: eigh is ~10x the best engine per trial, but a few hundred
+    # trials (or 1024 of a stream) lose well under a second
+    pairs, y = stream
+    state = ExponentState.identity(30)
+    assert not _warned_about(lambda: run_pair_trials(
+        state, pairs[:300, 0], pairs[:300, 1], y[:300], learning_rate=0.5, method="eigh"))
+
+
+def test_rank_one_at_150_objects_on_a_clustered_spectrum_says_its_cost_before_it_runs(
+        monkeypatch):
+    # below 200 objects the rank-one engine was never checked, at 11-17x the
+    # best; a long call's excess is worth a word before its trials run
+    d = 150
+    pairs, y = distance_triples(_clustered(d), 3000, random_state=0)
+    a, b = pairs[:, 0], pairs[:, 1]
+    state = ExponentState.identity(d)
+    run_pair_trials(state, a[:2000], b[:2000], y[:2000], learning_rate=0.5)
+
+    class Ran(Exception):
+        pass
+
+    def ran(*args):
+        raise Ran
+
+    monkeypatch.setitem(engines.ENGINES, "rank-one",
+                        engines.ENGINES["rank-one"]._replace(pair_trials=ran))
+    fresh = state.copy()
+    many = np.resize(np.arange(2000, 3000), 30000)
+    with pytest.warns(UserWarning, match=r"method='rank-one' on this state costs about .*"
+                                         r"30000 trials.* times the lanczos engine's"):
+        with pytest.raises(Ran):
+            run_pair_trials(state, a[many], b[many], y[many], learning_rate=0.5,
+                            method="rank-one")
+
+    def short():  # loses well under a second: no word
+        with pytest.raises(Ran):
+            run_pair_trials(fresh, a[2000:2300], b[2000:2300], y[2000:2300],
+                            learning_rate=0.5, method="rank-one")
+
+    assert not _warned_about(short)
+
+
+def test_a_stream_of_named_engine_calls_checks_its_cost_once_per_kind(monkeypatch, stream):
+    pairs, y = stream
+    calls = _counting(monkeypatch)
+    state = ExponentState.identity(30)
+    a, b = pairs[:, 0], pairs[:, 1]
+    for t in range(200):
+        run_pair_trials(state, a[t:t + 1], b[t:t + 1], y[t:t + 1], learning_rate=0.5,
+                        method="rank-one")
+    assert len(calls) == 1
+    run_pair_trials(state, a[200:300], b[200:300], y[200:300], learning_rate=0.5,
+                    method="rank-one")  # a longer call: another kind, checked again
+    assert len(calls) == 2

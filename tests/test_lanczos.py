@@ -98,6 +98,7 @@ def test_registered_and_auto():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:method='eigh' on this state costs:UserWarning")  # the reference
 def test_auto_changes_engine_within_a_call_and_stays_exact(monkeypatch):
     """From I/d rank-one updates deflate (few trials in, cheap); once every
     eigenpair is kept, Lanczos is cheaper at d = 150: "auto" runs both in

@@ -301,35 +301,75 @@ AUTO_MEMO_TRIALS = 1024
 AUTO_ONE_ENGINE_BELOW = 0.1
 
 
-#: ``method="rank-one"`` on a dense state of at least this many objects is
-#: checked against the cost model before its trials run: its updates cost
+#: A ``method`` the user names (not ``"auto"``) on a dense state is checked
+#: against the cost model (:func:`auto_plan`, and ``eigh``'s ``O(d^3)``
+#: trial) before its trials run. The rank-one engine's updates cost
 #: ``O(d k^2)`` for the ``k`` eigenpairs that do not deflate, all of them once
-#: the trials have touched every object (clustered spectra included), 100 times
-#: Lanczos' trials at ``d = 500`` (the benchmarks page).
-SAY_COST_FROM = 200
-
-#: ... and a warning names the expected cost when it is this many times the
-#: cheapest engine's.
+#: the trials have touched every object (clustered spectra included), 100
+#: times Lanczos' trials at ``d = 500``; the eigh engine's 15 to 300 times the
+#: best engine's from ``d = 52`` to ``500`` (the benchmarks page). A warning
+#: names the expected cost when it is this many times the cheapest engine's
+#: ...
 SAY_COST_RATIO = 3.0
 
+#: ... and the excess is worth a word: at least this many seconds over the
+#: call, or over :data:`AUTO_MEMO_TRIALS` trials of a stream of shorter calls
+#: (a test's or a tutorial's few hundred trials at small ``d`` are not).
+SAY_COST_SECONDS = 1.0
 
-def _say_cost(state, a, b, n):
-    """Warn once per state when ``method="rank-one"`` will cost many times another engine."""
+_WHY_SLOW = {
+    "rank-one": "its eigen-updates cost O(d k^2) for the k of the d = {d} eigenpairs that "
+                "do not deflate (most of them here)",
+    "eigh": "it makes one eigendecomposition of the d = {d} exponent per trial, O(d^3)",
+    "lanczos": "its quadrature needs many Lanczos steps over this spread of eigenvalues",
+}
+
+
+def _say_cost(state, method, a, b, n):
+    """Warn when the named ``method`` will cost many times the cheapest engine.
+
+    Once per state and method, and only when the excess is noticeable in
+    seconds (:data:`SAY_COST_SECONDS`).
+    """
     _, _, seconds = auto_plan(state, a, b, n)
-    cheapest = min(seconds, key=seconds.get)
-    if seconds["rank-one"] <= SAY_COST_RATIO * seconds[cheapest]:
+    seconds = dict(seconds, eigh=_cost.eigh_trial(state.size))
+    if method not in seconds:
         return
-    state.cost_said = True
-    total = seconds["rank-one"] * n
+    cheapest = min(seconds, key=seconds.get)
+    named = seconds[method]
+    excess = (named - seconds[cheapest]) * max(n, AUTO_MEMO_TRIALS)
+    if named <= SAY_COST_RATIO * seconds[cheapest] or excess < SAY_COST_SECONDS:
+        return
+    state.cost_said = state.cost_said + (method,)
+    total = named * n
     warn_user(
-        f"method='rank-one' on this state costs about {1e3 * seconds['rank-one']:.3g} ms "
-        f"per trial ({total:.3g} s for these {n} trials): its eigen-updates cost "
-        f"O(d k^2) for the k of the d = {state.size} eigenpairs that do not deflate "
-        "(most of them here), "
-        f"{seconds['rank-one'] / seconds[cheapest]:.0f} times the {cheapest} engine's "
+        f"method={method!r} on this state costs about {1e3 * named:.3g} ms "
+        f"per trial ({total:.3g} s for these {n} trials): "
+        f"{_WHY_SLOW[method].format(d=state.size)}, "
+        f"{named / seconds[cheapest]:.0f} times the {cheapest} engine's "
         f"{1e6 * seconds[cheapest]:.3g} us by the cost model. method='auto' or "
         f"'{cheapest}' runs the same trials (the same result up to round-off).",
         UserWarning)
+
+
+def _check_cost(state, method, a, b, n):
+    """Name the cost of a ``method`` the user chose (:func:`_say_cost`).
+
+    The check is made again only when the calls change kind or after
+    :data:`AUTO_MEMO_TRIALS` trials: a stream of one-pair calls would
+    otherwise pay for the cost model at every call.
+    """
+    if method == "auto" or method in state.cost_said or state.basis is not None:
+        return
+    if state.size < RANK_ONE_FROM or method not in ENGINES:
+        return
+    kind = (method,) + _call_kind(state, n)
+    memo = state.cost_checked
+    if memo is not None and memo[0] == kind and memo[1] < AUTO_MEMO_TRIALS:
+        state.cost_checked = (kind, memo[1] + n)
+        return
+    state.cost_checked = (kind, n)
+    _say_cost(state, method, a, b, n)
 
 
 def _call_kind(state, n):
@@ -502,9 +542,7 @@ def run_pair_trials(state, a, b, y, *, learning_rate, trace=1.0, method="auto",
     # "auto" on a dense state chooses again after each segment of the call
     plan = (method == "auto" and state.basis is None and state.size >= RANK_ONE_FROM)
     engine = None if plan else select(method, state, n_trials=n)
-    if (method == "rank-one" and state.basis is None and state.size >= SAY_COST_FROM
-            and not state.cost_said):
-        _say_cost(state, a, b, n)
+    _check_cost(state, method, a, b, n)
     if plan and n < AUTO_MEMO_BELOW:  # a short call: the stream's choice, kept
         kind = _call_kind(state, n)
         memo = state.engine_memo

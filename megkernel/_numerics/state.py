@@ -62,7 +62,8 @@ class ExponentState:
 
     #: The fields of a state; :meth:`copy` and :meth:`assign` go through them.
     FIELDS = ("exponent", "basis", "eigenvalues", "eigenvectors",
-              "updates_since_refresh", "partition_anchor", "engine_memo", "cost_said")
+              "updates_since_refresh", "partition_anchor", "engine_memo", "cost_said",
+              "cost_checked")
 
     #: The engine ``method="auto"`` chose for short calls on this state, and
     #: for which kind of call (:func:`megkernel._engines.run_pair_trials`),
@@ -70,9 +71,13 @@ class ExponentState:
     #: for a new one at every call.
     engine_memo = None
 
-    #: Whether a warning named the cost of the engine asked for on this state
-    #: (said once per state, not at every call of a stream).
-    cost_said = False
+    #: The engines whose cost a warning named on this state (said once per
+    #: state and engine, not at every call of a stream) ...
+    cost_said = ()
+
+    #: ... and the kind of call and the trials since the cost model last
+    #: checked the engine asked for, or None.
+    cost_checked = None
 
     def __init__(self, exponent, *, basis=None):
         #: Symmetric exponent ``A`` (r x r), kept exactly.
