@@ -143,8 +143,8 @@ def test_a_named_engine_is_quiet_where_its_excess_is_not_worth_a_word(stream):
 
 def test_rank_one_at_150_objects_on_a_clustered_spectrum_says_its_cost_before_it_runs(
         monkeypatch):
-    # below 200 objects the rank-one engine was never checked, at 11-17x the
-    # best; a long call's excess is worth a word before its trials run
+    # 11-17x the best engine here: a long call's excess is worth a word
+    # before its trials run
     d = 150
     pairs, y = distance_triples(_clustered(d), 3000, random_state=0)
     a, b = pairs[:, 0], pairs[:, 1]
@@ -187,3 +187,49 @@ def test_a_stream_of_named_engine_calls_checks_its_cost_once_per_kind(monkeypatc
     run_pair_trials(state, a[200:300], b[200:300], y[200:300], learning_rate=0.5,
                     method="rank-one")  # a longer call: another kind, checked again
     assert len(calls) == 2
+
+
+def test_a_long_rank_one_call_from_the_identity_says_its_cost(monkeypatch):
+    # from I / d the first trials deflate almost every eigenpair, but a long
+    # call on a clustered spectrum grows to all of them (37x Lanczos at d = 300)
+    d = 300
+    pairs, y = distance_triples(_clustered(d), 6000, random_state=0)
+    monkeypatch.setitem(engines.ENGINES, "rank-one",
+                        engines.ENGINES["rank-one"]._replace(pair_trials=_ran))
+    with pytest.warns(UserWarning, match=r"method='rank-one' on this state costs about"):
+        with pytest.raises(_Ran):
+            run_pair_trials(ExponentState.identity(d), pairs[:, 0], pairs[:, 1], y,
+                            learning_rate=0.5, method="rank-one")
+
+
+def test_alternating_call_lengths_check_the_cost_once_per_kind(monkeypatch, stream):
+    pairs, y = stream
+    calls = _counting(monkeypatch)
+    state = ExponentState.identity(30)
+    a, b = pairs[:, 0], pairs[:, 1]
+    for t in range(0, 300, 3):  # one pair, then two: two kinds of call
+        run_pair_trials(state, a[t:t + 1], b[t:t + 1], y[t:t + 1], learning_rate=0.5,
+                        method="rank-one")
+        run_pair_trials(state, a[t + 1:t + 3], b[t + 1:t + 3], y[t + 1:t + 3],
+                        learning_rate=0.5, method="rank-one")
+    assert len(calls) == 2
+
+
+def test_lanczos_in_one_pair_calls_names_the_eigendecomposition_that_ends_each_call():
+    d = 300
+    pairs, y = distance_triples(_clustered(d), 1300, random_state=2)
+    a, b = pairs[:, 0], pairs[:, 1]
+    state = ExponentState.identity(d)
+    run_pair_trials(state, a[:1200], b[:1200], y[:1200], learning_rate=0.5)
+    with pytest.warns(UserWarning, match=r"method='lanczos' .* ends each call with one "
+                                         r"eigendecomposition .*\(pass more pairs per call\)"):
+        run_pair_trials(state, a[1200:1201], b[1200:1201], y[1200:1201], learning_rate=0.5,
+                        method="lanczos")
+
+
+class _Ran(Exception):
+    """A trial ran: the engine's cost was (or was not) said before."""
+
+
+def _ran(*args):
+    raise _Ran

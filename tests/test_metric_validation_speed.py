@@ -145,7 +145,8 @@ def test_far_pairs_and_a_tiny_temperature_over_the_edges_stay_finite():
 def test_the_pairs_ascent_among_many_points_starts_without_a_square_array():
     """3000 points in 4000 pairs: choosing the edges and starting the ascent
     (masks, temperature, first evaluation) allocates far less than one
-    3000 x 3000 array (72 MB); the square masks were built before the choice."""
+    3000 x 3000 array (72 MB): the square masks are built only for the
+    dense path, after the choice."""
     coordinates, pairs, signs, prior = _sparse_table(8, n_points=3000, n_pairs=4000, rank=5)
     tracemalloc.start()
     try:

@@ -331,7 +331,9 @@ def _say_cost(state, method, a, b, n):
     Once per state and method, and only when the excess is noticeable in
     seconds (:data:`SAY_COST_SECONDS`).
     """
-    _, _, seconds = auto_plan(state, a, b, n)
+    # the whole call, not its first trials: from the identity prior every
+    # update deflates at first, and a long rank-one call grows to all of them
+    _, _, seconds = auto_plan(state, a, b, n, whole_call=True)
     seconds = dict(seconds, eigh=_cost.eigh_trial(state.size))
     if method not in seconds:
         return
@@ -342,14 +344,28 @@ def _say_cost(state, method, a, b, n):
         return
     state.cost_said = state.cost_said + (method,)
     total = named * n
+    why = _WHY_SLOW[method]
+    end = _cost.lanczos_call(state.size) / max(n, 1)
+    if method == "lanczos" and end > 0.5 * named:
+        why = ("it ends each call with one eigendecomposition of the d = {d} exponent "
+               f"({1e3 * end * n:.3g} ms), which a call of {_trials(n)} does not share out "
+               "(pass more pairs per call)")
     warn_user(
         f"method={method!r} on this state costs about {1e3 * named:.3g} ms "
-        f"per trial ({total:.3g} s for these {n} trials): "
-        f"{_WHY_SLOW[method].format(d=state.size)}, "
+        f"per trial ({total:.3g} s for {_trials(n)}): "
+        f"{why.format(d=state.size)}, "
         f"{named / seconds[cheapest]:.0f} times the {cheapest} engine's "
-        f"{1e6 * seconds[cheapest]:.3g} us by the cost model. method='auto' or "
+        f"{_duration(seconds[cheapest])} by the cost model. method='auto' or "
         f"'{cheapest}' runs the same trials (the same result up to round-off).",
         UserWarning)
+
+
+def _trials(n):
+    return "1 trial" if n == 1 else f"{n} trials"
+
+
+def _duration(seconds):
+    return f"{1e3 * seconds:.3g} ms" if seconds >= 1e-3 else f"{1e6 * seconds:.3g} us"
 
 
 def _check_cost(state, method, a, b, n):
@@ -364,12 +380,12 @@ def _check_cost(state, method, a, b, n):
     if state.size < RANK_ONE_FROM or method not in ENGINES:
         return
     kind = (method,) + _call_kind(state, n)
-    memo = state.cost_checked
-    if memo is not None and memo[0] == kind and memo[1] < AUTO_MEMO_TRIALS:
-        state.cost_checked = (kind, memo[1] + n)
-        return
-    state.cost_checked = (kind, n)
-    _say_cost(state, method, a, b, n)
+    memo = dict(state.cost_checked or ())  # each kind of call its own count
+    checked = memo.get(kind)
+    memo[kind] = n if checked is None or checked >= AUTO_MEMO_TRIALS else checked + n
+    state.cost_checked = tuple(memo.items())  # immutable: copies of the state share it
+    if checked is None or checked >= AUTO_MEMO_TRIALS:
+        _say_cost(state, method, a, b, n)
 
 
 def _call_kind(state, n):

@@ -75,8 +75,8 @@ class ExponentState:
     #: state and engine, not at every call of a stream) ...
     cost_said = ()
 
-    #: ... and the kind of call and the trials since the cost model last
-    #: checked the engine asked for, or None.
+    #: ... and, for each kind of call, the trials since the cost model last
+    #: checked the engine asked for (pairs ``(kind, trials)``), or None.
     cost_checked = None
 
     def __init__(self, exponent, *, basis=None):

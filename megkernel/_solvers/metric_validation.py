@@ -358,7 +358,7 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     checkpoint, and its warnings are this validation's. The race's own end
     is no safety net of the user's: a warning that the score still rose
     there is not passed on (a race that reached its end is either pruned or
-    run again in full, which warns for itself). The chosen length is
+    continued in full, whose own end warns for itself). The chosen length is
     scaled for the refit on every pair (:func:`refit_epochs`). Returns
     ``(epochs, log, rng)``, ``rng`` the generator after the validation that
     counts.
@@ -382,11 +382,13 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
             warnings.simplefilter("always")
             epochs, log, fold_rng = run(short)
         pruned = not _held_out_at_choice(log) > tuple(unless_above)
+        # the race's warnings are the validation's (a continued run does not
+        # make the race's part again), but for the race's end reached
+        for record in caught:
+            if not (log["stopped"] == "max_length"
+                    and issubclass(record.category, ConvergenceWarning)):
+                warn_user(str(record.message), record.category)
         if pruned or log["stopped"] != "max_length":
-            for record in caught:  # a stop before the race's end is the full validation's
-                if not (log["stopped"] == "max_length"
-                        and issubclass(record.category, ConvergenceWarning)):
-                    warn_user(str(record.message), record.category)
             if pruned:
                 log["pruned"] = True
             return epochs, log, fold_rng  # stopped early: so would the full validation

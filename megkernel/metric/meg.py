@@ -88,9 +88,11 @@ class MEGMetric(_FeatureMetric):
         real and still grows at least as the square root of the epochs (no
         fixed cap but ``max_iter``; see :attr:`validation_` and
         :mod:`megkernel._solvers.holdout`); with MEG's pair loss, the final
-        run on every pair is longer by the pairs over a fold's where the
-        folds' held-out 1-NN margins allow it (with five folds, where a fold
-        holds about 64 % of the pairs).
+        run on every pair is longer, by the pairs over a fold's or as far
+        as the folds' held-out 1-NN margins held the choice, whichever is
+        less; only where the folds scored 1-NN margins and a fold held at
+        least half the pairs (five folds, about 64 %: 1.56 times; not with
+        two or three folds).
     max_iter : int, default=1000
         Safety net of ``n_epochs="auto"``: at most this many epochs, with a
         :class:`~sklearn.exceptions.ConvergenceWarning` when the validated
@@ -201,12 +203,12 @@ class MEGMetric(_FeatureMetric):
         the prior kept), ``"looks"`` (the lengths compared), ``"n_folds"``,
         ``"n_repeats"``, ``"stopped"`` (``"patience"``, ``"out_of_reach"``:
         the next length could not be chosen, ``"max_length"``), ``"length_scale"``
-        (the final length over the chosen one: with MEG's pair loss on pairs
-        that the folds keep among their points, ``"pair_ratio"``, the pairs
-        over a fold's, where the folds' held-out 1-NN margins held the
-        choice up to that length, ``"held_to"``: a run on more pairs gains
-        longer),
-        ``"held_to"``, ``"pair_ratio"``; with several kinds to choose
+        (the final length over the chosen one, with MEG's pair loss:
+        ``min(pair_ratio, held_to / chosen)`` where the folds scored 1-NN
+        margins and ``pair_ratio`` is at most 2, else 1),
+        ``"pair_ratio"`` (the pairs over a fold's mean), ``"held_to"`` (the
+        longest length up to which no checkpoint scored significantly below
+        the choice; both absent where no fold was usable); with several kinds to choose
         from (``from_labels="auto"``, or given pairs: ``"soft-pairs"`` their
         soft-neighbour objective, ``"pair-classes"`` that of the classes
         rebuilt from the similar pairs' components, ``"pairs"`` MEG's pair
