@@ -887,9 +887,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             return block
         if getattr(self, "_paths", None) is not None:
             block = self._paths.block(rows, cols, block)
-            return block if self.squared else np.sqrt(block)
-        block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
-                           self._scale_map)
+        else:
+            block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
+                               self._scale_map)
+        # an object is at 0 from itself (no given distance; "first" and "paths" would
+        # place it among the others)
+        block[np.asarray(rows)[:, None] == np.asarray(cols)[None, :]] = 0.0
         return block if self.squared else np.sqrt(block)
 
     def _source(self):
