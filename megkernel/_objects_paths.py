@@ -14,9 +14,10 @@ by a decreasing isotonic regression over the labelled given pairs. An
 object's log-odds for class ``c`` add, naive Bayes, over its given partners
 
 - of class ``c`` (labelled): the log-likelihood ratio ``logit p(d) -
-  logit p0`` of its distance ``d`` (``p0``: the chance of one class of a
-  given pair, so pairs chosen as near ones, e.g. each object's nearest, are
-  no evidence by their number alone);
+  logit p0`` of its distance ``d`` and of its being given (``p0``: the
+  chance of one class of two objects drawn at random, from the class
+  frequencies; Bayes' rule for ``p(d)``, the chance given both, so that
+  pairs chosen as near ones, e.g. each object's nearest, weigh as evidence);
 - not labelled: ``log(1 + b(c) (r(d) - 1))``, ``r(d)`` that likelihood
   ratio and ``b(c)`` the partner's chance of class ``c`` from its own
   labelled partners (two steps through the graph), the object's own label
@@ -86,10 +87,10 @@ class PathEvidence:
         both = (label_of[a] >= 0) & (label_of[b] >= 0)
         same = (label_of[a[both]] == label_of[b[both]]).astype(float)
         freq = np.bincount(codes, minlength=len(classes)) / len(codes)
-        prior = float(same.mean()) if same.size else float(np.sum(freq**2))
-        # the chance of one class of a given pair (the given pairs may be chosen,
-        # e.g. each object's nearest): what a distance is weighed against
-        self.prior = float(np.clip(prior, PATH_CLIP, 1 - PATH_CLIP))
+        # the chance of one class of two objects drawn at random (the class
+        # frequencies): a given pair's chance is weighed against it, so that a
+        # pair given because it is near (each object's nearest) is evidence too
+        self.prior = float(np.clip(np.sum(freq**2), PATH_CLIP, 1 - PATH_CLIP))
         if same.size:
             fit = IsotonicRegression(increasing=False, out_of_bounds="clip").fit(sq[both], same)
             self._knots, self._values = fit.X_thresholds_, fit.y_thresholds_
@@ -115,7 +116,7 @@ class PathEvidence:
         return np.clip(np.interp(sq, self._knots, self._values), PATH_CLIP, 1 - PATH_CLIP)
 
     def log_ratio(self, sq):
-        """Return the log-likelihood ratio, one class against not, of squared distances ``sq``."""
+        """Return the log-likelihood ratio, one class against not, of given pairs at ``sq``."""
         return _logit(self.chance(np.asarray(sq, float))) - _logit(self.prior)
 
     def _messages(self, partners, ratios, own):

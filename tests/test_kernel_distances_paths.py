@@ -68,7 +68,8 @@ def _naive_paths(ids, fit, labels, table):
     both = (label[i] >= 0) & (label[j] >= 0)
     same = (label[i][both] == label[j][both]).astype(float)
     iso = IsotonicRegression(increasing=False, out_of_bounds="clip").fit(sq[both], same)
-    prior = same.mean()
+    freq = np.unique(labels, return_counts=True)[1] / len(labels)
+    prior = np.sum(freq**2)  # two fit objects drawn at random
 
     def ratio(d):
         return _logit(np.clip(iso.predict([d])[0], PATH_CLIP, 1 - PATH_CLIP)) - _logit(prior)
@@ -76,7 +77,6 @@ def _naive_paths(ids, fit, labels, table):
     edges = [dict() for _ in range(n)]
     for a, b, d in zip(i, j, sq):
         edges[a][b] = edges[b][a] = d
-    freq = np.unique(labels, return_counts=True)[1] / len(labels)
     cols = [pos[f] for f in fit]
     out = np.full((n, len(cols)), NO_EVIDENCE)
     for a in range(n):
