@@ -160,7 +160,7 @@ class PathEvidence:
             other = np.exp(_log_softmax(self._scores(cols[~known])))
             with np.errstate(divide="ignore"):
                 score[:, ~known] = np.log(np.exp(log_chance) @ other.T)
-        sq = np.where(partnered[:, None], np.minimum(-score, NO_EVIDENCE), NO_EVIDENCE)
+        sq = np.where(partnered[:, None], np.clip(-score, 0.0, NO_EVIDENCE), NO_EVIDENCE)
         return sq + TIE_BREAK * learned_sq
 
     def block(self, rows, cols, learned_sq):
