@@ -607,10 +607,12 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     (``keep_given="never"``), the blend of the given and the learned
     distances (``keep_given="blend"``: what the default keeps without
     labels, unless the learner finds its kernel weak: then ``"first"``),
-    the evidence of the given pairs' graph (``keep_given="paths"``:
-    the labels of each split's training half read the chance of one class
-    off the given distances) and the default step (``keep_given="auto"``: the labels of each
-    split's training half choose), with the first (cache-filling) fit's wall
+    the evidence of the given pairs' graph (``keep_given="paths"``: each
+    object's chance of each class from all its given distances, the
+    labels of each split's training half reading the chance of one class
+    off a given distance) and the default step (``keep_given="auto"``: the
+    labels of each split's training half choose), with the first
+    (cache-filling) fit's wall
     time and the warnings it gave. The user's plain distances go to
     ``KernelDistances`` as they are (its defaults: ``given_squared=None``
     reads a learner's targets as squared distances, with a

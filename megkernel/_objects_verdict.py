@@ -299,8 +299,9 @@ _MODE_WORDS = {
              "beyond them (a measured pair is always nearer)",
     "blend": "averages the given and the learned distance where both exist, the learned "
              "distances mapped onto the given ones' scale",
-    "paths": "ranks objects by the chance of one class that their given distance and "
-             "their shared given partners imply",
+    "paths": "ranks the fit objects by the chance of their class that each object's given "
+             "distances imply (its labelled partners' classes, and its other partners' own "
+             "labelled partners)",
 }
 
 

@@ -363,15 +363,18 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         kernel explains little, its distances shrink towards the typical
         given one and rarely outrank a measured pair; where it explains
         much, it re-ranks the measured pairs too. ``"paths"`` (needs the
-        class labels of :meth:`fit`): the chance that two objects share a
-        class, from their given distance and every shared given partner
-        (the chance of one class of a given pair read off its distance by a
-        decreasing isotonic regression over the labelled given pairs; the
-        evidence of the pair and of each two-step path multiplied in, naive
-        Bayes), as the squared distance ``-log`` of that chance; pairs with
-        no evidence come after all others, ordered by the learned kernel.
-        Where few pairs are given it finds neighbours no single given
-        distance ranks.
+        class labels of :meth:`fit`): an object's chance of each class from
+        all its given distances at once (naive Bayes): the chance of one
+        class of a given pair read off its distance by a decreasing isotonic
+        regression over the labelled given pairs, weighed for its partner's
+        class where the partner is a fit object, and for the classes its
+        partner's own labelled partners imply where it is not; the squared
+        distance to a fit object is ``-log`` of the object's chance of that
+        object's class (a fit object's own label left out), the learned
+        kernel ordering the objects of one class, and objects without a
+        given partner come after all others, ordered by the learned kernel.
+        Where few pairs are given it weighs all of an object's measured
+        partners, where the given distances' 1-NN reads only the nearest.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
         passes: leave-one-out 1-NN accuracy on the fit objects under each,
         a later mode in this list replacing the kept one only when it is
@@ -887,9 +890,12 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             return block
         if getattr(self, "_paths", None) is not None:
             block = self._paths.block(rows, cols, block)
-            return block if self.squared else np.sqrt(block)
-        block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
-                           self._scale_map)
+        else:
+            block = with_given(block, kept.block(rows, cols), self.keeps_given_, kept.largest,
+                               self._scale_map)
+        # an object is at 0 from itself (no given distance; "first" and "paths" would
+        # place it among the others)
+        block[np.asarray(rows)[:, None] == np.asarray(cols)[None, :]] = 0.0
         return block if self.squared else np.sqrt(block)
 
     def _source(self):

@@ -122,7 +122,7 @@ def test_given_distances_block_is_the_table_matrix_restricted():
 
 def _learned_with_given(step, table, ids, squared, first=False):
     """The naive hybrid: the learned kernel's squared distances, the table's where given
-    (``first``: the others beyond the largest given one)."""
+    (``first``: the others beyond the largest given one), each object at 0 from itself."""
     K = step.kernel_
     position = {name: k for k, name in enumerate(step.objects_)}
     diag = np.diag(K)
@@ -136,6 +136,7 @@ def _learned_with_given(step, table, ids, squared, first=False):
         counts[j, i] += 1
     offset = table["sq"].max() if first else 0.0
     sq = np.where(counts > 0, sums / np.maximum(counts, 1), np.maximum(sq, 0.0) + offset)
+    np.fill_diagonal(sq, 0.0)  # an object is at 0 from itself
     rows = [position[name] for name in ids]
     block = sq[np.ix_(rows, rows)]
     return block if squared else np.sqrt(block)
