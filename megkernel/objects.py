@@ -83,7 +83,7 @@ from ._objects_new import (
     rows_of_new,
     unit_factor,
 )
-from ._objects_paths import path_evidence
+from ._objects_paths import cross_fitted_block, path_evidence
 from ._objects_stream import _pair_stream, _scan_stream
 from ._objects_verdict import (
     KEEP_GIVEN_MODES,
@@ -152,6 +152,21 @@ def _checked_kernel(learned, learner, method):
                          f"{shape} for {n_objects} objects; it must be (n_objects, "
                          "n_objects), its rows the objects.")
     return LearnedKernel(kernel, objects, bool(weak[0]) if weak else False)
+
+
+def _one_class_each(fit_objects, rows, labels):
+    """Refuse an object fitted twice with two class labels (which would count depends on order)."""
+    rows = np.asarray(rows)
+    codes = np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
+    order = np.lexsort((codes, rows))
+    same_row = rows[order][1:] == rows[order][:-1]
+    clash = same_row & (codes[order][1:] != codes[order][:-1])
+    if clash.any():
+        where = order[1:][clash][0]
+        raise ValueError(
+            f"Object {fit_objects[where]!r} is fitted more than once with different class "
+            "labels; give each object one label (keep_given='paths' and 'auto' read an "
+            "object's class off its label).")
 
 
 def _with_copies(block, copies):
@@ -370,9 +385,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         class where the partner is a fit object, and for the classes its
         partner's own labelled partners imply where it is not; the squared
         distance to a fit object is ``-log`` of the object's chance of that
-        object's class (a fit object's own label left out), the learned
-        kernel ordering the objects of one class, and objects without a
-        given partner come after all others, ordered by the learned kernel.
+        object's class, the learned kernel ordering the objects of one class,
+        and objects without a given partner come after all others, ordered
+        by the learned kernel. Its distances are class chances, not a
+        metric (nor symmetric): they serve a neighbours classifier.
         Where few pairs are given it weighs all of an object's measured
         partners, where the given distances' 1-NN reads only the nearest.
         ``"auto"`` decides at :meth:`fit` from the class labels a Pipeline
@@ -591,18 +607,22 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         # the given distances, for the verdict (labels) or to keep beside the kernel
         needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None
-        blend = None if given_sq is None else scale_map(
-            kernel_pair_sq_distances(kernel / scale, given_sq.a, given_sq.b) * scale,
-            given_sq.sq)
+        learned_given = None if given_sq is None else (
+            kernel_pair_sq_distances(kernel / scale, given_sq.a, given_sq.b) * scale)
+        blend = None if given_sq is None else scale_map(learned_given, given_sq.sq)
         if self.keep_given == "paths" and (labels is None or given_sq is None):
             raise ValueError(
                 "keep_given='paths' reads the chance of one class off the given distances "
                 "and needs the fit objects' class labels: call fit(ids, y) with labels (a "
                 "Pipeline passes them), or use keep_given='auto'.")
         # the graph's evidence only where it may be kept (its blocks cost sparse products)
-        paths = (None if labels is None or given_sq is None
-                 or self.keep_given not in ("auto", "paths")
-                 else path_evidence(given_sq, rows, labels))
+        paths = None
+        if (labels is not None and given_sq is not None
+                and self.keep_given in ("auto", "paths")):
+            _one_class_each(fit_objects, rows, labels)
+            # the learned distances that break its ties, in a unit of the fit
+            unit = float(np.max(learned_given)) if learned_given.size else 1.0
+            paths = path_evidence(given_sq, rows, labels, learned_unit=unit)
         verdict = (None if labels is None  # (no learner: no labels either)
                    else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths))
         if given_sq is None:
@@ -649,9 +669,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             combined = {mode: _with_copies(with_given(learned, observed, mode,
                                                       given_sq.largest, blend), copies)
                         for mode in KEEP_GIVEN_MODES[1:] if mode != "paths"}
-            if paths is not None:
-                combined["paths"] = _with_copies(
-                    paths.block(unique_rows, unique_rows, learned), copies)
+            if paths is not None:  # each row scored by a map that has not seen its pairs
+                combined["paths"] = _with_copies(cross_fitted_block(
+                    given_sq, rows, labels, unique_rows, learned, paths.learned_unit), copies)
         return neighbour_verdict(
             _with_copies(learned, copies),
             None if observed is None else _with_copies(observed, copies),
