@@ -150,7 +150,9 @@ UNLABELLED_MODE = "blend"
 #: noise to the given order: on the sparse grid's 2 % tables, where the
 #: learner says so, the blend lost to the given distances on 5 of 8 (by up
 #: to 0.09 of 1-NN) and gained at most 0.026 (the benchmarks page, "Sparse
-#: tables").
+#: tables"). With labels it is where the comparison starts: the modes that
+#: trust the kernel more are no candidates, a later one replaces it only
+#: when better by the one-standard-error rule.
 WEAK_KERNEL_MODE = "first"
 
 #: Ties of the scale map's flat stretches are broken by the learned distance
@@ -241,7 +243,7 @@ def with_given(learned_sq, given_sq, mode, offset, scale=None):
     return np.where(missing, learned_sq + (offset if mode == "first" else 0.0), given_sq)
 
 
-def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None):
+def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None, start=None):
     """Leave-one-out 1-NN of the learned distances against the observed ones.
 
     Parameters
@@ -255,6 +257,10 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
     combined : dict, optional
         The learned distances combined with the observed ones, by
         ``keep_given`` mode (:func:`with_given`).
+    start : str, optional
+        A mode of ``combined`` kept unless a later one is better (by the
+        rule below); the modes before it are not candidates (a kernel its
+        learner found weak: :data:`WEAK_KERNEL_MODE`). ``None``: ``"never"``.
 
     Returns
     -------
@@ -277,11 +283,14 @@ def neighbour_verdict(learned, observed, labels, *, sampled=False, combined=None
     right = loo_nearest_correct(learned, labels)
     out["learned"] = float(right.mean())
     best = right
+    candidate = start is None or combined is None or start not in combined
     for mode in KEEP_GIVEN_MODES[1:]:
         if combined is not None and mode in combined:
             right_mode = loo_nearest_correct(combined[mode], labels)
             out[mode] = float(right_mode.mean())
-            if _paired_z(right_mode, best) > KEEP_Z:
+            if mode == start and not candidate:
+                best, out["keep_given"], candidate = right_mode, mode, True
+            elif candidate and _paired_z(right_mode, best) > KEEP_Z:
                 best, out["keep_given"] = right_mode, mode
     if observed is None:
         return out

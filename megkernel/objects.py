@@ -624,7 +624,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             unit = float(np.max(learned_given)) if learned_given.size else 1.0
             paths = path_evidence(given_sq, rows, labels, learned_unit=unit)
         verdict = (None if labels is None  # (no learner: no labels either)
-                   else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths))
+                   else self._verdict(kernel, scale, rows, labels, given_sq, blend, paths,
+                                      start=WEAK_KERNEL_MODE if weak else None))
         if given_sq is None:
             keeps_given = "never"
         elif self.keep_given == "auto":
@@ -651,7 +652,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 self._extension_state()  # the eigendecomposition now, not at the first predict
             return self
 
-    def _verdict(self, kernel, scale, rows, labels, given_sq, blend, paths=None):
+    def _verdict(self, kernel, scale, rows, labels, given_sq, blend, paths=None, start=None):
         """Compare by leave-one-out 1-NN on the fit objects.
 
         The learned kernel, the observed distances, and the learned kernel
@@ -675,7 +676,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         return neighbour_verdict(
             _with_copies(learned, copies),
             None if observed is None else _with_copies(observed, copies),
-            np.asarray(labels)[chosen], sampled=len(chosen) < len(rows), combined=combined)
+            np.asarray(labels)[chosen], sampled=len(chosen) < len(rows), combined=combined,
+            start=start)
 
     def _reading_of_new_distances(self):
         """Return how ``new_distances`` become squared distances: as the fit read its own.

@@ -402,3 +402,23 @@ def test_exactly_as_many_objects_as_compared_is_no_sample(monkeypatch):
         step.fit(ids, labels)
     assert not step.verdict_["sampled"]
     assert all("sample" not in str(w.message) for w in caught)
+
+
+def test_a_weak_kernels_comparison_starts_from_the_given_distances_first():
+    # the learned distances know the classes, "first" does not: from "never"
+    # the kernel is kept; started at "first" (the learner found its kernel
+    # weak), the modes that trust it more are no candidates
+    from megkernel._objects_verdict import neighbour_verdict
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1, 2], 20)
+    points = labels[:, None] * 10.0 + rng.normal(size=(60, 2))
+    learned = ((points[:, None] - points[None]) ** 2).sum(-1)
+    noise = rng.random((60, 60))
+    noise = noise + noise.T
+    combined = {"where_given": learned, "first": noise}
+    plain = neighbour_verdict(learned, noise, labels, combined=combined)
+    assert plain["keep_given"] == "never"
+    weak = neighbour_verdict(learned, noise, labels, combined=combined, start="first")
+    assert weak["keep_given"] == "first"
+    assert weak["where_given"] == plain["where_given"] == 1.0  # scored, not a candidate
