@@ -97,3 +97,75 @@ def test_auc_validation_is_unchanged_by_the_accuracy_rule():
     placements = (np.linspace(0.4, 0.6, 50), np.linspace(0.4, 0.6, 50))
     table = [[placements] * 5 for _ in range(4)]
     assert not _prior_out_of_reach(table, z=2.0, n_repeats=1, scores=[0.5] * 4)
+
+
+def _shifted(gains, noise=0.0):
+    """Held-out margins: fixed per-point margins shifted by ``gains[length]`` (past the
+    last length given: as there), plus ``noise`` times a fixed pattern of mean zero
+    whose sign alternates from one checkpoint to the next: the mean gains are exactly
+    the given ones, their paired standard error ``noise / sqrt(n)`` per fold."""
+    base = np.random.default_rng(1).normal(0.3, 0.1, 1000)
+
+    def margins(length, n):
+        gain = gains.get(length, gains[max(gains)])
+        sign = 0.0 if length == 0 else (-1.0) ** round(np.log2(length * 8))
+        pattern = noise * (-1.0) ** np.arange(n) * (1 if n % 2 == 0 else 0)
+        return base[:n] + gain + sign * pattern
+
+    return margins
+
+
+def _full_choice(margins):
+    """The choice of the loop that scores every checkpoint up to 4 passes."""
+    rng = np.random.default_rng(0)
+    n = 200
+    codes = np.arange(n) % 2
+    pairs = np.column_stack([np.arange(n), (np.arange(n) + 2) % n])
+    best, _ = validate_length(
+        n, pairs, np.ones(n), lambda scorer: _Path(scorer, margins, []),
+        checkpoints=doubling_checkpoints(4), n_folds=5, rng=rng, patience=None,
+        learner="DefiniteBoostMetric", classes=_Classes(codes))
+    return best
+
+
+def test_a_learned_choice_out_of_reach_stops_the_sweeps_before_one_pass():
+    # 1/8 of a sweep gains, each doubling after it adds less: one pass, extrapolated
+    # along the last doubling, stays far below what it would need to replace 1/8
+    # (the gain's elasticity), so the folds stop at half a pass instead of one
+    margins = _shifted({0.0: 0.0, 0.125: 0.10, 0.25: 0.12, 0.5: 0.13, 1.0: 0.135, 2.0: 0.14})
+    best, log, longest = _validate(margins)
+    assert best == 0.125 and log["gain_is_real"]
+    assert log["stopped"] == "out_of_reach"
+    assert longest == 0.5
+    assert best == _full_choice(margins)  # the choice of the whole table
+
+
+def test_a_learned_choice_still_accelerating_goes_on_past_half_a_pass():
+    # the gain per doubling grows at half a pass: no extrapolation stops it there, and
+    # one pass, which doubles the gain, replaces the choice
+    margins = _shifted({0.0: 0.0, 0.125: 0.10, 0.25: 0.11, 0.5: 0.14, 1.0: 0.30, 2.0: 0.31})
+    best, log, longest = _validate(margins)
+    assert longest >= 1.0
+    assert best == 1.0 == _full_choice(margins)
+
+
+def test_a_flat_curve_keeps_the_prior_at_half_a_pass():
+    # the projections neither gain nor lose beyond noise: two more doublings at the
+    # last pace stay below a real gain, so the prior is kept at half a pass instead of
+    # running the patience's one and two passes
+    margins = _shifted({0.0: 0.0, 0.125: 0.0}, noise=0.05)
+    best, log, longest = _validate(margins)
+    assert best == 0.0 and not log["gain_is_real"]
+    assert log["stopped"] == "out_of_reach"
+    assert longest == 0.5
+    assert _full_choice(margins) == 0.0
+
+
+def test_a_curve_rising_towards_a_real_gain_goes_on_past_half_a_pass():
+    # below a real gain at half a pass, but rising fast enough to pass it within two
+    # more doublings: the patience's checkpoints are run, and one pass is kept
+    margins = _shifted({0.0: 0.0, 0.125: 0.001, 0.25: 0.002, 0.5: 0.005, 1.0: 0.05},
+                       noise=0.05)
+    best, log, longest = _validate(margins)
+    assert longest >= 1.0
+    assert best == 1.0 == _full_choice(margins)

@@ -581,17 +581,25 @@ def gain_is_real(items, prior_items, z, n_repeats=1):
     Repeated folds score the same points again: the standard error is taken
     as that of one repeat (``sqrt(n_repeats)`` times the naive one).
     """
+    paired = _paired_gain(items, prior_items, n_repeats)
+    return paired is not None and bool(paired[0] > z * paired[1])
+
+
+def _paired_gain(items, prior_items, n_repeats):
+    """Mean gain of ``items`` over ``prior_items`` and its standard error (:func:`gain_is_real`).
+
+    ``None`` where a fold has fewer than two items (no standard error).
+    """
     gains, variances = [], []
     for item, prior in zip(items, prior_items):
         parts = item if isinstance(item, tuple) else (item,)
         prior_parts = prior if isinstance(prior, tuple) else (prior,)
         differences = [a - b for a, b in zip(parts, prior_parts)]
         if min(len(d) for d in differences) < 2:
-            return False
+            return None
         gains.append(differences[0].mean())
         variances.append(sum(d.var(ddof=1) / len(d) for d in differences))
-    spread = np.sqrt(np.sum(variances) * n_repeats) / len(gains)
-    return bool(np.mean(gains) > z * spread)
+    return np.mean(gains), np.sqrt(np.sum(variances) * n_repeats) / len(gains)
 
 
 def claim_holds(items, prior_items, z, n_repeats, n_looks):
@@ -689,6 +697,9 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     more doublings at the pace of the last one (the scores' rise per
     doubling, none if they fell) still leave it below the prior's: the
     checkpoints of the patience, one and two passes, would not replace it.
+    Or the curve is flat: two more doublings at that pace leave the gain
+    over the prior below ``z`` standard errors of the last checkpoint's
+    paired gain, the least a checkpoint needs to replace the prior.
     With k-NN margins the same holds of the held-out 1-NN accuracy (the
     share of positive margins), where the margins do not climb back to the
     prior's within those two doublings (margins still below it but rising
@@ -711,6 +722,11 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     rows = [table[0], table[last - 1], table[last]]
     if stays_below(rows, [scores[0], scores[last - 1], scores[last]]):
         return True
+    paired = _paired_gain(table[last], table[0], n_repeats)
+    if paired is not None:  # flat: two more doublings at the last pace gain no real gain
+        rise = max(scores[last] - scores[last - 1], 0.0)
+        if scores[last] + 2.0 * rise - scores[0] < z * paired[1]:
+            return True
     if isinstance(table[0][0], tuple):  # AUC placements: no accuracy
         return False
     climbing = scores[last] < scores[0] <= scores[last] + 2.0 * max(
@@ -855,9 +871,12 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         errors).
     early_prior : bool, default=False
         Also stop at the last checkpoint before one pass (``PATIENCE_FROM``)
-        where the prior is still the choice and out of reach
-        (:func:`_prior_out_of_reach`): for learners whose every pass costs
-        much (DefiniteBoost's sweeps). Earlier checkpoints never stop it:
+        where the choice is out of reach: the prior by
+        :func:`_prior_out_of_reach`, a learned length by
+        :func:`_out_of_reach` (the rules of the patience, asked half a pass
+        sooner): for learners whose every pass costs much (DefiniteBoost's
+        sweeps: the patience's one and two passes cost four times every
+        checkpoint before them). Earlier checkpoints never stop it:
         projections that start by pulling a good prior apart often recover
         within the first pass.
     looks_before : int, default=0
@@ -891,8 +910,12 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
         if _replaces(table, len(table) - 1, chosen, log["checkpoints"], z=z,
                      n_repeats=n_repeats, elasticity=elasticity, scores=scores):
             chosen, since = len(table) - 1, 0
-        elif (early_prior and chosen == 0 and length < PATIENCE_FROM <= 2 * length
-              and _prior_out_of_reach(table, z=z, n_repeats=n_repeats, scores=scores)):
+        elif (early_prior and length < PATIENCE_FROM <= 2 * length
+              and (_prior_out_of_reach(table, z=z, n_repeats=n_repeats, scores=scores)
+                   if chosen == 0 else
+                   _out_of_reach(table, chosen, log["checkpoints"], checkpoints, z=z,
+                                 n_repeats=n_repeats, elasticity=elasticity,
+                                 scores=scores))):
             log["stopped"] = "out_of_reach"
             break
         elif patience is not None and length >= PATIENCE_FROM:
