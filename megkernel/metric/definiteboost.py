@@ -63,8 +63,10 @@ class DefiniteBoostMetric(_FeatureMetric):
         while the validated score improves, by the same loop and rule as
         :class:`MEGMetric`'s ``n_epochs`` (see :attr:`validation_` and
         :mod:`megkernel._solvers.holdout`; safety net: 1000 sweeps,
-        with a :class:`~sklearn.exceptions.ConvergenceWarning`); a run that
-        converges earlier stops there.
+        with a :class:`~sklearn.exceptions.ConvergenceWarning`), except that
+        the folds already stop at half a sweep where no later checkpoint can
+        replace the choice (a sweep costs as much as all the checkpoints
+        before it); a run that converges earlier stops there.
     tol : float, default=1e-2
         Margin of the constraints, relative to ``gamma``: passed to
         :class:`DefiniteBoostKernel`, which stops when every constraint
