@@ -2,8 +2,11 @@
 
 The loop of :mod:`megkernel._solvers.holdout` with DefiniteBoost's early stop
 (``early_prior``): before one pass over the pairs it stops where the prior,
-still the choice, is out of reach -- by the held-out scores, or by the
-held-out 1-NN accuracy, which no checkpoint may lose against the choice.
+still the choice, is out of reach -- by the held-out scores, by the held-out
+1-NN accuracy, which no checkpoint may lose against the choice, or on a flat
+curve that two more doublings would not lift to a real gain -- and where a
+learned length is out of reach by the patience's own extrapolation; curves
+still rising fast enough go on.
 """
 
 import numpy as np
