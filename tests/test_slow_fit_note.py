@@ -48,9 +48,10 @@ def _slow_notes(caught):
 
 
 def test_a_slow_batch_fit_says_so_up_front_without_verbose(monkeypatch):
-    """At 10 s an iteration the note comes after the third one: with the
-    estimate to the tolerance (the share of the way the gain has come) and
-    the remedies; the fit goes on and returns its kernel."""
+    """At 10 s an iteration the note comes once the stopping rule's window
+    (n_iter_no_change=5 iterations) has a mean gain to measure progress by:
+    with the estimate to the tolerance (the share of the way the gain has
+    come) and the remedies; the fit goes on and returns its kernel."""
     monkeypatch.setattr(slow_runs, "clock", _FakeClock(10.0))
     X, y = _table()
     model = MEGKernelRegressor(random_state=0)
@@ -59,8 +60,8 @@ def test_a_slow_batch_fit_says_so_up_front_without_verbose(monkeypatch):
         model.fit(X, y)
     notes = _slow_notes(caught)
     assert len(notes) == 1, [str(w.message) for w in caught]
-    assert re.match(r"MEGKernelRegressor: 2 iterations of the batch fit on 40 objects took "
-                    r"20\.0 s \(10 s each\); at this pace its run on the training pairs "
+    assert re.match(r"MEGKernelRegressor: 6 iterations of the batch fit on 40 objects took "
+                    r"60\.0 s \(10 s each\); at this pace its run on the training pairs "
                     r"reaches the tolerance in about \d+ (s|min) \(the loss's gain per "
                     r"iteration has come \d+ % of the way down to tol, log scale\), and a "
                     r"refit on every pair follows\. To shorten it: a larger tol or a smaller "

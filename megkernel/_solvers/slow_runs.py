@@ -81,11 +81,16 @@ class PaceEstimate:
         is at most ``goal``; without it the end is ``max_iter``'s.
     clock : callable, optional
         Time source (default: this module's :data:`clock`, read at each call).
+    min_done : int, default=0
+        No estimate before this many iterations: a run whose measure moves
+        only after a few (a mean over a window) shows no progress at first,
+        and its estimate to ``max_iter`` would alarm for nothing.
     """
 
-    def __init__(self, max_iter, goal=None, clock=None):
+    def __init__(self, max_iter, goal=None, clock=None, min_done=0):
         self.max_iter = int(max_iter)
         self.goal = goal
+        self.min_done = int(min_done)
         self._clock = clock
         self.start = self._now()
         self.first = None  # (time, done) at the first call
@@ -123,7 +128,7 @@ class PaceEstimate:
             self.first = (now, done)
             return None
         elapsed = now - self.start
-        if elapsed < SLOW_RUN_AFTER or done <= self.first[1]:
+        if elapsed < SLOW_RUN_AFTER or done <= max(self.first[1], self.min_done):
             return None
         setup, running = self.first[0] - self.start, now - self.first[0]
         pace = running / (done - self.first[1])
