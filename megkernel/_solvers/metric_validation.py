@@ -325,53 +325,25 @@ def _classes_beat_soft(log, items):
 
 
 def _soft_choice(results, candidates, items):
-    """Held-out (accuracy, margin) of the given pairs' objective that would be kept, and its items.
+    """Held-out (accuracy, margin) of the given pairs' objective that would be kept.
 
     The pairs' own soft-neighbour objective, or the classes rebuilt from them
     where their rule keeps them (a real gain, not pruned, above the pairs'
-    objective by more than two paired standard errors). The items are its
-    per-fold held-out scores at its chosen length.
+    objective by more than two paired standard errors).
     """
-    soft = (results[candidates.index(SOFT_PAIRS)][0], items[SOFT_PAIRS])
+    soft = results[candidates.index(SOFT_PAIRS)][0]
     if PAIR_CLASSES not in candidates[:len(results)]:
         return soft
     classes, log = results[candidates.index(PAIR_CLASSES)][0], results[
         candidates.index(PAIR_CLASSES)][2]
     if _classes_beat_soft(log, items):
-        return max(soft, (classes, items[PAIR_CLASSES]), key=lambda choice: choice[0])
+        return max(soft, classes)
     return soft
-
-
-#: The pair loss's first rung, in epochs: where its race's choice so far is
-#: significantly below the objective that would be kept, it stops there
-#: (:func:`_dominated`) instead of at :data:`RACE_EPOCHS`. As many epochs as
-#: the soft objectives' temperatures are raced for in iterations: on the sets
-#: where the pair loss wins it trails the objective in 1-NN accuracy after one
-#: or two epochs, not after four (the benchmarks page).
-RUNG_EPOCHS = RACE_ITERATIONS
-
-
-def _dominated(log, items, incumbent, incumbent_items):
-    """Whether a race's choice so far is significantly below the candidate that would be kept.
-
-    Held-out scores paired over the same points (or DeLong's AUC variance)
-    on the same folds: the incumbent's ``incumbent_items`` (its chosen
-    length) beat the race's ``items`` (its choice so far) by more than two
-    standard errors, and the race's 1-NN accuracy (its AUC where there are
-    no classes) is not above the incumbent's ``incumbent[0]``. Only a
-    significant gap prunes: a pair loss level with the incumbent, or above
-    it in accuracy with lower margins, goes on (it gains slowly where it
-    wins).
-    """
-    if log["chosen"] is None or not incumbent_items:
-        return False
-    return bool(_held_out_at_choice(log)[0] <= incumbent[0]
-                and gain_is_real(incumbent_items, items, 2.0, log["n_repeats"]))
 
 
 def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_rate, batch_size,
                         rng, n_folds, max_iter, classes, looks_before, unless_above,
-                        race=RACE_EPOCHS, incumbent_items=None):
+                        race=RACE_EPOCHS):
     """:func:`validate_epochs` of one pair kind, raced against the pairs' own objective.
 
     ``unless_above``: (accuracy, margin) of the given pairs' soft-neighbour
@@ -381,19 +353,15 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     choice there is above it (successive halving across candidates: where
     the pair loss has not overtaken the objective by then, its long
     validation is not paid for; ``log["pruned"]`` is set and it is not
-    kept). ``incumbent_items``: that objective's per-fold held-out scores
-    at its chosen length; given, the race first stops at
-    :data:`RUNG_EPOCHS`, and ends there where its choice so far is
-    significantly below them (:func:`_dominated`; ``log["pruned_at"]``
-    says where a race was pruned). A race that stopped before its last
-    checkpoint (patience, out of reach) is the full validation: its rules
-    look no further than the next checkpoint, and its warnings are this
-    validation's. The race's own end is no safety net of the user's: a
-    warning that the score still rose there is not passed on (a race that
-    reached its end is either pruned or continued in full, whose own end
-    warns for itself). The chosen length is scaled for the refit on every
-    pair (:func:`refit_epochs`). Returns ``(epochs, log, rng)``, ``rng``
-    the generator after the validation that counts.
+    kept). A race that stopped before its last checkpoint (patience, out of
+    reach) is the full validation: its rules look no further than the next
+    checkpoint, and its warnings are this validation's. The race's own end
+    is no safety net of the user's: a warning that the score still rose
+    there is not passed on (a race that reached its end is either pruned or
+    continued in full, whose own end warns for itself). The chosen length is
+    scaled for the refit on every pair (:func:`refit_epochs`). Returns
+    ``(epochs, log, rng)``, ``rng`` the generator after the validation that
+    counts.
     """
     paths, path_rng = {}, []  # the race's trajectories, continued by the full validation
 
@@ -410,20 +378,10 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
     full = doubling_checkpoints(max_iter)
     short = [checkpoint for checkpoint in full if checkpoint <= race]
     if unless_above is not None and 1 < len(short) < len(full):
-        rungs = [rung for rung in (RUNG_EPOCHS,) if incumbent_items is not None
-                 and short[1] < rung < race and rung in short] + [race]
-        for rung in rungs:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                epochs, log, fold_rng = run([c for c in short if c <= rung])
-            if rung < race:
-                own = [paths[k].scores[log["chosen"]] for k in sorted(paths)
-                       ] if log["chosen"] is not None else []
-                pruned = _dominated(log, own, unless_above, incumbent_items)
-            else:
-                pruned = not _held_out_at_choice(log) > tuple(unless_above)
-            if pruned or log["stopped"] != "max_length":
-                break
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            epochs, log, fold_rng = run(short)
+        pruned = not _held_out_at_choice(log) > tuple(unless_above)
         # the race's warnings are the validation's (a continued run does not
         # make the race's part again), but for the race's end reached
         for record in caught:
@@ -433,7 +391,6 @@ def _validate_pair_loss(coordinates, these, targets, sides, prior, *, learning_r
         if pruned or log["stopped"] != "max_length":
             if pruned:
                 log["pruned"] = True
-                log["pruned_at"] = rung
             return epochs, log, fold_rng  # stopped early: so would the full validation
     return run(full)
 
@@ -581,15 +538,14 @@ def validate_kinds(coordinates, prior, pairs, signs, candidates, *, gamma, gamma
                                   if candidate == PAIR_CLASSES and SOFT_PAIRS in candidates
                                   else None))
             else:
-                incumbent = (_soft_choice(results, candidates, items)
-                             if candidate is None and SOFT_PAIRS in candidates[:len(results)]
-                             else (None, None))
                 epochs, log, fold_rng = _validate_pair_loss(
                     coordinates, these, targets, sides, prior,
                     learning_rate=resolve_learning_rate(diffs, learning_rate),
                     batch_size=batch_size, rng=rng, n_folds=n_folds, max_iter=max_iter,
                     classes=candidate, looks_before=looks_before,
-                    unless_above=incumbent[0], incumbent_items=incumbent[1])
+                    unless_above=(_soft_choice(results, candidates, items)
+                                  if candidate is None and SOFT_PAIRS in candidates[:len(results)]
+                                  else None))
         results.append((_held_out_at_choice(log), epochs, log, fold_rng, these, candidate,
                         caught))
     validated = candidates[:len(results)]
