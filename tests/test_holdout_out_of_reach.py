@@ -102,3 +102,8 @@ def test_a_pace_that_grew_beyond_its_noise_runs_its_patience(seed):
     table, scores = _noisy_table(0.04, 0.002, seed)
     assert _accelerates(table[1:], REACHED[1:], z=2.0, n_repeats=1) is True
     assert not _stops_noisy(table, scores)
+
+
+def test_folds_too_small_to_show_noise_count_any_growth():
+    rows = [[np.array([0.1])], [np.array([0.2])], [np.array([0.3001])]]
+    assert _accelerates(rows, REACHED[1:], z=2.0, n_repeats=1) is True

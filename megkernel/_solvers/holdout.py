@@ -696,7 +696,8 @@ def _accelerates(rows, lengths, *, z, n_repeats):
     last step, less that over the step before), paired over the same items
     as :func:`gain_is_real`'s: the pace grew where its mean exceeds ``z``
     standard errors. A curve linear in the log of the length, whose two
-    rises differ by noise alone, does not accelerate.
+    rises differ by noise alone, does not accelerate. Folds of fewer than
+    two items have no noise to tell: any growth counts.
     """
     steps = np.log(lengths[2] / lengths[1]), np.log(lengths[1] / lengths[0])
 
@@ -709,6 +710,9 @@ def _accelerates(rows, lengths, *, z, n_repeats):
             items.append(tuple(second(*parts) for parts in zip(*fold)))
         else:
             items.append(second(*fold))
+    parts = [part for item in items for part in (item if isinstance(item, tuple) else (item,))]
+    if min(len(part) for part in parts) < 2:
+        return True
     zeros = [tuple(np.zeros_like(part) for part in item) if isinstance(item, tuple)
              else np.zeros_like(item) for item in items]
     return gain_is_real(items, zeros, z, n_repeats)
