@@ -94,22 +94,39 @@ def _is_number(value):
     return not isinstance(value, complex)
 
 
+#: A self-distance this small against the largest distance is round-off, taken
+#: as 0: a distance computed as the square root of a difference (``sqrt(2 - 2
+#: cos)``, ``sqrt(|x|^2 + |y|^2 - 2 x.y)``) leaves about sqrt(machine epsilon),
+#: 1.5e-8, of its scale on the diagonal, and ``1 - cos`` a few -1e-16.
+SELF_DISTANCE_ROUNDING = 1e-7
+
+
 def _checked_distances(matrix, observed, objects, name, what):
-    """Refuse negative or infinite distances and non-zero self-distances."""
+    """Refuse negative or infinite distances and non-zero self-distances.
+
+    Self-distances within :data:`SELF_DISTANCE_ROUNDING` of the largest
+    distance are round-off (the caller sets the diagonal to 0).
+    """
     if np.isinf(matrix).any():
         raise ValueError(f"{name} holds infinite {what}; mark a missing distance "
                          "with NaN.")
+    diagonal = np.diag(matrix)
+    off = observed.copy()
+    np.fill_diagonal(off, False)
+    scale = np.abs(matrix[off]).max(initial=0.0)
+    rounding = ~np.isnan(diagonal) & (np.abs(diagonal) <= SELF_DISTANCE_ROUNDING * scale)
     negative = observed & (np.nan_to_num(matrix, nan=0.0) < 0)
+    negative[np.diag_indices_from(negative)] &= ~rounding
     if negative.any():
         i, j = np.argwhere(negative)[0]
         raise ValueError(f"{name} holds a negative {what[:-1]} ({matrix[i, j]:.6g}, "
                          f"between {_shown(objects[i])!r} and {_shown(objects[j])!r}).")
-    diagonal = np.diag(matrix)
-    self_distance = ~np.isnan(diagonal) & (diagonal != 0)
+    self_distance = ~np.isnan(diagonal) & (diagonal != 0) & ~rounding
     if self_distance.any():
         i = int(np.argmax(self_distance))
         raise ValueError(f"{name} gives {_shown(objects[i])!r} a distance {diagonal[i]:.6g} to "
-                         "itself; an object's distance to itself is 0.")
+                         f"itself against {scale:.6g} at most between two objects; an "
+                         "object's distance to itself is 0.")
 
 
 def _given_matrix(distances, objects):
@@ -219,16 +236,20 @@ def _table_matrix(pairs, targets, objects):
         warn_user(f"KernelDistances: {int((~known).sum())} of {len(y)} pairs have no "
                   f"distance (NaN, the first at row {row}): left out as missing pairs.",
                   UserWarning)
-    negative = known & (np.nan_to_num(y) < 0)
+    loops = known & (rows[:, 0] == rows[:, 1])
+    scale = np.abs(y[known & ~loops]).max(initial=0.0)
+    rounding = loops & (np.abs(np.nan_to_num(y)) <= SELF_DISTANCE_ROUNDING * scale)
+    negative = known & (np.nan_to_num(y) < 0) & ~rounding
     if negative.any():
         t = int(np.argmax(negative))
         raise ValueError(f"targets holds a negative distance ({y[t]:.6g}, for the pair "
                          f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}).")
-    loop = known & (rows[:, 0] == rows[:, 1]) & (np.nan_to_num(y) != 0)
+    loop = loops & (np.nan_to_num(y) != 0) & ~rounding
     if loop.any():
         t = int(np.argmax(loop))
-        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to itself; "
-                         "an object's distance to itself is 0.")
+        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to "
+                         f"itself against {scale:.6g} at most between two objects; an "
+                         "object's distance to itself is 0.")
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
         raise limit_error(

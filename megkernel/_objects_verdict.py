@@ -45,7 +45,7 @@ VERDICT_OBJECTS = 2000
 WORSE_Z = 2.0
 
 
-def class_labels(y, n_objects):
+def class_labels(y, n_objects, *, required_by=None):
     """``y`` as an array of class labels, or ``None`` when it holds none.
 
     Labels with a missing one (``None``, NaN, ``pd.NA``) give no verdict,
@@ -53,6 +53,8 @@ def class_labels(y, n_objects):
     about the kernel, which is fitted as usual (the labels never reach the
     learner), so a label it cannot use is no reason to refuse the fit; but
     skipping it without a word would look like a verdict-free success.
+    Where the distances themselves are read off the labels (``required_by``
+    names the option that does), a missing label is an error instead.
     """
     if y is None:
         return None
@@ -68,6 +70,11 @@ def class_labels(y, n_objects):
     missing = np.flatnonzero(pd.isna(labels))
     if missing.size:
         first = int(missing[0]) if rows is None else rows[missing[0]]
+        if required_by is not None:
+            raise ValueError(
+                f"{required_by} needs a class label for every fit object, but y has "
+                f"{missing.size} missing label(s) (None or NaN), the first at row "
+                f"{first!r}.")
         warn_user(
             f"KernelDistances: y has {missing.size} missing class label(s) (None or NaN), "
             f"the first at row {first!r}: no verdict on the learned kernel's neighbors "

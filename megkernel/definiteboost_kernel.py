@@ -204,10 +204,14 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
     method : {"auto", "eigh", "rank-one"}, default="auto"
         Engine of each projection; same result up to round-off.
     verbose : int, default=0
-        ``1``: a progress bar on stderr over the iterations (rate, ETA
-        against ``max_iter``), and a one-line note while numba compiles the
-        engine for the first time; ``2``: plus a detail line (largest
-        violation, dual objective and bound) at every 20th of ``max_iter``.
+        ``1``: a progress bar on stderr counting towards the tolerance (the
+        share of the way the largest violation has come down to ``tol``, on
+        a log scale; rate, ETA), not towards ``max_iter``, and a one-line
+        note while numba compiles the engine for the first time; ``2``: plus
+        a detail line (largest violation, dual objective and bound) at every
+        20th of ``max_iter``. Whatever ``verbose``, a run (or, from
+        distances, the fit of its prior) that at its pace will take more
+        than 30 s says so once, with its estimate, in a ``UserWarning``.
     y_kind : {"auto", "labels", "sq_distances", "distances"}, default="auto"
         What ``y`` holds. ``"labels"``: similar / dissimilar labels (see
         :meth:`fit`). ``"sq_distances"``: the pairs' observed squared

@@ -245,7 +245,11 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         :meth:`fit` (each epoch) or :meth:`partial_fit` with at least 1,000
         trials, and a one-line note while numba compiles the engine for the
         first time; ``2``: a bar for every call, plus a detail line (loss,
-        time) every 10,000 trials. ``0``: nothing.
+        time) every 10,000 trials. The batch solver's bar counts iterations
+        (its stopping rule, not ``max_iter``, ends it: no ETA). ``0``:
+        nothing. Whatever ``verbose``, a batch fit that at its pace will
+        take more than 30 s says so once, with its estimate, in a
+        ``UserWarning``.
     grow_objects : bool, default=False
         :meth:`partial_fit` after the first call: pairs naming ids that are
         not among ``objects_`` add them (ids, dense mode) instead of being

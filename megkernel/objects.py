@@ -584,7 +584,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             The fitted step.
         """
         fit_objects = _ids(X)
-        labels = None if self.learner is None else class_labels(y, len(fit_objects))
+        labels = None if self.learner is None else class_labels(
+            y, len(fit_objects),
+            required_by="keep_given='paths'" if self.keep_given == "paths" else None)
         if isinstance(self.learner, type):  # has fit, but unbound: not a learner
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "

@@ -274,3 +274,45 @@ def test_ids_of_mixed_kinds_are_refused_not_converted():
         with pytest.raises(ValueError, match="mixes kinds of object ids"):
             step.fit([1, "1"])
         assert not hasattr(step, "objects_")
+
+
+def _cosine_like(n=12, seed=3):
+    """Distances sqrt(2 - 2 cos) of random directions, computed as a user would, and the
+    same with the round-off left on the diagonal (1e-8 and -1e-16 scale)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    D = np.sqrt(np.clip(2 - 2 * X @ X.T, 0, None))
+    D = (D + D.T) / 2
+    exact = D.copy()
+    np.fill_diagonal(exact, 0.0)
+    rough = exact.copy()
+    rough[np.diag_indices(n)] = np.where(np.arange(n) % 2, 1.49e-8, -2.2e-16)
+    return exact, rough
+
+
+def test_round_off_on_the_diagonal_is_a_zero_self_distance():
+    exact, rough = _cosine_like()
+    ids = [f"o{k}" for k in range(len(exact))]
+    want = KernelDistances(distances=exact, objects=ids).fit(ids[:6]).transform(ids)
+    got = KernelDistances(distances=rough, objects=ids).fit(ids[:6]).transform(ids)
+    assert_array_equal(got, want)
+    # the same round-off on the self-pairs of a long table (a matrix melted, diagonal and all)
+    a, b = np.meshgrid(np.arange(len(ids)), np.arange(len(ids)), indexing="ij")
+    pairs = np.array(ids, dtype=object)[np.c_[a.ravel(), b.ravel()]]
+    table = KernelDistances(pairs=pairs, targets=rough.ravel(), objects=ids)
+    assert_array_equal(table.fit(ids[:6]).transform(ids), want)
+
+
+@pytest.mark.parametrize("value, message", [
+    (1e-6, "distance 1e-06 to itself against 1.9"),
+    (-1e-6, r"negative distance \(-1e-06"),
+])
+def test_a_self_distance_beyond_round_off_is_still_refused(value, message):
+    exact, _ = _cosine_like()
+    ids = [f"o{k}" for k in range(len(exact))]
+    with pytest.raises(ValueError, match=message):
+        KernelDistances(distances=_edit(exact, 2, 2, value), objects=ids).fit(ids)
+    with pytest.raises(ValueError, match=message.replace("against 1.9", "")):
+        KernelDistances(pairs=[["o2", "o2"], ["o0", "o1"]], targets=[value, 1.0],
+                        objects=ids).fit(ids)

@@ -144,6 +144,21 @@ def test_paths_need_labels():
     assert not hasattr(step, "keeps_given_")
 
 
+def test_a_missing_label_is_refused_by_paths_before_any_warning(assert_unchanged_on_error):
+    # "paths" reads the distances off the labels, so a missing one is an error, not the
+    # verdict's "fitted as usual" warning followed by a refusal.
+    ids, labels, table = _table()
+    step = _paths_step(ids, table, keep_given="paths")
+    y = pd.Series(labels.astype(float), index=[f"r{k}" for k in range(len(ids))])
+    y.iloc[5] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with assert_unchanged_on_error(step, ValueError,
+                                       match=r"keep_given='paths' needs a class label.*"
+                                             r"1 missing.*row 'r5'"):
+            step.fit(ids, y)
+
+
 def test_a_new_object_is_placed_by_its_given_partners_and_their_paths():
     ids, labels, table = _table(n=44, fraction=0.3)
     known, new = ids[:40], ids[40:]

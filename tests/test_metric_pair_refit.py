@@ -264,7 +264,7 @@ def test_a_warning_of_a_race_that_is_the_validation_reaches_the_user():
 def test_a_kept_pair_loss_warns_for_its_race_and_for_the_rest_of_its_validation():
     """The full validation continues the race's folds and does not make their
     first epochs again: what the race warned is the validation's."""
-    X_train, _, _, _, pairs, signs = _split(1)
+    X_train, _, _, _, pairs, signs = _split(5)
     model, messages = _fit_recording(X_train, pairs, signs, max_iter=64)
     log = model.validation_
     assert log["kept"] == "pairs" and "pruned" not in log

@@ -41,6 +41,9 @@ from .meg_batch import fit_batch
 __all__ = ["DefiniteBoostFit", "fit_from_distances", "fit_from_labels"]
 
 
+#: What the note of a slow prior fit names (MEG's batch fit of the distances).
+PRIOR_FIT = "DefiniteBoostKernel (its prior, MEG's fit of the distances)"
+
 #: Why a refit from distances stops where it does (for its warnings).
 CHOSEN_LENGTH = ("the length at which the held-out pairs ranked best; their score "
                  "stopped rising")
@@ -178,7 +181,7 @@ def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
     """
     if data_prior:
         fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
-                           random_state=random_state)
+                           random_state=random_state, who=PRIOR_FIT)
         return _fitted_prior(fitted, fitted.trace, trace, method, projection)
     state = prior.copy()
     if init_trace is None and state.basis is None:
@@ -254,7 +257,7 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
         # those among the pairs it held out, so its run on its training pairs
         # is the verdict's prior and its refit on every pair the one returned
         fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
-                           random_state=random_state,
+                           random_state=random_state, who=PRIOR_FIT,
                            **({} if validation_fraction is None
                               else {"validation_fraction": validation_fraction}))
         state, fitted_trace = _fitted_prior(fitted, fitted.trace, trace, options["method"],

@@ -39,10 +39,10 @@ from .definiteboost_choice import (
     run_bounds,
     run_log,
     step,
-    tolerance_share,
 )
 from .definiteboost_fused import fused_applies, run_fused
 from .definiteboost_lazy import lazy_applies, run_lazy
+from .slow_runs import PaceEstimate, duration
 
 __all__ = [
     "run_definiteboost",
@@ -311,39 +311,24 @@ class ChosenCount(int):
         return count
 
 
-#: A run whose projected time to ``max_iter`` exceeds this many seconds says
-#: so once (:class:`SlowRunNote`), even without ``verbose``.
-SLOW_RUN_SECONDS = 30.0
-
-#: The projection is made after the run has taken this many seconds (an
-#: estimate from its first iterations; a run that ends sooner says nothing).
-SLOW_RUN_AFTER = 3.0
-
 #: The clock of :class:`SlowRunNote` (seconds; tests put a fake one here).
 clock = time.perf_counter
 
 
 class SlowRunNote:
-    """Warn once when a run will take long: an estimate from its first iterations.
+    """Warn once when a run of projections will take long (:mod:`.slow_runs`).
 
-    Called with the number of iterations done and, from the solvers, the
-    violation of the constraint projected; after :data:`SLOW_RUN_AFTER`
-    seconds, if the run at its pace so far ends after more than
-    :data:`SLOW_RUN_SECONDS`, it warns with the estimate and the ways to
+    Called with the number of projections done and, from the solvers, the
+    violation of the constraint projected; after
+    :data:`~.slow_runs.SLOW_RUN_AFTER` seconds, if the run at its pace so far
+    ends after more than :data:`~.slow_runs.SLOW_RUN_SECONDS` (the sooner of
+    ``max_iter`` and ``tol``, progress towards ``tol`` being the share of
+    the way the smallest violation so far has come from the first one down
+    to ``tol`` on a log scale), it warns with the estimate and the ways to
     shorten the run (``max_iter``, ``slack``, ``tol``). The pace is that of
     the projections since the first one: the setup before it (a first
     ``eigh``, seconds at thousands of objects) is paid once, not per
     projection.
-
-    The end is the sooner of ``max_iter`` and the tolerance: an ordinary
-    run converges long before ``max_iter`` (thousands of projections of
-    the tens of thousands allowed), and an estimate from ``max_iter`` alone
-    alarmed about minutes for a run of seconds. Progress towards ``tol`` is
-    the share of the way the smallest violation so far has come from the
-    first one down to ``tol`` on a log scale (the progress bar's
-    :func:`~.definiteboost_choice.tolerance_share`); the time left at that
-    pace is ``elapsed * (1 - share) / share``. A run that stalls short of
-    ``tol`` sees that estimate grow with its elapsed time, and says so.
 
     Parameters
     ----------
@@ -359,63 +344,27 @@ class SlowRunNote:
     def __init__(self, max_iter, n_constraints, tol=None):
         self.max_iter = max_iter  # a ChosenCount kept as such, for the message
         self.n_constraints = int(n_constraints)
-        self.tol = tol
-        self.start = clock()
-        self.first = None  # (time, done) at the first call
-        self.first_violation = self.best_violation = None
-        self.said = False
-
-    def _share(self, violation):
-        """Share of the way to ``tol`` made so far (0 without a measure)."""
-        if violation is None or self.tol is None or not self.tol > 0:
-            return 0.0
-        if self.first_violation is None:
-            self.first_violation = self.best_violation = violation
-        self.best_violation = min(self.best_violation, violation)
-        return tolerance_share(self.first_violation, self.best_violation, self.tol)
+        self.pace = PaceEstimate(max_iter, tol, clock=lambda: clock())
 
     def __call__(self, done, violation=None):
-        if self.said or done <= 0:
+        slow = self.pace(done, violation)
+        if slow is None:
             return
-        share = self._share(violation)
-        now = clock()
-        if self.first is None:
-            self.first = (now, done)
-            return
-        elapsed = now - self.start
-        if elapsed < SLOW_RUN_AFTER or done <= self.first[1]:
-            return
-        setup, running = self.first[0] - self.start, now - self.first[0]
-        pace = running / (done - self.first[1])
-        to_max_iter = setup + pace * (self.max_iter - self.first[1])
-        to_tol = setup + running / share if share > 0 else np.inf
-        projected = min(to_max_iter, to_tol)
-        if projected <= SLOW_RUN_SECONDS:
-            return
-        self.said = True
         chosen = (f"max_iter='auto' chose for {self.n_constraints} constraints"
                   if isinstance(self.max_iter, ChosenCount)
                   else f"of max_iter={self.max_iter} ({self.n_constraints} constraints)")
-        if share > 0:
-            end = (f"; the largest violation has come {100 * share:.0f} % of the way to tol "
-                   f"(log scale), and at this pace reaches it in about {_duration(to_tol)}")
+        if slow.share > 0:
+            end = (f"; the largest violation has come {100 * slow.share:.0f} % of the way to "
+                   f"tol (log scale), and at this pace reaches it in about "
+                   f"{duration(slow.to_tol)}")
         else:
             end = " if the run does not converge first"
         warn_user(
-            f"DefiniteBoost: {done} projections took {elapsed:.1f} s; at this pace the "
-            f"{self.max_iter} projections {chosen} take about {_duration(to_max_iter)}"
-            f"{end}. To shorten it: a smaller max_iter, slack=... (soft constraints, "
-            "which labels that cannot all hold do not drag on), or a larger tol.",
-            UserWarning)
-
-
-def _duration(seconds):
-    """``seconds`` in words: ``"45 s"``, ``"12 min"``, ``"3.2 h"``."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+            f"DefiniteBoost: {slow.done} projections took {slow.elapsed:.1f} s; at this pace "
+            f"the {self.max_iter} projections {chosen} take about "
+            f"{duration(slow.to_max_iter)}{end}. To shorten it: a smaller max_iter, "
+            "slack=... (soft constraints, which labels that cannot all hold do not drag "
+            "on), or a larger tol.", UserWarning)
 
 
 def run_definiteboost(constraints, state, settings=None, *, method="eigh", callback=None,

@@ -883,12 +883,21 @@ def _pruned_note(log):
 
 
 def prior_kept_message(log, held_out):
-    """Word the warning of a fit that returned its prior (:func:`keep_the_prior`)."""
+    """Word the warning of a fit that returned its prior (:func:`keep_the_prior`).
+
+    A prior whose held-out AUC is 1 (every held-out similar pair ranked
+    before every dissimilar one, as a fit of the distances that chose the
+    pairs often does) leaves no projection room to rank them better: said
+    so, for a verdict that could not have gone the other way.
+    """
+    ceiling = (" The prior already ranks every held-out similar pair before every "
+               "dissimilar one (AUC 1): no projection can rank them better."
+               if log["prior_score"] >= 1.0 else "")
     return (f"DefiniteBoostKernel returned its prior: projecting it onto the closest "
             f"and farthest tenth of the observed pairs ranked the {held_out} worse, "
             "or better by less than their noise "
             f"(AUC {log['projection_score']:.4g} against the prior's "
             f"{log['prior_score']:.4g}; {log['n_iter_total']} projections made without "
-            f"them{_pruned_note(log)}). These constraints are megkernel's choice from your "
-            "distances, not yours: give pair labels (y_kind='labels') with your own gamma "
-            "to project anyway.")
+            f"them{_pruned_note(log)}).{ceiling} These constraints are megkernel's choice "
+            "from your distances, not yours: give pair labels (y_kind='labels') with your "
+            "own gamma to project anyway.")

@@ -652,12 +652,14 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     Asked after a checkpoint (the last row of ``table``) missed the choice
     ``chosen``. Either its score is significantly below the choice's (the
     held-out curve has turned down; the choice may be the prior), or, past
-    a learned choice, where the scores have stopped accelerating
-    (the last doubling added less than the one before: the curve is concave
-    in the log of the length), the next checkpoint extrapolated along that
-    last increment stays below the elasticity bar ``(length / chosen) **
+    a learned choice, where the scores have stopped accelerating (the last
+    doubling added no more than the one before, or more only within the
+    noise: :func:`_accelerates`; a curve convex in the log of the length
+    may still turn up), the next checkpoint extrapolated along that last
+    increment stays below the elasticity bar ``(length / chosen) **
     elasticity`` times the choice's gain, with no sign of the 1-NN accuracy
-    rising above the choice's (k-NN margins) -- so that the patience's
+    rising above the choice's (k-NN margins: more held-out points right,
+    counted over the folds) -- so that the patience's
     second checkpoint, which costs as much as every length before it, is
     not run where it could not be chosen.
     """
@@ -675,19 +677,53 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     rise, rise_before = gains[last] - gains[last - 1], gains[last - 1] - gains[last - 2]
     per_log, per_log_before = rise / np.log(lengths[2] / lengths[1]), rise_before / np.log(
         lengths[1] / lengths[0])
-    if per_log > per_log_before:  # still accelerating: no extrapolation
-        return False
+    if per_log > per_log_before and _accelerates(table[last - 2:last + 1], lengths, z=z,
+                                                 n_repeats=n_repeats):
+        return False  # still accelerating: no extrapolation
     following = float(checkpoints[len(reached)])
     projected = gains[last] + max(per_log, 0.0) * np.log(following / lengths[2])
     bar = (following / reached[chosen]) ** elasticity * max(gains[chosen], 0.0)
     if projected >= bar:
         return False
     if not isinstance(table[last][0], tuple):  # k-NN margins: the 1-NN accuracy
-        accuracy = [float(np.mean([np.mean(item > 0) for item in table[row]]))
-                    for row in (chosen, last)]
-        if accuracy[1] > accuracy[0]:
+        # in held-out points right, counted over the folds: one point turned
+        # right in a fold and another turned wrong in a fold of another size
+        # move the mean of the folds' shares, not the accuracy
+        right = [sum(int(np.count_nonzero(item > 0)) for item in table[row])
+                 for row in (chosen, last)]
+        if right[1] > right[0]:
             return False
     return True
+
+
+def _accelerates(rows, lengths, *, z, n_repeats):
+    """Whether the held-out scores' pace per log of the length grew beyond their noise.
+
+    ``rows``: three consecutive rows of the validation table, at ``lengths``.
+    Each item's second difference (its rise per log of the length over the
+    last step, less that over the step before), paired over the same items
+    as :func:`gain_is_real`'s: the pace grew where its mean exceeds ``z``
+    standard errors. A curve linear in the log of the length, whose two
+    rises differ by noise alone, does not accelerate. Folds of fewer than
+    two items have no noise to tell: any growth counts.
+    """
+    steps = np.log(lengths[2] / lengths[1]), np.log(lengths[1] / lengths[0])
+
+    def second(before, middle, after):
+        return (after - middle) / steps[0] - (middle - before) / steps[1]
+
+    items = []
+    for fold in zip(*rows):
+        if isinstance(fold[0], tuple):  # AUC placements: each part
+            items.append(tuple(second(*parts) for parts in zip(*fold)))
+        else:
+            items.append(second(*fold))
+    parts = [part for item in items for part in (item if isinstance(item, tuple) else (item,))]
+    if min(len(part) for part in parts) < 2:
+        return True
+    zeros = [tuple(np.zeros_like(part) for part in item) if isinstance(item, tuple)
+             else np.zeros_like(item) for item in items]
+    return gain_is_real(items, zeros, z, n_repeats)
 
 
 def _prior_out_of_reach(table, *, z, n_repeats, scores):
