@@ -69,7 +69,9 @@ def class_labels(y, n_objects, *, required_by=None):
                          f"{len(labels)}.")
     missing = np.flatnonzero(pd.isna(labels))
     if missing.size:
-        first = int(missing[0]) if rows is None else rows[missing[0]]
+        first = int(missing[0]) if rows is None else rows[int(missing[0])]
+        if isinstance(first, np.generic):  # an index of numbers: named as the user wrote it
+            first = first.item()
         if required_by is not None:
             raise ValueError(
                 f"{required_by} needs a class label for every fit object, but y has "

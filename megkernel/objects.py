@@ -74,6 +74,7 @@ from ._objects_given import (
     _shown,
     _table_matrix,
     _user_kernel_scale,
+    round_off_self_pairs,
 )
 from ._objects_new import (
     _known,
@@ -207,11 +208,35 @@ def _without_missing(learner, pairs, targets, *, warn=True):
         if learner.targets_are_distances(targets):
             _as_float(targets, "targets")  # names the row that is no number
         return pairs, targets
-    if values.ndim != 1 or not np.isnan(values).any():
+    if values.ndim != 1:
         return pairs, targets  # (a shape the learner's validation explains)
     if not learner.targets_are_distances(values[~np.isnan(values)]):
         return pairs, targets  # labels: a NaN is no label, refused by the learner by its row
+    targets = _self_pairs_rounded(pairs, targets, values)
+    if not np.isnan(values).any():
+        return pairs, targets
     return without_missing_distances(pairs, targets, who="KernelDistances", warn=warn)
+
+
+def _self_pairs_rounded(pairs, targets, values):
+    """Return the targets with round-off self-distances set to 0, as without a learner.
+
+    A melted distance matrix lists each object with itself at ``1e-8`` or
+    ``-2e-16`` (``sqrt(2 - 2 cos)``, ``1 - cos``); the table's own reading
+    takes them as 0 (:func:`round_off_self_pairs`), and the learner is
+    taught the same.
+    """
+    ends = np.asarray(pairs, dtype=object) if not callable(pairs) else None
+    if ends is None or ends.shape != (len(values), 2):
+        return targets  # (a shape the learner's validation explains)
+    rounding = round_off_self_pairs(ends[:, 0] == ends[:, 1], values)
+    if not rounding.any():
+        return targets
+    if isinstance(targets, pd.Series):
+        return targets.mask(rounding, 0.0)
+    rounded = values.copy()
+    rounded[rounding] = 0.0
+    return rounded
 
 
 def _accepts_squared(method):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, ShuffleSplit
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline
@@ -316,3 +317,24 @@ def test_a_self_distance_beyond_round_off_is_still_refused(value, message):
     with pytest.raises(ValueError, match=message.replace("against 1.9", "")):
         KernelDistances(pairs=[["o2", "o2"], ["o0", "o1"]], targets=[value, 1.0],
                         objects=ids).fit(ids)
+
+
+@pytest.mark.parametrize("learner", [
+    MEGKernelRegressor(random_state=0),
+    DefiniteBoostKernel(random_state=0, y_kind="distances"),
+])
+def test_a_learner_is_taught_round_off_self_pairs_as_zero(learner):
+    # a melted matrix, diagonal and all, through a learner: the same kernel as from the
+    # exact zeros (the learners alone would warn of, or refuse, a positive self-distance)
+    exact, rough = _cosine_like(n=16)
+    ids = np.array([f"o{k}" for k in range(len(exact))], dtype=object)
+    a, b = np.meshgrid(np.arange(len(ids)), np.arange(len(ids)), indexing="ij")
+    pairs = pd.DataFrame({"a": ids[a.ravel()], "b": ids[b.ravel()]})
+    kernels = []
+    for matrix in (exact, rough):
+        step = KernelDistances(learner=clone(learner), pairs=pairs,
+                               targets=pd.Series(matrix.ravel()), given_squared=False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*too few to hold out")
+            kernels.append(step.fit(ids).transform(ids))
+    assert_array_equal(kernels[1], kernels[0])

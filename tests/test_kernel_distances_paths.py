@@ -157,6 +157,9 @@ def test_a_missing_label_is_refused_by_paths_before_any_warning(assert_unchanged
                                        match=r"keep_given='paths' needs a class label.*"
                                              r"1 missing.*row 'r5'"):
             step.fit(ids, y)
+    y.index = 10 + np.arange(len(ids))  # an index of numbers: named as written
+    with pytest.raises(ValueError, match=r"the first at row 15\.$"):
+        step.fit(ids, y)
 
 
 def test_a_new_object_is_placed_by_its_given_partners_and_their_paths():

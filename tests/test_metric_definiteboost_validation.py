@@ -172,3 +172,30 @@ def test_a_curve_rising_towards_a_real_gain_goes_on_past_half_a_pass():
     best, log, longest = _validate(margins)
     assert longest >= 1.0
     assert best == 1.0 == _full_choice(margins)
+
+
+def test_a_learned_choice_whose_curve_climbs_back_goes_on_past_half_a_pass():
+    # projections that pull pairs apart first: below the choice (1/8) at 1/4 and 1/2,
+    # but climbing back within two doublings at the last pace, and far above it at
+    # one pass; a dip alone does not stop the folds before the first pass
+    margins = _shifted({0.0: 0.0, 0.125: 0.10, 0.25: 0.02, 0.5: 0.06, 1.0: 0.40, 2.0: 0.41})
+    best, log, longest = _validate(margins)
+    assert longest >= 1.0
+    assert best == 1.0 == _full_choice(margins)
+
+
+def test_a_prior_curve_whose_pace_grows_within_its_noise_goes_on_past_half_a_pass():
+    # still the prior at half a pass, each doubling adding more than the one before
+    # (convex in the log of the length, the growth within the noise of the items):
+    # not extrapolated as flat, and one or two passes gain for real
+    base = np.random.default_rng(1).normal(1.0, 0.1, 1000)  # every point right throughout
+    gains = {0.0: 0.0, 0.125: 0.0, 0.25: 0.002, 0.5: 0.01, 1.0: 0.08, 2.0: 0.16}
+
+    def margins(length, n):
+        gain = gains.get(length, gains[max(gains)])
+        sign = 0.0 if length == 0 else (-1.0) ** round(np.log2(length * 8))
+        return base[:n] + gain + sign * 0.2 * (-1.0) ** np.arange(n) * (n % 2 == 0)
+
+    best, log, longest = _validate(margins)
+    assert longest >= 1.0
+    assert best == _full_choice(margins) == 2.0

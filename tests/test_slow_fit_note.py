@@ -63,7 +63,7 @@ def test_a_slow_batch_fit_says_so_up_front_without_verbose(monkeypatch):
     assert re.match(r"MEGKernelRegressor: 6 iterations of the batch fit on 40 objects took "
                     r"60\.0 s \(10 s each\); at this pace its run on the training pairs "
                     r"reaches the tolerance in about \d+ (s|min) \(the loss's gain per "
-                    r"iteration has come \d+ % of the way down to tol, log scale\), and a "
+                    r"iteration has come [\d.]+ % of the way down to tol, log scale\), and a "
                     r"refit on every pair follows\. To shorten it: a larger tol or a smaller "
                     r"max_iter\.$", notes[0]), notes[0]
     assert model.n_iter_ > 2 and np.all(np.isfinite(model.kernel_))
@@ -81,7 +81,8 @@ def test_the_note_counts_towards_the_tolerance_not_max_iter(monkeypatch):
     """A run whose gain falls steadily (log scale) to the tolerance in 200
     iterations of 0.1 s ends in 20 s, though max_iter=1000 would take 100 s:
     nothing is said. The same run stalling at a quarter of the way is said,
-    with the time to max_iter."""
+    with its time to the tolerance; a run that max_iter stops first, with the
+    time to max_iter, short of the tolerance."""
     monkeypatch.setattr(slow_runs, "clock", _FakeClock(0.1))
     goal = 1e-4
 
@@ -98,6 +99,13 @@ def test_the_note_counts_towards_the_tolerance_not_max_iter(monkeypatch):
                                          r"loss's gain per iteration has come 25 %"):
         for iteration in range(1, 400):
             note(iteration, max(0.1, steady(iteration)), goal)
+    # so slow a fall that max_iter comes first: said as such, not as reaching tol
+    note = SlowFitNote("MEGKernelRegressor", 500, 1000)
+    with pytest.warns(UserWarning, match=r"stops at max_iter=1000 in about 100 s, short of "
+                                         r"the tolerance \(the loss's gain per iteration has "
+                                         r"come 0\.\d+ %"):
+        for iteration in range(1, 400):
+            note(iteration, 10.0 ** (-4 * iteration / 19000), goal)
     # no progress to measure: the estimate is to max_iter
     note = SlowFitNote("MEGKernelRegressor", 500, 1000)
     with pytest.warns(UserWarning, match=r"the 1000 iterations of max_iter take about 100 s "

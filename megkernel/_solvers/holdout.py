@@ -646,7 +646,8 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     return bool(gain >= ratio**elasticity * max(chosen_gain, 0.0))
 
 
-def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elasticity, scores):
+def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elasticity, scores,
+                  early=False):
     """Whether the next checkpoint cannot replace the choice: the folds stop before it.
 
     Asked after a checkpoint (the last row of ``table``) missed the choice
@@ -662,11 +663,19 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     counted over the folds) -- so that the patience's
     second checkpoint, which costs as much as every length before it, is
     not run where it could not be chosen.
+
+    ``early``: asked before the first pass, where runs that start by pulling
+    pairs apart often recover: a score significantly below the choice stops
+    the folds only if two more doublings at the last pace (its rise, none if
+    it fell) still leave it below the choice's, as for the prior
+    (:func:`_prior_out_of_reach`).
     """
     last = len(table) - 1
     if len(reached) >= len(checkpoints):
         return False
-    if gain_is_real(table[chosen], table[last], z, n_repeats):
+    if gain_is_real(table[chosen], table[last], z, n_repeats) and not (
+            early and last >= 2 and scores[last] + 2.0 * max(
+                scores[last] - scores[last - 1], 0.0) >= scores[chosen]):
         return True
     if chosen == 0 or last < 3:
         return False
@@ -759,8 +768,11 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     if stays_below(rows, [scores[0], scores[last - 1], scores[last]]):
         return True
     paired = _paired_gain(table[last], table[0], n_repeats)
-    if paired is not None:  # flat: two more doublings at the last pace gain no real gain
-        rise = max(scores[last] - scores[last - 1], 0.0)
+    rise = max(scores[last] - scores[last - 1], 0.0)
+    if paired is not None and rise <= scores[last - 1] - scores[last - 2]:
+        # flat: two more doublings at the last pace gain no real gain (a pace
+        # that grew, even within its noise, may go on growing: a curve convex
+        # in the log of the length is not extrapolated)
         if scores[last] + 2.0 * rise - scores[0] < z * paired[1]:
             return True
     if isinstance(table[0][0], tuple):  # AUC placements: no accuracy
@@ -951,7 +963,7 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                    if chosen == 0 else
                    _out_of_reach(table, chosen, log["checkpoints"], checkpoints, z=z,
                                  n_repeats=n_repeats, elasticity=elasticity,
-                                 scores=scores))):
+                                 scores=scores, early=True))):
             log["stopped"] = "out_of_reach"
             break
         elif patience is not None and length >= PATIENCE_FROM:

@@ -609,13 +609,10 @@ class SlowFitNote:
 
     Notes
     -----
-    A batch run's gain falls fast over its first iterations, then slower:
-    an early estimate falls short. On the survey table (944 respondents,
-    Gower distances, 76 iterations of 0.3-0.6 s on loaded cores) it was
-    0.4 of the run's length after 6 iterations, 0.5-0.8 from 15 on (after
-    two it had been 4.5 times, hence ``n_iter_no_change``): a run of
-    minutes says so within its first iterations, one of 30-75 s later or
-    not at all.
+    A batch run's gain falls fast over its first iterations, then slower,
+    so an early estimate falls short (measured in the benchmarks' scale
+    page): a run of minutes says so within its first iterations, one just
+    above the threshold later or not at all.
     """
 
     def __init__(self, who, n_objects, max_iter, n_iter_no_change=5):
@@ -626,11 +623,15 @@ class SlowFitNote:
         slow = self.pace(iteration, gain, goal)
         if slow is None:
             return
-        if slow.share > 0:
+        if slow.share > 0 and slow.to_tol <= slow.to_max_iter:
             end = (f"its run on the training pairs reaches the tolerance in about "
-                   f"{duration(min(slow.to_tol, slow.to_max_iter))} (the loss's gain per "
-                   f"iteration has come {100 * slow.share:.0f} % of the way down to tol, log "
-                   "scale)")
+                   f"{duration(slow.to_tol)} (the loss's gain per iteration has come "
+                   f"{100 * slow.share:.2g} % of the way down to tol, log scale)")
+        elif slow.share > 0:
+            end = (f"its run on the training pairs stops at max_iter={self.max_iter} in "
+                   f"about {duration(slow.to_max_iter)}, short of the tolerance (the "
+                   f"loss's gain per iteration has come {100 * slow.share:.2g} % of the "
+                   "way down to tol, log scale)")
         else:
             end = (f"the {self.max_iter} iterations of max_iter take about "
                    f"{duration(slow.to_max_iter)} if the run does not converge first")
