@@ -105,6 +105,7 @@ from sklearn.model_selection import (
     ShuffleSplit,
     StratifiedShuffleSplit,
     cross_val_score,
+    cross_validate,
 )
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
@@ -611,8 +612,8 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
     object's chance of each class from all its given distances, the
     labels of each split's training half reading the chance of one class
     off a given distance) and the default step (``keep_given="auto"``: the
-    labels of each split's training half choose), with the first
-    (cache-filling) fit's wall
+    labels of each split's training half choose; the mode each split's
+    fit kept is listed last), with the first (cache-filling) fit's wall
     time and the warnings it gave. The user's plain distances go to
     ``KernelDistances`` as they are (its defaults: ``given_squared=None``
     reads a learner's targets as squared distances, with a
@@ -627,6 +628,8 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
         head += (f" {name} kernel | {name} blend | {name} paths | {name} default "
                  f"| {name} fit s | {name} warned |")
         rule += "---|---|---|---|---|---|"
+    head += "".join(f" {name} default kept (per split) |" for name in learners)
+    rule += "---|" * len(learners)
     print(head)
     print(rule)
     classes = {"MEG": MEGKernelRegressor, "DB": DefiniteBoostKernel}
@@ -640,10 +643,14 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                     table = observed_pairs(ids, distances, fraction, seed=seed)
                     side = dict(pairs=table[["a", "b"]], targets=table["distance"],
                                 given_squared=given_squared)
-                    def score(step, ids=ids, labels=labels):
+                    def score(step, ids=ids, labels=labels, kept=None):
                         pipe = Pipeline([("distances", step), ("knn", KNeighborsClassifier(
                             n_neighbors=1, metric="precomputed"))])
-                        return float(cross_val_score(pipe, ids, labels, cv=cv).mean())
+                        out = cross_validate(pipe, ids, labels, cv=cv,
+                                             return_estimator=kept is not None)
+                        if kept is not None:  # what each split's fit kept
+                            kept.extend(fitted[0].keeps_given_ for fitted in out["estimator"])
+                        return float(out["test_score"].mean())
 
                     observed = score(KernelDistances(objects=ids, **side))
                     full = score(KernelDistances(distances=distances, objects=ids))
@@ -651,6 +658,7 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                             f"| {observed:.3f} | {full:.3f} |")
                     row = {"kind": kind, "objects": n_objects, "fraction": fraction,
                            "observed": observed}
+                    choices = []
                     for name in learners:
                         learner = classes[name](objects=ids, random_state=0)
                         start = time.perf_counter()
@@ -660,14 +668,18 @@ def sparse(objects=SPARSE_OBJECTS, fractions=SPARSE_FRACTIONS, kinds=("family", 
                         seconds = time.perf_counter() - start
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
+                            kept = []
                             alone, blend, paths, default = (
-                                score(KernelDistances(learner=learner, keep_given=keep, **side))
+                                score(KernelDistances(learner=learner, keep_given=keep, **side),
+                                      kept=kept if keep == "auto" else None)
                                 for keep in ("never", "blend", "paths", "auto"))
+                        choices.append(", ".join(kept))
                         warned = sorted({type(w.message).__name__ for w in caught})
                         line += (f" {alone:.3f} | {blend:.3f} | {paths:.3f} | {default:.3f} "
                                  f"| {seconds:.1f} | {', '.join(warned) or 'none'} |")
                         row[name] = (alone, default, "NoImprovementWarning" in warned, blend,
                                      paths)
+                    line += "".join(f" {kept} |" for kept in choices)
                     print(line, flush=True)
                     rows.append(row)
     for name in learners:
