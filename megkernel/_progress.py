@@ -222,14 +222,17 @@ class ToleranceBar:
         ``False``: nothing drawn.
     clock : callable, optional
         Time source of the bar (tests: a fake clock).
+    measure : str, default="violation"
+        What the postfix calls the run's measure above its tolerance.
     """
 
-    def __init__(self, desc, *, enabled=True, clock=None):
+    def __init__(self, desc, *, enabled=True, clock=None, measure="violation"):
         self.bar = bar(total=100, desc=desc, unit="%", enabled=enabled, clock=clock,
                        bar_format=("{desc}: {percentage:3.0f}% of the way to tol|{bar}| "
                                    "[{elapsed}<{remaining}{postfix}]"))
         self.first = self.best = None
         self.iterations = 0
+        self.measure = measure
         self.clock = clock or time.perf_counter
         self.start = self.clock()
 
@@ -262,8 +265,8 @@ class ToleranceBar:
             self.bar.update(share - self.bar.n)
         elapsed = self.clock() - self.start
         rate = f"{iterations / elapsed:.3g} iter/s, " if elapsed > 0 else ""
-        self.bar.set_postfix_str(f"iter {iterations}, {rate}violation {excess - goal:.3g}",
-                                 refresh=False)
+        self.bar.set_postfix_str(f"iter {iterations}, {rate}{self.measure} "
+                                 f"{excess - goal:.3g}", refresh=False)
 
 
 def detail(message):

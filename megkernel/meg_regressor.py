@@ -34,9 +34,9 @@ from ._pair_estimator import (
     validate_pairs,
     without_missing_distances,
 )
+from ._progress import ToleranceBar, note_compiling
 from ._progress import bar as progress_bar
 from ._progress import detail as progress_detail
-from ._progress import note_compiling
 from ._solvers.meg import fit_online, run_meg_trials, trial_engine
 from ._solvers.meg_batch import fit_batch
 from ._warnings import NoImprovementWarning, warn_if_not_better, warn_user
@@ -245,9 +245,12 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         :meth:`fit` (each epoch) or :meth:`partial_fit` with at least 1,000
         trials, and a one-line note while numba compiles the engine for the
         first time; ``2``: a bar for every call, plus a detail line (loss,
-        time) every 10,000 trials. The batch solver's bar counts iterations
-        (its stopping rule, not ``max_iter``, ends it: no ETA). ``0``:
-        nothing. Whatever ``verbose``, a batch fit that at its pace will
+        time) every 10,000 trials. The batch solver's bar counts towards
+        the tolerance (its stopping rule, not ``max_iter``, ends it): the
+        share of the way the mean gain per iteration has come down to the
+        gain at which it stops, on a log scale, with the ETA at that pace
+        (short early on: the gain falls fast at first); at ``2``, a line per
+        iteration. ``0``: nothing. Whatever ``verbose``, a batch fit that at its pace will
         take more than 30 s says so once, with its estimate, in a
         ``UserWarning``.
     grow_objects : bool, default=False
@@ -421,7 +424,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             pairs, y, index = self._validate_first_call(X, y)
             prior = self._initial_state(pairs, index)
             if self.solver == "batch":
-                with self._batch_progress() as callback:
+                with self._batch_progress() as (callback, towards_tol):
                     result = fit_batch(
                         pairs, y, prior=prior, spectral=self._uses_data_prior(),
                         trace=self.trace, learning_rate=self.learning_rate,
@@ -429,7 +432,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                         n_iter_no_change=self.n_iter_no_change,
                         validation_fraction=(self.validation_fraction
                                              if self.early_stopping else None),
-                        random_state=self.random_state, callback=callback)
+                        random_state=self.random_state, callback=callback,
+                        progress=towards_tol)
                 fitted = self._batch_attributes(result, index)
             else:
                 with self._trials_progress(prior, len(y), done=0) as (chunk, callback):
@@ -880,7 +884,15 @@ _PARAM_NAMES = tuple(MEGKernelRegressor._get_param_names())
 
 
 class _BatchProgress:
-    """The batch fit's progress bar (a context manager yielding the callback)."""
+    """The batch fit's progress (a context manager yielding its two callbacks).
+
+    ``(callback, towards_tol)`` for :func:`fit_batch`, ``(None, None)``
+    unless ``verbose``: a bar towards the tolerance (the stopping rule, not
+    ``max_iter``, ends an ordinary fit: a bar towards ``max_iter`` would
+    show a false ETA), the share of the way the mean gain per iteration has
+    come down to the gain at which the run stops, on a log scale; at
+    ``verbose=2`` a line per iteration.
+    """
 
     def __init__(self, verbose, max_iter):
         self.verbose, self.max_iter = verbose, max_iter
@@ -888,24 +900,19 @@ class _BatchProgress:
     def __enter__(self):
         if not self.verbose:
             self._bar = None
-            return None
-        # no total: the stopping rule, not max_iter, ends an ordinary fit, so a
-        # bar counting towards max_iter would show a false ETA
-        self._bar = progress_bar(total=None, desc="MEGKernelRegressor (batch)",
-                                 unit="iter", enabled=True)
+            return None, None
+        self._bar = ToleranceBar("MEGKernelRegressor (batch)", measure="mean gain above tol")
         bar = self._bar.__enter__()
         verbose = self.verbose
 
         def callback(iteration, train_loss, validation_loss, step):
-            bar.update(1)
-            bar.set_postfix_str(f"training loss {train_loss:.4g}, held-out "
-                                f"{validation_loss:.4g}", refresh=False)
             if verbose >= 2:
                 progress_detail(
                     f"[MEGKernelRegressor] iteration {iteration}: training loss "
                     f"{train_loss:.6g}, held-out loss {validation_loss:.6g}, "
                     f"step {step:.3g} (trace-one units)")
-        return callback
+
+        return callback, bar.update
 
     def __exit__(self, *exc):
         return False if self._bar is None else self._bar.__exit__(*exc)

@@ -642,6 +642,15 @@ class SlowFitNote:
             "max_iter.", UserWarning)
 
 
+def _both(note, progress):
+    """One ``note(iteration, gain, goal)`` that feeds the slow-fit note and the progress."""
+    def both(iteration, gain, goal):
+        if note is not None:
+            note(iteration, gain, goal)
+        progress(iteration, gain, goal)
+    return both
+
+
 def check_batch_units(y, unit, what):
     """Refuse targets whose squared errors leave double precision in the fit's units.
 
@@ -670,7 +679,7 @@ def check_batch_units(y, unit, what):
 def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="auto",
               max_iter=1000, tol=1e-4, n_iter_no_change=5, validation_fraction=0.1,
               random_state=None, callback=None, ranks=SPECTRAL_RANKS,
-              who="MEGKernelRegressor"):
+              who="MEGKernelRegressor", progress=None):
     """Fit a kernel to squared distances of pairs by batch MEG, end to end.
 
     Holds out ``validation_fraction`` of the pairs (:func:`holdout_pairs`),
@@ -721,6 +730,11 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     who : str or None, default="MEGKernelRegressor"
         What a fit that will take long names in its note
         (:class:`SlowFitNote`); ``None``: no note.
+    progress : callable, optional
+        ``progress(iteration, gain, goal)`` after each accepted iteration of
+        the run on the training pairs: the mean gain per iteration of the
+        stopping rule's window and the gain below which the run stops (a
+        bar towards the tolerance, not towards ``max_iter``).
 
     Returns
     -------
@@ -728,8 +742,9 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         The kernel and the fit's record.
     """
     warn_unreachable(pairs, y, 1.0, beyond_trace=False)
-    note = (None if who is None
+    slow = (None if who is None
             else SlowFitNote(who, prior.n_objects, max_iter, n_iter_no_change))
+    note = slow if progress is None else _both(slow, progress)
     # the same pairs in any row order (or orientation) give the same fit
     order = canonical_order(pairs, y)
     pairs = np.sort(pairs, axis=1)[order]
