@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from megkernel._numerics.state import ExponentState
-from megkernel._solvers import definiteboost_lazy, definiteboost_projections
+from megkernel._solvers import definiteboost_lazy, definiteboost_projections, slow_runs
 from megkernel._solvers.definiteboost_projections import ChosenCount, _warn_outcome
 from megkernel._solvers.definiteboost_rules import (
     AUTO_BUDGET,
@@ -113,7 +113,7 @@ def test_the_slow_run_note_leaves_the_setup_out_of_the_pace(monkeypatch):
     used to count as the pace of every projection (at 2000 objects: "1
     projections took 4.2 s; ... about 4.7 h" for a run of a minute)."""
     times = iter([0.0, 4.0] + list(4.0 + 0.001 * np.arange(1, 10_000)))
-    monkeypatch.setattr(definiteboost_projections, "clock", lambda: next(times))
+    monkeypatch.setattr(slow_runs, "clock", lambda: next(times))
     note = definiteboost_projections.SlowRunNote(ChosenCount(4000), 90_000)
     with _no_warning():
         for done in range(1, 4000):
@@ -133,7 +133,7 @@ def test_the_slow_run_note_counts_towards_the_tolerance(monkeypatch):
     40 s used to be said); a run that stalls short of tol is still said, with
     both estimates."""
     clock = iter(0.01 * np.arange(100_000))
-    monkeypatch.setattr(definiteboost_projections, "clock", lambda: next(clock))
+    monkeypatch.setattr(slow_runs, "clock", lambda: next(clock))
     tol = 1e-4
 
     def steady(done):  # 1 -> tol in 3000 projections (30 s at 0.01 s each)

@@ -415,9 +415,10 @@ def test_a_run_projected_to_take_long_says_so_once(monkeypatch):
     estimate and the remedies, for a run whose pace takes it beyond
     SLOW_RUN_SECONDS; none for a run within them."""
     from megkernel._solvers import definiteboost_projections as projections
+    from megkernel._solvers import slow_runs
 
     def run(pace, note, n_done):
-        monkeypatch.setattr(projections, "clock", _FakeClock(pace))
+        monkeypatch.setattr(slow_runs, "clock", _FakeClock(pace))
         note = note()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -441,8 +442,9 @@ def test_a_run_projected_to_take_long_says_so_once(monkeypatch):
 
 def test_a_short_run_says_nothing_before_the_first_seconds(monkeypatch):
     from megkernel._solvers import definiteboost_projections as projections
+    from megkernel._solvers import slow_runs
 
-    monkeypatch.setattr(projections, "clock", _FakeClock(0.01))
+    monkeypatch.setattr(slow_runs, "clock", _FakeClock(0.01))
     note = projections.SlowRunNote(max_iter=10**9, n_constraints=10)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -456,11 +458,11 @@ def test_a_slow_definiteboost_fit_warns_up_front_without_verbose(monkeypatch, la
     """Both runs that time their projections: the Python loop, and the lazy run
     (method="auto" on a dense state with many constraints, here from 50 objects on)."""
     from megkernel import DefiniteBoostKernel
-    from megkernel._solvers import definiteboost_lazy
+    from megkernel._solvers import definiteboost_lazy, slow_runs
     from megkernel._solvers import definiteboost_projections as projections
 
     d = 60 if lazy else 12
-    monkeypatch.setattr(projections, "clock", _FakeClock(1.0))  # a second per read
+    monkeypatch.setattr(slow_runs, "clock", _FakeClock(1.0))  # a second per read
     monkeypatch.setattr(definiteboost_lazy, "LAZY_FROM", 50)
     monkeypatch.setattr(projections, "_SCAN_ALWAYS_UP_TO", 0)  # scans between working sets
     runs = []

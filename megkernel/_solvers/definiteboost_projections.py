@@ -15,7 +15,6 @@ the public entry points in :mod:`.definiteboost`.
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -311,10 +310,6 @@ class ChosenCount(int):
         return count
 
 
-#: The clock of :class:`SlowRunNote` (seconds; tests put a fake one here).
-clock = time.perf_counter
-
-
 class SlowRunNote:
     """Warn once when a run of projections will take long (:mod:`.slow_runs`).
 
@@ -344,7 +339,7 @@ class SlowRunNote:
     def __init__(self, max_iter, n_constraints, tol=None):
         self.max_iter = max_iter  # a ChosenCount kept as such, for the message
         self.n_constraints = int(n_constraints)
-        self.pace = PaceEstimate(max_iter, tol, clock=lambda: clock())
+        self.pace = PaceEstimate(max_iter, tol)  # on slow_runs' clock
 
     def __call__(self, done, violation=None):
         slow = self.pace(done, violation)
