@@ -695,12 +695,7 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     if projected >= bar:
         return False
     if not isinstance(table[last][0], tuple):  # k-NN margins: the 1-NN accuracy
-        # in held-out points right, counted over the folds: one point turned
-        # right in a fold and another turned wrong in a fold of another size
-        # move the mean of the folds' shares, not the accuracy
-        right = [sum(int(np.count_nonzero(item > 0)) for item in table[row])
-                 for row in (chosen, last)]
-        if right[1] > right[0]:
+        if _points_right(table[last]) > _points_right(table[chosen]):
             return False
     return True
 
@@ -782,7 +777,18 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     if climbing:
         return False
     right = [[(item > 0).astype(float) for item in row] for row in rows]
-    return stays_below(right, [float(np.mean([item.mean() for item in row])) for row in right])
+    return stays_below(right, [_points_right(row) / sum(item.size for item in row)
+                               for row in rows])
+
+
+def _points_right(row):
+    """Held-out points with a positive k-NN margin in a row of the table, over its folds.
+
+    The 1-NN accuracy's rises and falls are counted in points: one point
+    turned right in a fold and another turned wrong in a fold of another
+    size move the mean of the folds' shares, not the accuracy.
+    """
+    return sum(int(np.count_nonzero(item > 0)) for item in row)
 
 
 def _mean_scores(items):
