@@ -732,9 +732,11 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
         (:class:`SlowFitNote`); ``None``: no note.
     progress : callable, optional
         ``progress(iteration, gain, goal)`` after each accepted iteration of
-        the run on the training pairs: the mean gain per iteration of the
-        stopping rule's window and the gain below which the run stops (a
-        bar towards the tolerance, not towards ``max_iter``).
+        the run on the training pairs, then of a refit on every pair that
+        runs to convergence (its iterations counted afresh): the mean gain
+        per iteration of the stopping rule's window and the gain below which
+        the run stops (a bar towards the tolerance, not towards
+        ``max_iter``).
 
     Returns
     -------
@@ -834,12 +836,13 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
             refit = minimize_pair_loss(
                 result.state, loss, learning_rate=learning_rate, max_iter=max_iter,
                 tol=tol, n_iter_no_change=n_iter_no_change,
-                loss_scale=_start_loss(loss, state))
+                loss_scale=_start_loss(loss, state), note=progress)
         elif to_convergence:
             # a subspace fit: the refit prior's basis is not the training run's
             refit = minimize_pair_loss(
                 state, loss, grow=SUBSPACE_GROWTH, learning_rate=learning_rate,
-                max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change)
+                max_iter=max_iter, tol=tol, n_iter_no_change=n_iter_no_change,
+                note=progress)
         else:
             refit = minimize_pair_loss(
                 state, loss, grow=SUBSPACE_GROWTH, grow_at=result.growth,
