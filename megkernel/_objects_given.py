@@ -101,16 +101,13 @@ def _is_number(value):
 SELF_DISTANCE_ROUNDING = 1e-7
 
 
-def round_off_self_pairs(self_pair, values):
-    """Which self-pairs' distances are round-off (within :data:`SELF_DISTANCE_ROUNDING`).
+def round_off_self_distances(values, scale):
+    """Which self-distances ``values`` are round-off (within :data:`SELF_DISTANCE_ROUNDING`).
 
-    ``self_pair``: whether each pair joins an object with itself; ``values``:
-    their distances (NaN: missing). Measured against the largest distance
-    of two distinct objects; an exact 0 is no round-off.
+    ``scale``: the largest distance between two distinct objects; NaN is
+    missing and an exact 0 no round-off.
     """
-    known = ~np.isnan(values)
-    scale = np.abs(values[known & ~self_pair]).max(initial=0.0)
-    return self_pair & known & (values != 0) & (
+    return ~np.isnan(values) & (values != 0) & (
         np.abs(np.nan_to_num(values)) <= SELF_DISTANCE_ROUNDING * scale)
 
 
@@ -127,9 +124,7 @@ def _checked_distances(matrix, observed, objects, name, what):
     off = observed.copy()
     np.fill_diagonal(off, False)
     scale = np.abs(matrix[off]).max(initial=0.0)
-    values = np.concatenate([diagonal, matrix[off]])
-    rounding = round_off_self_pairs(np.arange(values.size) < diagonal.size, values)[
-        :diagonal.size]
+    rounding = round_off_self_distances(diagonal, scale)
     negative = observed & (np.nan_to_num(matrix, nan=0.0) < 0)
     negative[np.diag_indices_from(negative)] &= ~rounding
     if negative.any():
@@ -253,7 +248,7 @@ def _table_matrix(pairs, targets, objects):
                   UserWarning)
     loops = known & (rows[:, 0] == rows[:, 1])
     scale = np.abs(y[known & ~loops]).max(initial=0.0)
-    rounding = round_off_self_pairs(rows[:, 0] == rows[:, 1], y)
+    rounding = loops & round_off_self_distances(y, scale)
     negative = known & (np.nan_to_num(y) < 0) & ~rounding
     if negative.any():
         t = int(np.argmax(negative))

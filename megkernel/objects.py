@@ -64,6 +64,7 @@ from ._objects_given import (
     _UNKNOWN_HINT,
     _UNKNOWN_HINT_GIVEN,
     MISSING_DISTANCE,
+    SELF_DISTANCE_ROUNDING,
     GivenSquaredDistances,
     _as_float,
     _converted,
@@ -74,7 +75,7 @@ from ._objects_given import (
     _shown,
     _table_matrix,
     _user_kernel_scale,
-    round_off_self_pairs,
+    round_off_self_distances,
 )
 from ._objects_new import (
     _known,
@@ -223,13 +224,18 @@ def _self_pairs_rounded(pairs, targets, values):
 
     A melted distance matrix lists each object with itself at ``1e-8`` or
     ``-2e-16`` (``sqrt(2 - 2 cos)``, ``1 - cos``); the table's own reading
-    takes them as 0 (:func:`round_off_self_pairs`), and the learner is
+    takes them as 0 (:func:`round_off_self_distances`), and the learner is
     taught the same.
     """
+    known = np.abs(values[~np.isnan(values)])
+    if not np.any((known > 0) & (known <= SELF_DISTANCE_ROUNDING * known.max(initial=0.0))):
+        return targets  # nothing small enough: no pass over the ids
     ends = np.asarray(pairs, dtype=object) if not callable(pairs) else None
     if ends is None or ends.shape != (len(values), 2):
         return targets  # (a shape the learner's validation explains)
-    rounding = round_off_self_pairs(ends[:, 0] == ends[:, 1], values)
+    self_pair = ends[:, 0] == ends[:, 1]
+    scale = np.abs(values[~np.isnan(values) & ~self_pair]).max(initial=0.0)
+    rounding = self_pair & round_off_self_distances(values, scale)
     if not rounding.any():
         return targets
     if isinstance(targets, pd.Series):
