@@ -674,8 +674,8 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
     if len(reached) >= len(checkpoints):
         return False
     if gain_is_real(table[chosen], table[last], z, n_repeats) and not (
-            early and last >= 2 and scores[last] + 2.0 * max(
-                scores[last] - scores[last - 1], 0.0) >= scores[chosen]):
+            early and last >= 2
+            and _two_doublings_on(scores[last - 1], scores[last]) >= scores[chosen]):
         return True
     if chosen == 0 or last < 3:
         return False
@@ -698,6 +698,11 @@ def _out_of_reach(table, chosen, reached, checkpoints, *, z, n_repeats, elastici
         if _points_right(table[last]) > _points_right(table[chosen]):
             return False
     return True
+
+
+def _two_doublings_on(before, last):
+    """Return the score two doublings on at the last one's pace (its rise; none if it fell)."""
+    return last + 2.0 * max(last - before, 0.0)
 
 
 def _accelerates(rows, lengths, *, z, n_repeats):
@@ -756,25 +761,23 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
     def stays_below(rows, values):
         if not gain_is_real(rows[0], rows[2], z, n_repeats):
             return False
-        rise = max(values[2] - values[1], 0.0)
-        return bool(values[2] + 2.0 * rise < values[0])
+        return bool(_two_doublings_on(values[1], values[2]) < values[0])
 
     rows = [table[0], table[last - 1], table[last]]
     if stays_below(rows, [scores[0], scores[last - 1], scores[last]]):
         return True
     paired = _paired_gain(table[last], table[0], n_repeats)
-    rise = max(scores[last] - scores[last - 1], 0.0)
-    if paired is not None and rise <= scores[last - 1] - scores[last - 2]:
+    ahead = _two_doublings_on(scores[last - 1], scores[last])
+    if paired is not None and max(scores[last] - scores[last - 1], 0.0) <= (
+            scores[last - 1] - scores[last - 2]):
         # flat: two more doublings at the last pace gain no real gain (a pace
         # that grew, even within its noise, may go on growing: a curve convex
         # in the log of the length is not extrapolated)
-        if scores[last] + 2.0 * rise - scores[0] < z * paired[1]:
+        if ahead - scores[0] < z * paired[1]:
             return True
     if isinstance(table[0][0], tuple):  # AUC placements: no accuracy
         return False
-    climbing = scores[last] < scores[0] <= scores[last] + 2.0 * max(
-        scores[last] - scores[last - 1], 0.0)
-    if climbing:
+    if scores[last] < scores[0] <= ahead:  # margins climbing back to the prior's
         return False
     right = [[(item > 0).astype(float) for item in row] for row in rows]
     return stays_below(right, [_points_right(row) / sum(item.size for item in row)
