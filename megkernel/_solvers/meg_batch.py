@@ -885,7 +885,7 @@ def _held_out_errors(result, trace, y_val):
     return (trace * result.validation_predictions - y_val) ** 2
 
 
-class _Pruned(Exception):
+class _RivalTrails(Exception):
     """A rival rank's run stopped early: it trails the leader at equal budget."""
 
 
@@ -945,14 +945,14 @@ def _race_prior_ranks(chosen, result, fitted_trace, validation, n_objects, train
             if iteration == checkpoint[0]:
                 checkpoint[0] *= 2
                 if rival_best[0] > leading[min(iteration, len(leading) - 1)]:
-                    raise _Pruned
+                    raise _RivalTrails
 
         try:
             # its dense state is made only if it is kept
             rival = minimize_pair_loss(state, train_loss, validation=rival_validation,
                                        early_stopping=True, callback=prune, dense=False,
                                        **run)
-        except _Pruned:
+        except _RivalTrails:
             return None, None
         return (rival, prior, trace, rival_validation), _held_out_errors(rival, trace, y_val)
 
