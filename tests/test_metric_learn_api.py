@@ -320,3 +320,21 @@ def test_a_learner_of_points_goes_before_a_knn_classifier_in_a_pipeline():
     knn = KNeighborsClassifier(n_neighbors=1).fit(metric.transform(X[::2]), y[::2])
     np.testing.assert_array_equal(pipeline.predict(X[1::2]),
                                   knn.predict(metric.transform(X[1::2])))
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_pair_learners_are_classifiers_so_cross_validation_stratifies(Learner):
+    """As metric-learn's pair learners (ClassifierMixin): cross_val_score with an
+    integer cv stratifies the pairs, so pairs listed by kind (as draw_pairs
+    gives them) still leave both kinds in every fold."""
+    from sklearn.base import is_classifier
+    from sklearn.model_selection import cross_val_score
+
+    X, _, pairs, signs = _data()
+    assert signs[0] == 1 and signs[-1] == -1  # listed by kind: plain folds hold one kind
+    assert is_classifier(Learner())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning)
+        scores = cross_val_score(Learner(random_state=0, **FAST[Learner]), X[pairs], signs,
+                                 cv=3, scoring="roc_auc")
+    assert np.all(np.isfinite(scores))

@@ -21,6 +21,7 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.metrics import roc_auc_score
+from sklearn.utils import ClassifierTags
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -707,4 +708,8 @@ class _PairInput:
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.three_d_array = True
+        # a classifier of pairs (metric-learn's pair learners are ClassifierMixin):
+        # cross_val_score / GridSearchCV with an integer cv then stratify the pairs
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags(multi_class=False)
         return tags
