@@ -338,3 +338,39 @@ def test_pair_learners_are_classifiers_so_cross_validation_stratifies(Learner):
         scores = cross_val_score(Learner(random_state=0, **FAST[Learner]), X[pairs], signs,
                                  cv=3, scoring="roc_auc")
     assert np.all(np.isfinite(scores))
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_a_callable_preprocessor_is_called_with_1d_indicators_as_in_metric_learn(Learner):
+    """metric-learn calls a callable preprocessor with a 1-D array of indicators
+    (once per column of index pairs): a loader that iterates over names, as in
+    its documentation, works unchanged; index pairs without a preprocessor are
+    refused with a message naming it."""
+    X, y, pairs, signs = _data()
+    names = np.array([f"img{i}.png" for i in range(len(X))])
+
+    def load(indicators):
+        return np.array([X[int(name[3:-4])] for name in indicators])
+
+    plain = _fit(Learner)[0]
+    named = Learner(random_state=0, preprocessor=load, **FAST[Learner])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if Learner in PAIR_LEARNERS:
+            named.fit(names[pairs], signs)
+        else:
+            named.fit(names, y)
+    np.testing.assert_allclose(named.components_, plain.components_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(named.pair_distance(names[pairs]), plain.pair_distance(X[pairs]),
+                               rtol=1e-12, atol=1e-14)
+    if Learner in PAIR_LEARNERS:
+        np.testing.assert_array_equal(named.predict(names[pairs]), plain.predict(X[pairs]))
+    for given in (pairs, names[pairs]):
+        with pytest.raises(ValueError, match="need a preprocessor"):
+            plain.pair_distance(given)
+    broken = Learner(preprocessor=lambda names: np.ones((len(names), 2, 2)))
+    with pytest.raises(ValueError, match="one point per indicator of (pairs|X)"):
+        if Learner in PAIR_LEARNERS:
+            broken.fit(pairs, signs)
+        else:
+            broken.fit(np.arange(len(X)), y)

@@ -439,9 +439,19 @@ def _cumulative_counts(distances, similar):
 
 
 def _preprocessed(preprocessor, indices, name):
-    """Return the points ``indices`` name, ``preprocessor[indices]`` or ``(indices)``."""
+    """Return the points ``indices`` name, ``preprocessor[indices]`` or ``(indices)``.
+
+    A callable is called as metric-learn calls it: with a 1-D array of
+    indicators, once per column of index pairs, so that a loader written for
+    metric-learn (one that iterates over its indicators) works unchanged.
+    """
     if callable(preprocessor):
-        points = np.asarray(preprocessor(indices), dtype=float)
+        indices = np.asarray(indices)
+        if indices.ndim == 2:
+            points = np.stack([_called(preprocessor, column, name)
+                               for column in indices.T], axis=1)
+        else:
+            points = _called(preprocessor, indices, name)
     else:
         table = np.asarray(preprocessor, dtype=float)
         indices = np.asarray(indices)
@@ -455,6 +465,15 @@ def _preprocessed(preprocessor, indices, name):
     if points.shape[:np.ndim(indices)] != np.shape(indices):
         raise ValueError(f"The preprocessor must give one point per index of {name}: "
                          f"{np.shape(indices)} indices gave shape {points.shape}.")
+    return points
+
+
+def _called(preprocessor, indicators, name):
+    """Points of 1-D ``indicators`` from a callable preprocessor: one point per indicator."""
+    points = np.asarray(preprocessor(indicators), dtype=float)
+    if points.ndim != 2 or len(points) != len(indicators):
+        raise ValueError(f"The preprocessor must give a 2-D array of one point per indicator "
+                         f"of {name}: {len(indicators)} indicators gave shape {points.shape}.")
     return points
 
 
@@ -504,10 +523,18 @@ def _check_trace(centred):
 
 def _check_pairs_of_points(X, n_features=None):
     """Pairs of points as a float array of shape (n_pairs, 2, n_features)."""
-    pairs_of_points = np.asarray(X, dtype=float)
+    try:
+        pairs_of_points = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as error:  # e.g. indicators without a preprocessor
+        raise ValueError(f"X must hold pairs of points, numbers of shape (n_pairs, 2, "
+                         f"n_features) ({error}); pairs of indices or names need a "
+                         "preprocessor (the points or a callable that loads them).") from None
     if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
+        hint = ("; index pairs, shape (n_pairs, 2), need a preprocessor (the points or a "
+                "callable that loads them, e.g. preprocessor=X)"
+                if pairs_of_points.ndim == 2 else "")
         raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
-                         f"got shape {pairs_of_points.shape}.")
+                         f"got shape {pairs_of_points.shape}{hint}.")
     if len(pairs_of_points) == 0:
         raise ValueError("X holds no pairs.")
     if not np.all(np.isfinite(pairs_of_points)):
