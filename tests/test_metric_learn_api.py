@@ -73,6 +73,10 @@ def test_pair_distance_score_and_get_metric_agree(Learner):
         assert metric(X[a], X[b], squared=True) == pytest.approx(d**2, rel=1e-10, abs=1e-12)
     with pytest.raises(ValueError, match="1-D"):
         metric(X[:2], X[2:4])
+    # as metric-learn's validate_vector: lists and (1, d) rows are points
+    assert metric(X[:1], X[1:2].tolist()) == metric(X[0], X[1])
+    with pytest.raises(ValueError, match="the 4 features the metric was fitted with, got 3"):
+        metric(X[0, :3], X[1, :3])
 
 
 @pytest.mark.parametrize("Learner", LEARNERS)

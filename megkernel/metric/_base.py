@@ -324,16 +324,23 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         metric_fun : callable
             ``metric_fun(u, v, squared=False)``: the learned distance between
-            two 1-D points (its square with ``squared=True``).
+            two points, 1-D (or rows of shape (1, n_features), as metric-learn's)
+            (its square with ``squared=True``).
         """
         check_is_fitted(self, "components_")
         components_T = self.components_.T.copy()
+        n_features = len(components_T)
 
         def metric_fun(u, v, squared=False):
-            u, v = np.asarray(u, dtype=float), np.asarray(v, dtype=float)
+            # as scipy's and metric-learn's validate_vector: a (1, d) row is a point
+            u = np.atleast_1d(np.asarray(u, dtype=float).squeeze())
+            v = np.atleast_1d(np.asarray(v, dtype=float).squeeze())
             if u.ndim != 1 or v.ndim != 1:
                 raise ValueError(f"u and v must be 1-D points, got shapes {u.shape} "
                                  f"and {v.shape}.")
+            if len(u) != n_features or len(v) != n_features:
+                raise ValueError(f"u and v must have the {n_features} features the metric "
+                                 f"was fitted with, got {len(u)} and {len(v)}.")
             difference = (u - v) @ components_T
             sq_distance = float(difference @ difference)
             return sq_distance if squared else float(np.sqrt(sq_distance))
