@@ -224,7 +224,8 @@ def test_calibration_params_in_fit_are_calibrate_threshold_after_fit(Learner):
     ({"strategy": "roc"}, "strategy must be"),
     ({"strategy": "max_tpr"}, "min_rate must be a number in"),
     ({"strategy": "max_tnr", "min_rate": 1.5}, "min_rate must be a number in"),
-    ({"strategy": "f_beta", "beta": "one"}, "beta must be a real number")])
+    ({"strategy": "f_beta", "beta": "one"}, "beta must be a finite real number"),
+    ({"strategy": "f_beta", "beta": float("nan")}, "beta must be a finite real number")])
 def test_bad_calibration_params_are_refused_before_the_fit(Learner, params, message):
     X, _, pairs, signs = _data()
     model = Learner(**FAST[Learner])
@@ -378,3 +379,37 @@ def test_a_callable_preprocessor_is_called_with_1d_indicators_as_in_metric_learn
             broken.fit(pairs, signs)
         else:
             broken.fit(np.arange(len(X)), y)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+@pytest.mark.parametrize("params, message", [
+    ({"strategy": "accuracy", "min_rte": 0.5}, r"unknown keys \['min_rte'\]"),
+    ([("strategy", "accuracy")], "calibration_params must be a dict"),
+    ({"strategy": "max_tpr", "min_rate": float("nan")}, "min_rate must be a number in")])
+def test_calibration_params_of_fit_are_refused_by_name_before_the_fit(Learner, params, message):
+    """A misspelt key or a list in fit's calibration_params: a ValueError in the
+    user's terms before any state changes (not a TypeError naming a private
+    function after the metric is learned)."""
+    X, _, pairs, signs = _data()
+    model = Learner(**FAST[Learner])
+    with pytest.raises(ValueError, match=message):
+        model.fit(X[pairs], signs, calibration_params=params)
+    assert not hasattr(model, "components_")
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_set_threshold_needs_a_fitted_learner_and_a_number(Learner):
+    """As metric-learn's: NotFittedError before a fit, a 0-d array is a number;
+    NaN (which would predict every pair dissimilar) is refused."""
+    from sklearn.exceptions import NotFittedError
+
+    unfitted = Learner()
+    with pytest.raises(NotFittedError):
+        unfitted.set_threshold(0.5)
+    assert "threshold_" not in vars(unfitted)
+    model = _fit(Learner)[0]
+    assert model.set_threshold(np.array(0.75)).threshold_ == 0.75
+    assert model.set_threshold(np.float32(0.5)).threshold_ == 0.5
+    with pytest.raises(ValueError, match="threshold must be a real number, got NaN"):
+        model.set_threshold(float("nan"))
+    assert model.threshold_ == 0.5

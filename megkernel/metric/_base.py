@@ -11,6 +11,7 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -416,8 +417,24 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return tags
 
 
+def _calibration_params(calibration_params):
+    """``fit``'s ``calibration_params`` as keyword arguments of ``calibrate_threshold``, checked."""
+    if calibration_params is None:
+        return {}
+    if not isinstance(calibration_params, Mapping):
+        raise ValueError("calibration_params must be a dict of calibrate_threshold's "
+                         "arguments (strategy, min_rate, beta) or None, got "
+                         f"{type(calibration_params).__name__}.")
+    unknown = sorted(set(calibration_params) - {"strategy", "min_rate", "beta"}, key=str)
+    if unknown:
+        raise ValueError(f"calibration_params has unknown keys {unknown}: calibrate_threshold "
+                         "takes strategy, min_rate and beta.")
+    _check_calibration_params(**calibration_params)
+    return dict(calibration_params)
+
+
 def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
-    """Refuse calibration parameters metric-learn refuses, naming them."""
+    """Refuse calibration parameters metric-learn refuses (and NaN ones), naming them."""
     if strategy not in ("accuracy", "f_beta", "max_tpr", "max_tnr"):
         raise ValueError("strategy must be 'accuracy', 'f_beta', 'max_tpr' or 'max_tnr', "
                          f"got {strategy!r}.")
@@ -426,8 +443,9 @@ def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
             and 0 <= min_rate <= 1):
         raise ValueError(f"min_rate must be a number in [0, 1] for strategy={strategy!r}, "
                          f"got {min_rate!r}.")
-    if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)):
-        raise ValueError(f"beta must be a real number, got {beta!r}.")
+    if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)
+                                     and np.isfinite(beta)):
+        raise ValueError(f"beta must be a finite real number, got {beta!r}.")
 
 
 def _cumulative_counts(distances, similar):
@@ -588,8 +606,7 @@ class _PairInput:
         self : object
             The fitted estimator.
         """
-        calibration_params = dict(calibration_params or {})
-        _check_calibration_params(**calibration_params)
+        calibration_params = _calibration_params(calibration_params)
         if hasattr(self, "n_features_in_"):  # a refit: the pairs may have other features
             del self.n_features_in_
         pairs_of_points = self._pairs_of_points(X)
@@ -674,16 +691,22 @@ class _PairInput:
         Parameters
         ----------
         threshold : float
-            A distance (not squared), as metric-learn's.
+            A distance (not squared), as metric-learn's: a real number (a
+            0-d array too), not NaN.
 
         Returns
         -------
         self : object
             The estimator.
         """
-        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, Real):
+        check_is_fitted(self, "components_")
+        value = threshold.item() if isinstance(threshold, np.ndarray) and threshold.ndim == 0 \
+            else threshold
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
             raise ValueError(f"threshold must be a real number, got {type(threshold)}.")
-        self.threshold_ = float(threshold)
+        if np.isnan(value):
+            raise ValueError("threshold must be a real number, got NaN.")
+        self.threshold_ = float(value)
         return self
 
     def calibrate_threshold(self, X, y, *, strategy="accuracy", min_rate=None, beta=1.0):
