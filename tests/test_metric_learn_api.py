@@ -413,3 +413,24 @@ def test_set_threshold_needs_a_fitted_learner_and_a_number(Learner):
     with pytest.raises(ValueError, match="threshold must be a real number, got NaN"):
         model.set_threshold(float("nan"))
     assert model.threshold_ == 0.5
+
+
+@pytest.mark.parametrize("Learner", [MEGMetric, MEGPairMetric])
+def test_partial_fit_resolves_indices_through_the_preprocessor(Learner):
+    """Our on-line extra speaks the preprocessor's convention too: 1-D indices of
+    points (a chunk with class labels) and, for the pair learner, index pairs
+    (as its fit)."""
+    X, y, pairs, signs = _data()
+    plain = _fit(Learner)[0]
+    indexed = _fit(Learner, preprocessor=X)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain.partial_fit(X[pairs[:10]], signs[:10])
+        plain.partial_fit(X[::3], y[::3])
+        if Learner is MEGPairMetric:
+            indexed.partial_fit(pairs[:10], signs[:10])
+        else:
+            indexed.partial_fit(X[pairs[:10]], signs[:10])
+        indexed.partial_fit(np.arange(0, len(X), 3), y[::3])
+    assert indexed.n_pairs_seen_ == plain.n_pairs_seen_
+    np.testing.assert_allclose(indexed.components_, plain.components_, rtol=1e-12, atol=1e-14)

@@ -388,7 +388,8 @@ class MEGMetric(_FeatureMetric):
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            The two points of each pair, in the order they arrive; or points.
+            The two points of each pair, in the order they arrive; or points
+            (with ``preprocessor``, also their 1-D indices).
         y : array-like of shape (n_pairs,) or (n_samples,)
             Pair labels, ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
             ``False`` dissimilar; or the points' class labels.
@@ -399,6 +400,7 @@ class MEGMetric(_FeatureMetric):
             The fitted estimator.
         """
         first = not hasattr(self, "exponent_")
+        X = self._online_input(X)
         if np.ndim(X) == 2:
             pairs_of_points, signs = self._chunk_pairs(X, y, reset=first)
         else:
@@ -420,6 +422,10 @@ class MEGMetric(_FeatureMetric):
         self.components_ = metric_components(exponent, self.scales_, self.directions_,
                                              self.trace_)
         return self
+
+    def _online_input(self, X):
+        """:meth:`partial_fit`'s ``X`` with a preprocessor's 1-D indices resolved to points."""
+        return self._points(X)
 
     def _chunk_pairs(self, X, y, *, reset):
         """Pairs of points drawn from a chunk of labeled points."""
