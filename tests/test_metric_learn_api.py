@@ -434,3 +434,17 @@ def test_partial_fit_resolves_indices_through_the_preprocessor(Learner):
         indexed.partial_fit(np.arange(0, len(X), 3), y[::3])
     assert indexed.n_pairs_seen_ == plain.n_pairs_seen_
     np.testing.assert_allclose(indexed.components_, plain.components_, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_messages_name_a_single_pair_and_a_pair_kind_missing(Learner):
+    """One pair given as a 2-D array is told how to pass it; max_tnr on labels
+    without a similar pair says so (no threshold has a true positive rate)."""
+    model, X, pairs, signs = _fit(Learner)
+    with pytest.raises(ValueError, match=r"one pair of points is X\[np.newaxis\]"):
+        model.pair_distance(X[pairs[0]])
+    threshold = model.threshold_
+    with pytest.raises(ValueError, match="y holds no similar pair"):
+        model.calibrate_threshold(X[pairs], -np.ones(len(pairs)), strategy="max_tnr",
+                                  min_rate=0.5)
+    assert model.threshold_ == threshold

@@ -555,9 +555,12 @@ def _check_pairs_of_points(X, n_features=None):
                          f"n_features) ({error}); pairs of indices or names need a "
                          "preprocessor (the points or a callable that loads them).") from None
     if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
-        hint = ("; index pairs, shape (n_pairs, 2), need a preprocessor (the points or a "
-                "callable that loads them, e.g. preprocessor=X)"
-                if pairs_of_points.ndim == 2 else "")
+        hint = ""
+        if pairs_of_points.ndim == 2 and pairs_of_points.shape[1] == 2:
+            hint = ("; index pairs, shape (n_pairs, 2), need a preprocessor (the points or a "
+                    "callable that loads them, e.g. preprocessor=X)")
+        elif pairs_of_points.ndim == 2:
+            hint = "; one pair of points is X[np.newaxis], shape (1, 2, n_features)"
         raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
                          f"got shape {pairs_of_points.shape}{hint}.")
     if len(pairs_of_points) == 0:
@@ -756,8 +759,9 @@ class _PairInput:
             criterion = np.where(tnr >= min_rate, tpr, -np.inf)
         else:
             criterion = np.where(tpr >= min_rate, tnr, -np.inf)
-        if not np.any(np.isfinite(criterion)):
-            raise ValueError(f"No threshold reaches min_rate={min_rate} for {strategy!r}.")
+        if not np.any(np.isfinite(criterion)):  # max_tnr without a similar pair
+            raise ValueError(f"No threshold reaches a true positive rate of min_rate={min_rate} "
+                             f"for {strategy!r}: y holds no similar pair.")
         self.threshold_ = float(cuts[int(np.argmax(criterion))])
         return self
 
