@@ -448,3 +448,23 @@ def test_messages_name_a_single_pair_and_a_pair_kind_missing(Learner):
         model.calibrate_threshold(X[pairs], -np.ones(len(pairs)), strategy="max_tnr",
                                   min_rate=0.5)
     assert model.threshold_ == threshold
+
+
+def test_an_array_preprocessor_is_indexed_without_copying_it():
+    """Index pairs with a preprocessor are metric-learn's memory-light form: only
+    the rows named are read (a float32 table is not converted whole per call)."""
+    import tracemalloc
+
+    X, y, pairs, signs = _data()
+    table = np.zeros((200_000, 4), dtype=np.float32)
+    table[:len(X)] = X
+    model = _fit(MEGMetric)[0].set_params(preprocessor=table)
+    tracemalloc.start()
+    try:
+        distances = model.pair_distance(pairs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(distances, model.pair_distance(table[pairs].astype(float)),
+                               rtol=1e-12)
+    assert peak < table.nbytes / 10

@@ -478,15 +478,18 @@ def _preprocessed(preprocessor, indices, name):
         else:
             points = _called(preprocessor, indices, name)
     else:
-        table = np.asarray(preprocessor, dtype=float)
-        indices = np.asarray(indices)
+        table = np.asarray(preprocessor)  # no copy of an array: only the rows named are
+        indices = np.asarray(indices)     # converted, as metric-learn's ArrayIndexer
         if indices.dtype.kind not in "iu":
             raise ValueError(f"With an array preprocessor, {name} must hold integer indices "
                              f"into it, got dtype {indices.dtype}.")
         if indices.size and (indices.min() < -len(table) or indices.max() >= len(table)):
             raise ValueError(f"{name} holds indices outside the preprocessor's "
                              f"{len(table)} rows.")
-        points = table[indices]
+        try:
+            points = np.asarray(table[indices], dtype=float)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"The preprocessor's rows must be numbers: {error}.") from None
     if points.shape[:np.ndim(indices)] != np.shape(indices):
         raise ValueError(f"The preprocessor must give one point per index of {name}: "
                          f"{np.shape(indices)} indices gave shape {points.shape}.")
