@@ -78,8 +78,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training points.
+        X : array-like of shape (n_samples, n_features) or (n_samples,)
+            Training points, or with ``preprocessor`` their indicators.
         y : array-like of shape (n_samples,)
             Class labels.
 
@@ -124,8 +124,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training points (the objects).
+        X : array-like of shape (n_samples, n_features) or (n_samples,)
+            Training points (the objects), or with ``preprocessor`` their
+            indicators.
         pairs : array-like of int, shape (n_pairs, 2)
             Row indices into ``X``.
         pair_labels : array-like of shape (n_pairs,)
