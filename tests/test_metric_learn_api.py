@@ -73,6 +73,10 @@ def test_pair_distance_score_and_get_metric_agree(Learner):
         assert metric(X[a], X[b], squared=True) == pytest.approx(d**2, rel=1e-10, abs=1e-12)
     with pytest.raises(ValueError, match="1-D"):
         metric(X[:2], X[2:4])
+    # as metric-learn's validate_vector: lists and (1, d) rows are points
+    assert metric(X[:1], X[1:2].tolist()) == metric(X[0], X[1])
+    with pytest.raises(ValueError, match="the 4 features the metric was fitted with, got 3"):
+        metric(X[0, :3], X[1, :3])
 
 
 @pytest.mark.parametrize("Learner", LEARNERS)
@@ -220,7 +224,8 @@ def test_calibration_params_in_fit_are_calibrate_threshold_after_fit(Learner):
     ({"strategy": "roc"}, "strategy must be"),
     ({"strategy": "max_tpr"}, "min_rate must be a number in"),
     ({"strategy": "max_tnr", "min_rate": 1.5}, "min_rate must be a number in"),
-    ({"strategy": "f_beta", "beta": "one"}, "beta must be a real number")])
+    ({"strategy": "f_beta", "beta": "one"}, "beta must be a finite real number"),
+    ({"strategy": "f_beta", "beta": float("nan")}, "beta must be a finite real number")])
 def test_bad_calibration_params_are_refused_before_the_fit(Learner, params, message):
     X, _, pairs, signs = _data()
     model = Learner(**FAST[Learner])
@@ -320,3 +325,146 @@ def test_a_learner_of_points_goes_before_a_knn_classifier_in_a_pipeline():
     knn = KNeighborsClassifier(n_neighbors=1).fit(metric.transform(X[::2]), y[::2])
     np.testing.assert_array_equal(pipeline.predict(X[1::2]),
                                   knn.predict(metric.transform(X[1::2])))
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_pair_learners_are_classifiers_so_cross_validation_stratifies(Learner):
+    """As metric-learn's pair learners (ClassifierMixin): cross_val_score with an
+    integer cv stratifies the pairs, so pairs listed by kind (as draw_pairs
+    gives them) still leave both kinds in every fold."""
+    from sklearn.base import is_classifier
+    from sklearn.model_selection import cross_val_score
+
+    X, _, pairs, signs = _data()
+    assert signs[0] == 1 and signs[-1] == -1  # listed by kind: plain folds hold one kind
+    assert is_classifier(Learner())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning)
+        scores = cross_val_score(Learner(random_state=0, **FAST[Learner]), X[pairs], signs,
+                                 cv=3, scoring="roc_auc")
+    assert np.all(np.isfinite(scores))
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+def test_a_callable_preprocessor_is_called_with_1d_indicators_as_in_metric_learn(Learner):
+    """metric-learn calls a callable preprocessor with a 1-D array of indicators
+    (once per column of index pairs): a loader that iterates over names, as in
+    its documentation, works unchanged; index pairs without a preprocessor are
+    refused with a message naming it."""
+    X, y, pairs, signs = _data()
+    names = np.array([f"img{i}.png" for i in range(len(X))])
+
+    def load(indicators):
+        return np.array([X[int(name[3:-4])] for name in indicators])
+
+    plain = _fit(Learner)[0]
+    named = Learner(random_state=0, preprocessor=load, **FAST[Learner])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if Learner in PAIR_LEARNERS:
+            named.fit(names[pairs], signs)
+        else:
+            named.fit(names, y)
+    np.testing.assert_allclose(named.components_, plain.components_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(named.pair_distance(names[pairs]), plain.pair_distance(X[pairs]),
+                               rtol=1e-12, atol=1e-14)
+    if Learner in PAIR_LEARNERS:
+        np.testing.assert_array_equal(named.predict(names[pairs]), plain.predict(X[pairs]))
+    for given in (pairs, names[pairs]):
+        with pytest.raises(ValueError, match="need a preprocessor"):
+            plain.pair_distance(given)
+    broken = Learner(preprocessor=lambda names: np.ones((len(names), 2, 2)))
+    with pytest.raises(ValueError, match="one point per indicator of (pairs|X)"):
+        if Learner in PAIR_LEARNERS:
+            broken.fit(pairs, signs)
+        else:
+            broken.fit(np.arange(len(X)), y)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+@pytest.mark.parametrize("params, message", [
+    ({"strategy": "accuracy", "min_rte": 0.5}, r"unknown keys \['min_rte'\]"),
+    ([("strategy", "accuracy")], "calibration_params must be a dict"),
+    ({"strategy": "max_tpr", "min_rate": float("nan")}, "min_rate must be a number in")])
+def test_calibration_params_of_fit_are_refused_by_name_before_the_fit(Learner, params, message):
+    """A misspelt key or a list in fit's calibration_params: a ValueError in the
+    user's terms before any state changes (not a TypeError naming a private
+    function after the metric is learned)."""
+    X, _, pairs, signs = _data()
+    model = Learner(**FAST[Learner])
+    with pytest.raises(ValueError, match=message):
+        model.fit(X[pairs], signs, calibration_params=params)
+    assert not hasattr(model, "components_")
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_set_threshold_needs_a_fitted_learner_and_a_number(Learner):
+    """As metric-learn's: NotFittedError before a fit, a 0-d array is a number;
+    NaN (which would predict every pair dissimilar) is refused."""
+    from sklearn.exceptions import NotFittedError
+
+    unfitted = Learner()
+    with pytest.raises(NotFittedError):
+        unfitted.set_threshold(0.5)
+    assert "threshold_" not in vars(unfitted)
+    model = _fit(Learner)[0]
+    assert model.set_threshold(np.array(0.75)).threshold_ == 0.75
+    assert model.set_threshold(np.float32(0.5)).threshold_ == 0.5
+    with pytest.raises(ValueError, match="threshold must be a real number, got NaN"):
+        model.set_threshold(float("nan"))
+    assert model.threshold_ == 0.5
+
+
+@pytest.mark.parametrize("Learner", [MEGMetric, MEGPairMetric])
+def test_partial_fit_resolves_indices_through_the_preprocessor(Learner):
+    """Our on-line extra speaks the preprocessor's convention too: 1-D indices of
+    points (a chunk with class labels) and, for the pair learner, index pairs
+    (as its fit)."""
+    X, y, pairs, signs = _data()
+    plain = _fit(Learner)[0]
+    indexed = _fit(Learner, preprocessor=X)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain.partial_fit(X[pairs[:10]], signs[:10])
+        plain.partial_fit(X[::3], y[::3])
+        if Learner is MEGPairMetric:
+            indexed.partial_fit(pairs[:10], signs[:10])
+        else:
+            indexed.partial_fit(X[pairs[:10]], signs[:10])
+        indexed.partial_fit(np.arange(0, len(X), 3), y[::3])
+    assert indexed.n_pairs_seen_ == plain.n_pairs_seen_
+    np.testing.assert_allclose(indexed.components_, plain.components_, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_messages_name_a_single_pair_and_a_pair_kind_missing(Learner):
+    """One pair given as a 2-D array is told how to pass it; max_tnr on labels
+    without a similar pair says so (no threshold has a true positive rate)."""
+    model, X, pairs, signs = _fit(Learner)
+    with pytest.raises(ValueError, match=r"one pair of points is X\[np.newaxis\]"):
+        model.pair_distance(X[pairs[0]])
+    threshold = model.threshold_
+    with pytest.raises(ValueError, match="y holds no similar pair"):
+        model.calibrate_threshold(X[pairs], -np.ones(len(pairs)), strategy="max_tnr",
+                                  min_rate=0.5)
+    assert model.threshold_ == threshold
+
+
+def test_an_array_preprocessor_is_indexed_without_copying_it():
+    """Index pairs with a preprocessor are metric-learn's memory-light form: only
+    the rows named are read (a float32 table is not converted whole per call)."""
+    import tracemalloc
+
+    X, y, pairs, signs = _data()
+    table = np.zeros((200_000, 4), dtype=np.float32)
+    table[:len(X)] = X
+    model = _fit(MEGMetric)[0].set_params(preprocessor=table)
+    tracemalloc.start()
+    try:
+        distances = model.pair_distance(pairs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(distances, model.pair_distance(table[pairs].astype(float)),
+                               rtol=1e-12)
+    assert peak < table.nbytes / 10

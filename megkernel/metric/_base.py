@@ -11,6 +11,7 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
@@ -21,6 +22,7 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.metrics import roc_auc_score
+from sklearn.utils import ClassifierTags
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -76,8 +78,8 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training points.
+        X : array-like of shape (n_samples, n_features) or (n_samples,)
+            Training points, or with ``preprocessor`` their indicators.
         y : array-like of shape (n_samples,)
             Class labels.
 
@@ -122,8 +124,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training points (the objects).
+        X : array-like of shape (n_samples, n_features) or (n_samples,)
+            Training points (the objects), or with ``preprocessor`` their
+            indicators.
         pairs : array-like of int, shape (n_pairs, 2)
             Row indices into ``X``.
         pair_labels : array-like of shape (n_pairs,)
@@ -323,16 +326,23 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         metric_fun : callable
             ``metric_fun(u, v, squared=False)``: the learned distance between
-            two 1-D points (its square with ``squared=True``).
+            two points, 1-D (or rows of shape (1, n_features), as metric-learn's)
+            (its square with ``squared=True``).
         """
         check_is_fitted(self, "components_")
         components_T = self.components_.T.copy()
+        n_features = len(components_T)
 
         def metric_fun(u, v, squared=False):
-            u, v = np.asarray(u, dtype=float), np.asarray(v, dtype=float)
+            # as scipy's and metric-learn's validate_vector: a (1, d) row is a point
+            u = np.atleast_1d(np.asarray(u, dtype=float).squeeze())
+            v = np.atleast_1d(np.asarray(v, dtype=float).squeeze())
             if u.ndim != 1 or v.ndim != 1:
                 raise ValueError(f"u and v must be 1-D points, got shapes {u.shape} "
                                  f"and {v.shape}.")
+            if len(u) != n_features or len(v) != n_features:
+                raise ValueError(f"u and v must have the {n_features} features the metric "
+                                 f"was fitted with, got {len(u)} and {len(v)}.")
             difference = (u - v) @ components_T
             sq_distance = float(difference @ difference)
             return sq_distance if squared else float(np.sqrt(sq_distance))
@@ -408,8 +418,24 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return tags
 
 
+def _calibration_params(calibration_params):
+    """``fit``'s ``calibration_params`` as keyword arguments of ``calibrate_threshold``, checked."""
+    if calibration_params is None:
+        return {}
+    if not isinstance(calibration_params, Mapping):
+        raise ValueError("calibration_params must be a dict of calibrate_threshold's "
+                         "arguments (strategy, min_rate, beta) or None, got "
+                         f"{type(calibration_params).__name__}.")
+    unknown = sorted(set(calibration_params) - {"strategy", "min_rate", "beta"}, key=str)
+    if unknown:
+        raise ValueError(f"calibration_params has unknown keys {unknown}: calibrate_threshold "
+                         "takes strategy, min_rate and beta.")
+    _check_calibration_params(**calibration_params)
+    return dict(calibration_params)
+
+
 def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
-    """Refuse calibration parameters metric-learn refuses, naming them."""
+    """Refuse calibration parameters metric-learn refuses (and NaN ones), naming them."""
     if strategy not in ("accuracy", "f_beta", "max_tpr", "max_tnr"):
         raise ValueError("strategy must be 'accuracy', 'f_beta', 'max_tpr' or 'max_tnr', "
                          f"got {strategy!r}.")
@@ -418,8 +444,9 @@ def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
             and 0 <= min_rate <= 1):
         raise ValueError(f"min_rate must be a number in [0, 1] for strategy={strategy!r}, "
                          f"got {min_rate!r}.")
-    if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)):
-        raise ValueError(f"beta must be a real number, got {beta!r}.")
+    if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)
+                                     and np.isfinite(beta)):
+        raise ValueError(f"beta must be a finite real number, got {beta!r}.")
 
 
 def _cumulative_counts(distances, similar):
@@ -438,22 +465,44 @@ def _cumulative_counts(distances, similar):
 
 
 def _preprocessed(preprocessor, indices, name):
-    """Return the points ``indices`` name, ``preprocessor[indices]`` or ``(indices)``."""
+    """Return the points ``indices`` name, ``preprocessor[indices]`` or ``(indices)``.
+
+    A callable is called as metric-learn calls it: with a 1-D array of
+    indicators, once per column of index pairs, so that a loader written for
+    metric-learn (one that iterates over its indicators) works unchanged.
+    """
     if callable(preprocessor):
-        points = np.asarray(preprocessor(indices), dtype=float)
-    else:
-        table = np.asarray(preprocessor, dtype=float)
         indices = np.asarray(indices)
+        if indices.ndim == 2:
+            points = np.stack([_called(preprocessor, column, name)
+                               for column in indices.T], axis=1)
+        else:
+            points = _called(preprocessor, indices, name)
+    else:
+        table = np.asarray(preprocessor)  # no copy of an array: only the rows named are
+        indices = np.asarray(indices)     # converted, as metric-learn's ArrayIndexer
         if indices.dtype.kind not in "iu":
             raise ValueError(f"With an array preprocessor, {name} must hold integer indices "
                              f"into it, got dtype {indices.dtype}.")
         if indices.size and (indices.min() < -len(table) or indices.max() >= len(table)):
             raise ValueError(f"{name} holds indices outside the preprocessor's "
                              f"{len(table)} rows.")
-        points = table[indices]
+        try:
+            points = np.asarray(table[indices], dtype=float)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"The preprocessor's rows must be numbers: {error}.") from None
     if points.shape[:np.ndim(indices)] != np.shape(indices):
         raise ValueError(f"The preprocessor must give one point per index of {name}: "
                          f"{np.shape(indices)} indices gave shape {points.shape}.")
+    return points
+
+
+def _called(preprocessor, indicators, name):
+    """Points of 1-D ``indicators`` from a callable preprocessor: one point per indicator."""
+    points = np.asarray(preprocessor(indicators), dtype=float)
+    if points.ndim != 2 or len(points) != len(indicators):
+        raise ValueError(f"The preprocessor must give a 2-D array of one point per indicator "
+                         f"of {name}: {len(indicators)} indicators gave shape {points.shape}.")
     return points
 
 
@@ -503,10 +552,21 @@ def _check_trace(centred):
 
 def _check_pairs_of_points(X, n_features=None):
     """Pairs of points as a float array of shape (n_pairs, 2, n_features)."""
-    pairs_of_points = np.asarray(X, dtype=float)
+    try:
+        pairs_of_points = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as error:  # e.g. indicators without a preprocessor
+        raise ValueError(f"X must hold pairs of points, numbers of shape (n_pairs, 2, "
+                         f"n_features) ({error}); pairs of indices or names need a "
+                         "preprocessor (the points or a callable that loads them).") from None
     if pairs_of_points.ndim != 3 or pairs_of_points.shape[1] != 2:
+        hint = ""
+        if pairs_of_points.ndim == 2 and pairs_of_points.shape[1] == 2:
+            hint = ("; index pairs, shape (n_pairs, 2), need a preprocessor (the points or a "
+                    "callable that loads them, e.g. preprocessor=X)")
+        elif pairs_of_points.ndim == 2:
+            hint = "; one pair of points is X[np.newaxis], shape (1, 2, n_features)"
         raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
-                         f"got shape {pairs_of_points.shape}.")
+                         f"got shape {pairs_of_points.shape}{hint}.")
     if len(pairs_of_points) == 0:
         raise ValueError("X holds no pairs.")
     if not np.all(np.isfinite(pairs_of_points)):
@@ -553,8 +613,7 @@ class _PairInput:
         self : object
             The fitted estimator.
         """
-        calibration_params = dict(calibration_params or {})
-        _check_calibration_params(**calibration_params)
+        calibration_params = _calibration_params(calibration_params)
         if hasattr(self, "n_features_in_"):  # a refit: the pairs may have other features
             del self.n_features_in_
         pairs_of_points = self._pairs_of_points(X)
@@ -639,16 +698,22 @@ class _PairInput:
         Parameters
         ----------
         threshold : float
-            A distance (not squared), as metric-learn's.
+            A distance (not squared), as metric-learn's: a real number (a
+            0-d array too), not NaN.
 
         Returns
         -------
         self : object
             The estimator.
         """
-        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, Real):
+        check_is_fitted(self, "components_")
+        value = threshold.item() if isinstance(threshold, np.ndarray) and threshold.ndim == 0 \
+            else threshold
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
             raise ValueError(f"threshold must be a real number, got {type(threshold)}.")
-        self.threshold_ = float(threshold)
+        if np.isnan(value):
+            raise ValueError("threshold must be a real number, got NaN.")
+        self.threshold_ = float(value)
         return self
 
     def calibrate_threshold(self, X, y, *, strategy="accuracy", min_rate=None, beta=1.0):
@@ -698,8 +763,9 @@ class _PairInput:
             criterion = np.where(tnr >= min_rate, tpr, -np.inf)
         else:
             criterion = np.where(tpr >= min_rate, tnr, -np.inf)
-        if not np.any(np.isfinite(criterion)):
-            raise ValueError(f"No threshold reaches min_rate={min_rate} for {strategy!r}.")
+        if not np.any(np.isfinite(criterion)):  # max_tnr without a similar pair
+            raise ValueError(f"No threshold reaches a true positive rate of min_rate={min_rate} "
+                             f"for {strategy!r}: y holds no similar pair.")
         self.threshold_ = float(cuts[int(np.argmax(criterion))])
         return self
 
@@ -707,4 +773,8 @@ class _PairInput:
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.three_d_array = True
+        # a classifier of pairs (metric-learn's pair learners are ClassifierMixin):
+        # cross_val_score / GridSearchCV with an integer cv then stratify the pairs
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags(multi_class=False)
         return tags

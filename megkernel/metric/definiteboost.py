@@ -136,9 +136,11 @@ class DefiniteBoostMetric(_FeatureMetric):
         how well the metric meets the pairs against its prior.
     preprocessor : array-like, callable or None, default=None
         The preprocessor of metric-learn: with one, points may be given as
-        1-D indices and pairs as (n_pairs, 2) indices, resolved as
+        1-D indicators and pairs as (n_pairs, 2) indicators, resolved as
         ``preprocessor[indices]`` (an array of shape (n_samples,
-        n_features)) or ``preprocessor(indices)`` (a callable).
+        n_features), indexed by integers) or ``preprocessor(indicators)`` (a
+        callable of a 1-D array of indicators -- indices, names, paths --
+        returning one point per indicator; called once per column of pairs).
 
     Attributes
     ----------

@@ -157,9 +157,11 @@ class MEGMetric(_FeatureMetric):
         its prior.
     preprocessor : array-like, callable or None, default=None
         The preprocessor of metric-learn: with one, points may be given as
-        1-D indices and pairs as (n_pairs, 2) indices, resolved as
+        1-D indicators and pairs as (n_pairs, 2) indicators, resolved as
         ``preprocessor[indices]`` (an array of shape (n_samples,
-        n_features)) or ``preprocessor(indices)`` (a callable).
+        n_features), indexed by integers) or ``preprocessor(indicators)`` (a
+        callable of a 1-D array of indicators -- indices, names, paths --
+        returning one point per indicator; called once per column of pairs).
 
     Attributes
     ----------
@@ -388,7 +390,8 @@ class MEGMetric(_FeatureMetric):
         Parameters
         ----------
         X : array-like of shape (n_pairs, 2, n_features) or (n_samples, n_features)
-            The two points of each pair, in the order they arrive; or points.
+            The two points of each pair, in the order they arrive; or points
+            (with ``preprocessor``, also their 1-D indices).
         y : array-like of shape (n_pairs,) or (n_samples,)
             Pair labels, ``+1`` / ``1`` / ``True`` similar, ``-1`` / ``0`` /
             ``False`` dissimilar; or the points' class labels.
@@ -399,6 +402,7 @@ class MEGMetric(_FeatureMetric):
             The fitted estimator.
         """
         first = not hasattr(self, "exponent_")
+        X = self._online_input(X)
         if np.ndim(X) == 2:
             pairs_of_points, signs = self._chunk_pairs(X, y, reset=first)
         else:
@@ -420,6 +424,10 @@ class MEGMetric(_FeatureMetric):
         self.components_ = metric_components(exponent, self.scales_, self.directions_,
                                              self.trace_)
         return self
+
+    def _online_input(self, X):
+        """:meth:`partial_fit`'s ``X`` with a preprocessor's 1-D indices resolved to points."""
+        return self._points(X)
 
     def _chunk_pairs(self, X, y, *, reset):
         """Pairs of points drawn from a chunk of labeled points."""

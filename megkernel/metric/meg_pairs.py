@@ -8,7 +8,9 @@ A thin subclass (metric-learn's pair-learner convention, ``X`` of shape
 
 from __future__ import annotations
 
-from ._base import _PairInput
+import numpy as np
+
+from ._base import _PairInput, _preprocessed
 from .meg import MEGMetric
 
 __all__ = ["MEGPairMetric"]
@@ -67,7 +69,8 @@ class MEGPairMetric(_PairInput, MEGMetric):
     verbose : int, default=0
         As in :class:`MEGMetric`.
     preprocessor : array-like, callable or None, default=None
-        As in :class:`MEGMetric`: pairs may be given as (n_pairs, 2) indices.
+        As in :class:`MEGMetric`: pairs may be given as (n_pairs, 2) indices
+        (to :meth:`fit`, :meth:`partial_fit` and every method of pairs).
 
     Attributes
     ----------
@@ -115,3 +118,12 @@ class MEGPairMetric(_PairInput, MEGMetric):
     >>> model.predict(pairs[:3]).shape
     (3,)
     """
+
+    def _online_input(self, X):
+        """:meth:`partial_fit`'s ``X``: with a preprocessor, a 2-D ``X`` holds index pairs.
+
+        As in :meth:`fit`; 1-D indices of points are resolved as by MEGMetric.
+        """
+        if getattr(self, "preprocessor", None) is not None and np.ndim(X) == 2:
+            return _preprocessed(self.preprocessor, X, "X")
+        return super()._online_input(X)
