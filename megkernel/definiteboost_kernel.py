@@ -434,7 +434,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         missing = np.isnan(values.ravel())
         if not missing.any():
             return X, y
-        if resolve_y_kind(self.y_kind, values.ravel()[~missing]) != "labels":
+        if resolve_y_kind(self.y_kind, values) != "labels":
             return without_missing_distances(X, y, who="DefiniteBoostKernel")
         row = int(np.flatnonzero(missing)[0])
         row = repr(y.index[row]) if hasattr(y, "index") else row

@@ -124,7 +124,8 @@ def test_plain_distances_are_squared_and_explicit_gamma_is_in_the_users_units():
     ([1.0, 0.0, 1.0], "labels"), ([True, False, True], "labels"),
     ([1.0, -1.0, 1.0], "labels"), ([2, 3, 5], "labels"),
     ([0.5, 2.0, 7.0], "sq_distances"), ([0.0, 1.0, 2.5], "sq_distances"),
-    ([0.5, -1.0, 1.0], "labels"),
+    ([0.5, -1.0, 1.0], "labels"), ([0.5, np.nan, 2.0], "sq_distances"),
+    ([1.0, np.nan, -1.0], "labels"),
 ])
 def test_auto_reads_labels_and_float_distances(y, kind):
     assert resolve_y_kind("auto", y) == kind

@@ -338,3 +338,24 @@ def test_a_learner_is_taught_round_off_self_pairs_as_zero(learner):
             warnings.filterwarnings("ignore", message=".*too few to hold out")
             kernels.append(step.fit(ids).transform(ids))
     assert_array_equal(kernels[1], kernels[0])
+
+
+@pytest.mark.parametrize("keep_given", ["where_given", "blend"])
+def test_a_missing_distance_leaves_definiteboost_taught_the_distances(keep_given):
+    # one NaN in DefiniteBoostKernel's table (y_kind="auto") is a missing pair, not a sign
+    # that the targets are pair labels: the step keeps the given distances as without it
+    _, D, _, names = _points(24, seed=8)
+    a, b = np.triu_indices(24, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]})
+    holed = table.copy()
+    holed.loc[5, "distance"] = np.nan
+    out = []
+    for given in (table.drop(index=5), holed):
+        step = KernelDistances(learner=DefiniteBoostKernel(objects=names, random_state=0),
+                               pairs=given[["a", "b"]], targets=given["distance"],
+                               given_squared=False, keep_given=keep_given)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*(no distance|prior)")
+            out.append(step.fit(names).transform(names))
+        assert step.keeps_given_ == keep_given
+    assert_array_equal(out[1], out[0])

@@ -42,7 +42,8 @@ def resolve_y_kind(y_kind, y):
     """Resolve what ``y`` holds: ``"labels"``, ``"sq_distances"`` or ``"distances"``.
 
     ``"auto"``: squared distances when ``y`` is of a floating dtype,
-    finite, non-negative and holds a value other than 0 and 1; labels
+    finite, non-negative and holds a value other than 0 and 1 (NaN, a
+    missing pair, left out of the reading); labels
     otherwise (``None``, booleans, integers, values all in ``{-1, 1}`` or
     all in ``{0, 1}``, where ``0`` is *dissimilar*), so that the labels'
     check names a bad value (integer classes such as ``1`` / ``2`` are an
@@ -60,7 +61,8 @@ def resolve_y_kind(y_kind, y):
     if values.dtype.kind != "f" or values.size == 0:
         return "labels"
     values = values.astype(float, copy=False).ravel()
-    if not np.all(np.isfinite(values)):
+    values = values[~np.isnan(values)]  # a missing pair says nothing of the kind
+    if values.size == 0 or not np.all(np.isfinite(values)):
         return "labels"
     distinct = set(np.unique(values).tolist())
     if distinct <= {-1.0, 1.0} or distinct <= {0.0, 1.0} or np.any(values < 0):
