@@ -236,15 +236,20 @@ def _table_matrix(pairs, targets, objects):
         raise ValueError(f"targets must have shape ({len(values)},) like pairs, got "
                          f"{y.shape}.")
     rows, objects = _pair_index(pairs, values, objects)
+
+    def row(t):  # as the user's table labels it
+        return repr(targets.index[t]) if isinstance(targets, pd.Series) else t
+
     if np.isinf(y).any():
-        raise ValueError("targets holds infinite distances; mark a missing distance with "
-                         "NaN.")
+        t = int(np.argmax(np.isinf(y)))
+        raise ValueError(f"targets holds an infinite distance ({y[t]:.6g}, for the pair "
+                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
+                         f"{row(t)}; mark a missing distance with NaN.")
     known = ~np.isnan(y)
     if not known.all():  # the one rule of a NaN distance: a missing pair, counted
-        first = int(np.flatnonzero(~known)[0])
-        row = repr(targets.index[first]) if isinstance(targets, pd.Series) else first
+        first = row(int(np.flatnonzero(~known)[0]))
         warn_user(f"KernelDistances: {int((~known).sum())} of {len(y)} pairs have no "
-                  f"distance (NaN, the first at row {row}): left out as missing pairs.",
+                  f"distance (NaN, the first at row {first}): left out as missing pairs.",
                   UserWarning)
     loops = known & (rows[:, 0] == rows[:, 1])
     scale = np.abs(y[known & ~loops]).max(initial=0.0)
@@ -253,13 +258,14 @@ def _table_matrix(pairs, targets, objects):
     if negative.any():
         t = int(np.argmax(negative))
         raise ValueError(f"targets holds a negative distance ({y[t]:.6g}, for the pair "
-                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}).")
+                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
+                         f"{row(t)}; distances are non-negative (NaN: a missing pair).")
     loop = loops & (np.nan_to_num(y) != 0) & ~rounding
     if loop.any():
         t = int(np.argmax(loop))
         raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to "
-                         f"itself against {scale:.6g} at most between two objects; an "
-                         "object's distance to itself is 0.")
+                         f"itself at row {row(t)}, against {scale:.6g} at most between two "
+                         "objects; an object's distance to itself is 0.")
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
         raise limit_error(

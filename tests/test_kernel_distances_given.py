@@ -359,3 +359,20 @@ def test_a_missing_distance_leaves_definiteboost_taught_the_distances(keep_given
             out.append(step.fit(names).transform(names))
         assert step.keeps_given_ == keep_given
     assert_array_equal(out[1], out[0])
+
+
+@pytest.mark.parametrize("value, message", [
+    (-2.0, r"negative distance \(-2, for the pair 'obj03', 'obj07'\) at row 'r5'"),
+    (np.inf, r"infinite distance \(inf, for the pair 'obj03', 'obj07'\) at row 'r5'"),
+    ("self", r"'obj03' a distance 2 to itself at row 'r5'"),
+])
+def test_the_observed_distances_name_the_row_of_a_bad_one(value, message):
+    # without a learner as with one: the row as the user's table labels it
+    _, D, _, names = _points(12, seed=9)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    bad = ["obj03", "obj03", 2.0] if value == "self" else ["obj03", "obj07", value]
+    table.loc["r5", ["a", "b", "distance"]] = bad
+    with pytest.raises(ValueError, match=message):
+        KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
