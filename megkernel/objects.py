@@ -102,6 +102,7 @@ from ._objects_verdict import (
 from ._pair_estimator import (
     ObjectIndex,
     ShortReprMixin,
+    check_id_kinds,
     unchanged_on_error,
     without_missing_distances,
 )
@@ -191,6 +192,38 @@ def _check_pair_table(pairs, targets, learner):
     if learner is not None and targets is None and learner.learns_from_distances():
         raise ValueError(f"{type(learner).__name__} learns from distances: give targets= "
                          "(the pairs' observed distances), or the matrix as distances=.")
+
+
+def _check_pair_ids(pairs, learner):
+    """Refuse, in the terms of ``KernelDistances``, ids of ``pairs`` that its learner refuses.
+
+    A missing id, ids of several kinds, or an id beyond the learner's own
+    ``objects``, named by its row and column in ``pairs`` (the learner
+    would call them ``X``). Called when the learner refused the table, so a
+    table it takes costs no second pass.
+    """
+    check_id_kinds(pairs, name="pairs")
+    own = learner.get_params(deep=False).get("objects")
+    if own is None or callable(pairs):
+        return
+    frame = isinstance(pairs, pd.DataFrame)
+    try:
+        index = ObjectIndex(own)
+        values = pairs.to_numpy(dtype=object) if frame else np.asarray(pairs, dtype=object)
+    except (TypeError, ValueError):
+        return  # the learner's own message explains such objects or pairs
+    if values.ndim != 2:
+        return
+    for position, key in enumerate(values.ravel().tolist()):
+        if index.row_or_missing(key) < 0:
+            i, j = divmod(position, values.shape[1])
+            where = (f"row {pairs.index[i]!r}, column {pairs.columns[j]!r}" if frame
+                     else f"row {i}, column {j}")
+            raise ValueError(
+                f"pairs names the object {_shown(key)!r} ({where}), which is not one of "
+                f"the {len(index)} objects of {type(learner).__name__}(objects=...): list "
+                "every object of the table in the learner's objects, or leave that row "
+                "out.")
 
 
 def _without_missing(learner, pairs, targets, *, warn=True):
@@ -1036,9 +1069,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             data = (*data, "squared", True)
 
         def fit():
-            return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects,
-                                                        **told_kw),
-                                   learner, "learn_kernel")
+            try:
+                learned = learner.learn_kernel(pairs, targets, objects=objects, **told_kw)
+            except ValueError:
+                if objects is None:
+                    _check_pair_ids(pairs, learner)  # the step's words for its pairs' ids
+                raise
+            return _checked_kernel(learned, learner, "learn_kernel")
         return _cached_entry(learner, _key(learner, data), fit, self.memory,
                              lambda: expected_ids(learner, objects=objects, pairs=pairs))
 

@@ -376,3 +376,28 @@ def test_the_observed_distances_name_the_row_of_a_bad_one(value, message):
     table.loc["r5", ["a", "b", "distance"]] = bad
     with pytest.raises(ValueError, match=message):
         KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
+
+
+@pytest.mark.parametrize("learner", [MEGKernelRegressor, DefiniteBoostKernel])
+@pytest.mark.parametrize("bad, message", [
+    ("obj99", r"pairs names the object 'obj99' \(row 'r4', column 'b'\), which is not one "
+              r"of the 12 objects of {}\(objects=...\)"),
+    (None, r"pairs has a missing id \(nan\) at row 'r4', column 'b'"),
+])
+def test_a_learners_pairs_are_named_as_the_step_was_given_them(learner, bad, message,
+                                                              assert_unchanged_on_error):
+    # the step's pairs, by their row and column, not the learner's X
+    _, D, _, names = _points(12, seed=10)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    table.loc["r4", "b"] = bad
+    step = KernelDistances(learner=learner(objects=names, random_state=0),
+                           pairs=table[["a", "b"]], targets=table["distance"],
+                           given_squared=False)
+    with pytest.raises(ValueError, match=message.format(learner.__name__)):
+        step.fit(names)
+    fitted = KernelDistances(distances=D, objects=names).fit(names)
+    fitted.set_params(**{**step.get_params(deep=False), "distances": None})
+    with assert_unchanged_on_error(fitted, ValueError, match="pairs"):
+        fitted.fit(names)
