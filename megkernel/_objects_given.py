@@ -14,7 +14,7 @@ from scipy.sparse import coo_matrix, triu
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
-from ._numerics.validation import check_pair_indices
+from ._numerics.validation import check_pair_indices, row_label
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
     ObjectIndex,
@@ -65,7 +65,7 @@ def _as_float(values, name):
             if isinstance(value, (str, bytes)) or not _is_number(value):
                 where = np.unravel_index(position, raw.shape)
                 if isinstance(values, (pd.DataFrame, pd.Series)):  # the user's labels
-                    place = f"row {values.index[where[0]]!r}" + (
+                    place = f"row {row_label(values.index, where[0])!r}" + (
                         f", column {values.columns[where[1]]!r}" if raw.ndim == 2 else "")
                 else:
                     place = f"row {where[0]}" + (f", column {where[1]}" if raw.ndim == 2
@@ -238,7 +238,7 @@ def _table_matrix(pairs, targets, objects):
     rows, objects = _pair_index(pairs, values, objects)
 
     def row(t):  # as the user's table labels it
-        return repr(targets.index[t]) if isinstance(targets, pd.Series) else t
+        return repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
 
     if np.isinf(y).any():
         t = int(np.argmax(np.isinf(y)))

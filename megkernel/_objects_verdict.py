@@ -29,6 +29,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 from sklearn.utils.multiclass import type_of_target
 
+from ._numerics.validation import row_label
 from ._objects_given import MISSING_DISTANCE
 from ._warnings import warn_user
 
@@ -69,9 +70,7 @@ def class_labels(y, n_objects, *, required_by=None):
                          f"{len(labels)}.")
     missing = np.flatnonzero(pd.isna(labels))
     if missing.size:
-        first = int(missing[0]) if rows is None else rows[int(missing[0])]
-        if isinstance(first, np.generic):  # an index of numbers: named as the user wrote it
-            first = first.item()
+        first = int(missing[0]) if rows is None else row_label(rows, int(missing[0]))
         if required_by is not None:
             raise ValueError(
                 f"{required_by} needs a class label for every fit object, but y has "

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
-from ._numerics.validation import check_pair_labels
+from ._numerics.validation import check_pair_labels, row_label
 from ._pair_estimator import (
     PairKernelEstimator,
     unchanged_on_error,
@@ -425,7 +425,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             text = next((row for row, value in enumerate(values.tolist())
                          if isinstance(value, (str, bytes))), None)
             if text is not None:
-                row = repr(y.index[text]) if hasattr(y, "index") else text
+                row = repr(row_label(y.index, text)) if hasattr(y, "index") else text
                 raise ValueError(f"y holds the text {values.tolist()[text]!r} at row {row}: give "
                                  "numbers (pair labels, or distances with y_kind); parse the "
                                  "table's numbers first.")
@@ -437,7 +437,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         if resolve_y_kind(self.y_kind, values) != "labels":
             return without_missing_distances(X, y, who="DefiniteBoostKernel")
         row = int(np.flatnonzero(missing)[0])
-        row = repr(y.index[row]) if hasattr(y, "index") else row
+        row = repr(row_label(y.index, row)) if hasattr(y, "index") else row
         raise ValueError(f"y has no label at row {row} (NaN): label every pair +1 (similar) "
                          "or -1 (dissimilar), or leave the unlabelled pairs out.")
 

@@ -24,6 +24,7 @@ from ._numerics.validation import (
     MAX_STEP,
     check_pair_indices,
     check_squared_distances,
+    row_label,
     squares_of_distances,
 )
 from ._pair_estimator import (
@@ -748,7 +749,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         if values.dtype.kind == "f" and values.ndim in (1, 2):
             bad = np.flatnonzero(~np.isfinite(values.ravel()))
             if bad.size:
-                row = y.index[bad[0]] if isinstance(y, pd.Series) else int(bad[0])
+                row = row_label(y.index, bad[0]) if isinstance(y, pd.Series) else int(bad[0])
                 raise ValueError(
                     f"y contains infinite {kind} (row {row!r}: {values.ravel()[bad[0]]}); "
                     "give finite ones, or NaN for a pair nobody measured (left out).")
@@ -756,7 +757,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             negative = np.flatnonzero(values < 0)  # named by the Series' own label
             if negative.size:
                 raise ValueError(
-                    f"y contains negative {kind} (row {y.index[negative[0]]!r}: "
+                    f"y contains negative {kind} (row {row_label(y.index, negative[0])!r}: "
                     f"{values[negative[0]]:.6g}).")
 
     def _squared_targets(self, y, n_pairs):

@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
 from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
 from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
-from ._numerics.validation import squares_of_distances
+from ._numerics.validation import row_label, squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
@@ -217,7 +217,7 @@ def _check_pair_ids(pairs, learner):
     for position, key in enumerate(values.ravel().tolist()):
         if index.row_or_missing(key) < 0:
             i, j = divmod(position, values.shape[1])
-            where = (f"row {pairs.index[i]!r}, column {pairs.columns[j]!r}" if frame
+            where = (f"row {row_label(pairs.index, i)!r}, column {pairs.columns[j]!r}" if frame
                      else f"row {i}, column {j}")
             raise ValueError(
                 f"pairs names the object {_shown(key)!r} ({where}), which is not one of "
@@ -302,7 +302,7 @@ def _targets_of_table(targets, given_squared):
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         t = int(bad[0])
-        row = repr(labels[t]) if labels is not None else t
+        row = repr(row_label(labels, t)) if labels is not None else t
         what = "an infinite" if np.isinf(values[t]) else "a negative"
         raise ValueError(f"targets holds {what} {kind} at row {row} ({values[t]:.6g}); "
                          f"{kind}s are finite and non-negative (NaN: a missing pair).")
