@@ -50,6 +50,22 @@ AMBIGUOUS_DISTANCES = (
     "KernelDistances, its given_squared says it for every step.")
 
 
+def _refuse_bad_distances(y, values, kind):
+    """Refuse an infinite or negative distance, naming its row, in ``y_kind``'s convention.
+
+    Checked before scikit-learn's validation, whose message has no row.
+    """
+    bad = np.flatnonzero(np.isinf(values) | (values < 0))
+    if not bad.size:
+        return
+    t = int(bad[0])
+    row = repr(row_label(y.index, t)) if hasattr(y, "index") else t
+    what = "an infinite" if np.isinf(values[t]) else "a negative"
+    noun = "distance" if kind == "distances" else "squared distance"
+    raise ValueError(f"y holds {what} {noun} at row {row} ({values[t]:.6g}); {noun}s are "
+                     "finite and non-negative (NaN: a missing pair).")
+
+
 class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimator):
     r"""Kernel closest to a prior under pair constraints (DefiniteBoost).
 
@@ -429,12 +445,15 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
                 raise ValueError(f"y holds the text {values.tolist()[text]!r} at row {row}: give "
                                  "numbers (pair labels, or distances with y_kind); parse the "
                                  "table's numbers first.")
-        if values.dtype.kind != "f" or values.ndim not in (1, 2):
+        if values.dtype.kind not in "iuf" or values.ndim not in (1, 2):
             return X, y
-        missing = np.isnan(values.ravel())
+        kind = resolve_y_kind(self.y_kind, values)
+        if kind != "labels":
+            _refuse_bad_distances(y, values.ravel(), kind)
+        missing = np.isnan(values.ravel()) if values.dtype.kind == "f" else np.zeros(1, bool)
         if not missing.any():
             return X, y
-        if resolve_y_kind(self.y_kind, values) != "labels":
+        if kind != "labels":
             return without_missing_distances(X, y, who="DefiniteBoostKernel")
         row = int(np.flatnonzero(missing)[0])
         row = repr(row_label(y.index, row)) if hasattr(y, "index") else row
