@@ -496,6 +496,13 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             if self.y_kind == "auto" and values.dtype.kind in "iu" and np.all(values >= 0):
                 raise ValueError(f"{error} If y holds the pairs' distances, give "
                                  "y_kind='sq_distances' (or 'distances').") from error
+            if (self.y_kind == "auto" and values.dtype.kind == "f"
+                    and not np.all(np.isin(values, (-1.0, 0.0, 1.0)))):
+                # distances read as labels for their negative values (a "not measured" -1)
+                raise ValueError(
+                    f"{error} If y holds the pairs' distances, give y_kind='distances' (or "
+                    f"'sq_distances'), and mark a missing distance with NaN, not a negative "
+                    f"value such as {np.min(values):.6g}.") from error
             raise
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,

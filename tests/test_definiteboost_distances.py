@@ -431,3 +431,14 @@ def test_in_a_pipeline_an_infinite_distance_is_named_as_the_step_was_given_it():
                            given_squared=False)
     with pytest.raises(ValueError, match=r"targets holds an infinite distance at row 'r3'"):
         step.fit(ids)
+
+
+def test_distances_with_a_negative_marker_under_auto_are_told_what_to_do():
+    # -1 for "not measured" makes y read as pair labels under y_kind="auto": the refusal
+    # says how to give distances, and that NaN marks a missing one
+    ids, _, pairs, sq = _families(d=12)
+    y = np.sqrt(sq)
+    y[[2, 5]] = -1.0
+    with pytest.raises(ValueError, match=r"pair labels.*give y_kind='distances' \(or "
+                                         r"'sq_distances'\).*missing distance with NaN"):
+        _quiet_fit(DefiniteBoostKernel(objects=ids), pairs, y)
