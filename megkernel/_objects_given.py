@@ -222,10 +222,12 @@ def _pair_index(pairs, values, objects):
     return rows, np.arange(n_objects)
 
 
-def _table_matrix(pairs, targets, objects):
+def _table_matrix(pairs, targets, objects, kind="distance"):
     """Turn the user's pair table of distances into a matrix.
 
     NaN where missing; repeated pairs, in either order, are averaged.
+    ``kind``: what the targets are in the user's convention, as messages
+    name them (``"squared distance"`` under ``given_squared=True``).
     """
     values = _pair_values(pairs)
     if targets is None:
@@ -242,9 +244,9 @@ def _table_matrix(pairs, targets, objects):
 
     if np.isinf(y).any():
         t = int(np.argmax(np.isinf(y)))
-        raise ValueError(f"targets holds an infinite distance ({y[t]:.6g}, for the pair "
+        raise ValueError(f"targets holds an infinite {kind} ({y[t]:.6g}, for the pair "
                          f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
-                         f"{row(t)}; mark a missing distance with NaN.")
+                         f"{row(t)}; mark a missing {kind} with NaN.")
     known = ~np.isnan(y)
     if not known.all():  # the one rule of a NaN distance: a missing pair, counted
         first = row(int(np.flatnonzero(~known)[0]))
@@ -257,13 +259,13 @@ def _table_matrix(pairs, targets, objects):
     negative = known & (np.nan_to_num(y) < 0) & ~rounding
     if negative.any():
         t = int(np.argmax(negative))
-        raise ValueError(f"targets holds a negative distance ({y[t]:.6g}, for the pair "
+        raise ValueError(f"targets holds a negative {kind} ({y[t]:.6g}, for the pair "
                          f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
-                         f"{row(t)}; distances are non-negative (NaN: a missing pair).")
+                         f"{row(t)}; {kind}s are non-negative (NaN: a missing pair).")
     loop = loops & (np.nan_to_num(y) != 0) & ~rounding
     if loop.any():
         t = int(np.argmax(loop))
-        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to "
+        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a {kind} {y[t]:.6g} to "
                          f"itself at row {row(t)}, against {scale:.6g} at most between two "
                          "objects; an object's distance to itself is 0.")
     d = len(objects)

@@ -1031,7 +1031,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             return _read_only(entry.kernel), None, _read_only(entry.objects), None, entry.weak
         else:
             _check_pair_table(self.pairs, self.targets, None)
-            matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
+            matrix, objects = _table_matrix(
+                self.pairs, self.targets, self.objects,
+                kind="squared distance" if self.given_squared else "distance")
         largest = float(np.nanmax(matrix))
         if self.squared and not self.given_squared:
             with np.errstate(over="ignore"):

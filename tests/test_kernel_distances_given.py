@@ -376,6 +376,11 @@ def test_the_observed_distances_name_the_row_of_a_bad_one(value, message):
     table.loc["r5", ["a", "b", "distance"]] = bad
     with pytest.raises(ValueError, match=message):
         KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
+    # in the table's convention: given_squared=True names squared distances
+    squared = message.replace("distance", "squared distance")
+    with pytest.raises(ValueError, match=squared):
+        KernelDistances(pairs=table[["a", "b"]], targets=table["distance"],
+                        given_squared=True).fit(names)
 
 
 @pytest.mark.parametrize("learner", [MEGKernelRegressor, DefiniteBoostKernel])
