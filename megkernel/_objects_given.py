@@ -222,6 +222,27 @@ def _pair_index(pairs, values, objects):
     return rows, np.arange(n_objects)
 
 
+def refuse_self_distances(values, targets, y, loops, *, kind="distance"):
+    """Refuse a pair of an object with itself at a distance beyond round-off.
+
+    ``values``: the pairs' ids, ``targets`` as the user gave them (their
+    rows named by their labels), ``y`` their values as floats (NaN:
+    missing), ``loops`` which rows pair an object with itself. The scale of
+    round-off is the largest distance between two objects
+    (:func:`round_off_self_distances`).
+    """
+    known = ~np.isnan(y)
+    loops = loops & known
+    scale = np.abs(y[known & ~loops]).max(initial=0.0)
+    loop = loops & (y != 0) & ~round_off_self_distances(y, scale)
+    if loop.any():
+        t = int(np.argmax(loop))
+        row = repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
+        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a {kind} {y[t]:.6g} to "
+                         f"itself at row {row}, against {scale:.6g} at most between two "
+                         "objects; an object's distance to itself is 0.")
+
+
 def _table_matrix(pairs, targets, objects, kind="distance"):
     """Turn the user's pair table of distances into a matrix.
 
@@ -262,12 +283,7 @@ def _table_matrix(pairs, targets, objects, kind="distance"):
         raise ValueError(f"targets holds a negative {kind} ({y[t]:.6g}, for the pair "
                          f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
                          f"{row(t)}; {kind}s are non-negative (NaN: a missing pair).")
-    loop = loops & (np.nan_to_num(y) != 0) & ~rounding
-    if loop.any():
-        t = int(np.argmax(loop))
-        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a {kind} {y[t]:.6g} to "
-                         f"itself at row {row(t)}, against {scale:.6g} at most between two "
-                         "objects; an object's distance to itself is 0.")
+    refuse_self_distances(values, targets, y, loops, kind=kind)
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
         raise limit_error(

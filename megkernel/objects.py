@@ -75,6 +75,7 @@ from ._objects_given import (
     _shown,
     _table_matrix,
     _user_kernel_scale,
+    refuse_self_distances,
     round_off_self_distances,
 )
 from ._objects_new import (
@@ -194,14 +195,29 @@ def _check_pair_table(pairs, targets, learner):
                          "(the pairs' observed distances), or the matrix as distances=.")
 
 
-def _check_pair_ids(pairs, learner):
-    """Refuse, in the terms of ``KernelDistances``, ids of ``pairs`` that its learner refuses.
+def _explain_refused_table(pairs, targets, learner, kind):
+    """Refuse, in the terms of ``KernelDistances``, a pair table that its learner refused.
 
-    A missing id, ids of several kinds, or an id beyond the learner's own
-    ``objects``, named by its row and column in ``pairs`` (the learner
-    would call them ``X``). Called when the learner refused the table, so a
-    table it takes costs no second pass.
+    Its ``pairs`` and ``targets`` as the user gave them (NaN rows included,
+    so rows are named as written): a missing id, ids of several kinds, or
+    an id beyond the learner's own ``objects``, named by its row and column
+    in ``pairs`` (the learner would call them ``X``); a distance of an
+    object to itself beyond round-off, named as without a learner (the
+    learner would name its own row and squared value). Called when the
+    learner refused the table, so a table it takes costs no second pass.
     """
+    _check_pair_ids(pairs, learner)
+    if targets is None or callable(pairs) or not learner.targets_are_distances(targets):
+        return
+    values = (pairs.to_numpy(dtype=object) if isinstance(pairs, pd.DataFrame)
+              else np.asarray(pairs, dtype=object))
+    y = _as_float(targets, "targets")
+    if values.ndim == 2 and values.shape[1] == 2 and y.shape == (len(values),):
+        refuse_self_distances(values, targets, y, values[:, 0] == values[:, 1], kind=kind)
+
+
+def _check_pair_ids(pairs, learner):
+    """Refuse a missing id, ids of several kinds, or an id beyond the learner's ``objects``."""
     check_id_kinds(pairs, name="pairs")
     own = learner.get_params(deep=False).get("objects")
     if own is None or callable(pairs):
@@ -1056,6 +1072,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         """
         learner = self.learner
         told = None
+        given = (pairs, targets)  # as the user wrote them, for messages
         if objects is None:
             pairs, targets = _without_missing(learner, pairs, targets)
             if targets is not None and learner.targets_are_distances(targets):
@@ -1074,8 +1091,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             try:
                 learned = learner.learn_kernel(pairs, targets, objects=objects, **told_kw)
             except ValueError:
-                if objects is None:
-                    _check_pair_ids(pairs, learner)  # the step's words for its pairs' ids
+                if objects is None:  # the step's words for its own table
+                    _explain_refused_table(*given, learner, "squared distance"
+                                           if self.given_squared else "distance")
                 raise
             return _checked_kernel(learned, learner, "learn_kernel")
         return _cached_entry(learner, _key(learner, data), fit, self.memory,

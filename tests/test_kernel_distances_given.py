@@ -406,3 +406,24 @@ def test_a_learners_pairs_are_named_as_the_step_was_given_them(learner, bad, mes
     fitted.set_params(**{**step.get_params(deep=False), "distances": None})
     with assert_unchanged_on_error(fitted, ValueError, match="pairs"):
         fitted.fit(names)
+
+
+def test_a_learner_refusing_a_self_distance_is_explained_in_the_steps_terms():
+    # DefiniteBoostKernel refuses an object at a positive distance from itself; the step
+    # names it as without a learner: its row, its value as given (plain, not squared)
+    _, D, _, names = _points(12, seed=11)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    table.loc["r1", "distance"] = np.nan  # a missing pair before it: rows as given
+    table.loc["r5", ["a", "b", "distance"]] = ["obj03", "obj03", 2.0]
+    message = r"targets gives 'obj03' a distance 2 to itself at row 'r5'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the missing pair, counted
+        with pytest.raises(ValueError, match=message):
+            KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
+        step = KernelDistances(learner=DefiniteBoostKernel(objects=names, y_kind="distances"),
+                               pairs=table[["a", "b"]], targets=table["distance"],
+                               given_squared=False)
+        with pytest.raises(ValueError, match=message):
+            step.fit(names)
