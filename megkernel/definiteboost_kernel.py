@@ -239,8 +239,9 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         ``{0, 1}`` (``0`` meaning *dissimilar*), or of an integer dtype;
         squared distances when it is of a floating dtype and its finite
         values are non-negative and hold another (NaN, a missing pair, and
-        an infinite value, refused naming its row, do not make it labels). Integer distances, or distances all 0 or 1,
-        need ``y_kind="sq_distances"`` (other integers than labels are
+        an infinite value, refused naming its row, do not make it labels).
+        Integer distances, or distances all 0 or 1, need
+        ``y_kind="sq_distances"`` (other integers than labels are
         refused, naming it). ``y_kind_`` says what was read.
 
     Attributes
