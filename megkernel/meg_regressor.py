@@ -708,6 +708,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """Validate a first call: return ``(pairs, squared targets, index)``."""
         self._require_targets(y, X)
         pairs, y, index = self._validate_pair_table(X, y)
+        self._warn_self_pairs(pairs, y, index)
         y = self._squared_targets(y, len(pairs))
         moving = pairs[:, 0] != pairs[:, 1]
         if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
@@ -719,7 +720,27 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
 
     def _validate_more_pairs(self, X, y=None):
         self._require_targets(y, X)
-        return super()._validate_more_pairs(X, y)
+        pairs, y = super()._validate_more_pairs(X, y)
+        self._warn_self_pairs(pairs, y, self._object_index)
+        return pairs, y
+
+    def _warn_self_pairs(self, pairs, y, index):
+        """Warn of pairs of an object with itself at a positive distance, naming the first.
+
+        ``y`` as the user gave it (plain distances under ``squared=False``),
+        the object by its id.
+        """
+        loops = np.flatnonzero((pairs[:, 0] == pairs[:, 1]) & (np.asarray(y) > 0))
+        if not loops.size:
+            return
+        t = int(loops[0])
+        who = pairs[t, 0] if index is None else index.objects[pairs[t, 0]]
+        who = who.item() if isinstance(who, np.generic) else who
+        warn_user(
+            f"{loops.size} of {len(y)} pairs join an object with itself but have a "
+            f"positive {self._target_kind()[:-1]} (the first: {who!r} at {y[t]:.4g}; up "
+            f"to {np.max(y[loops]):.4g}): an object is at distance 0 from itself, which "
+            "no kernel can change. Set them to 0, or leave those pairs out.", UserWarning)
 
     def _without_missing(self, X, y):
         """Leave out the pairs whose distance is NaN (missing), counted in a warning."""

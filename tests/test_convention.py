@@ -374,3 +374,18 @@ def test_a_new_objects_row_is_named_by_its_label_as_the_user_wrote_it():
     with pytest.raises(ValueError, match=f"at row {new.index[1]} ") as caught:
         step.transform(["o00"])
     assert "np.int64" not in str(caught.value)
+
+
+@pytest.mark.parametrize("params", [dict(), dict(trace=50.0), dict(solver="online")])
+def test_a_self_pair_with_a_distance_is_named_in_the_users_convention(params):
+    # the object and the value as the user gave them (plain under squared=False), once
+    ids, _, table = _table()
+    table.loc[4, ["a", "b", "distance"]] = ["o03", "o03", 2.0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _meg(squared=False, **params).fit(table[["a", "b"]], table["distance"])
+    said = [str(w.message) for w in caught if "join an object with itself" in str(w.message)]
+    assert len(said) == 1, said
+    assert said[0].startswith("1 of ")  # as filters match it
+    assert "positive distance (the first: 'o03' at 2;" in said[0], said[0]
+    assert "Set them to 0, or leave those pairs out" in said[0]

@@ -743,7 +743,6 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     fit : MEGBatchFit
         The kernel and the fit's record.
     """
-    warn_unreachable(pairs, y, 1.0, beyond_trace=False)
     slow = (None if who is None
             else SlowFitNote(who, prior.n_objects, max_iter, n_iter_no_change))
     note = slow if progress is None else _both(slow, progress)
