@@ -666,7 +666,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         fit_objects = _ids(X)
         labels = None if self.learner is None else class_labels(
             y, len(fit_objects),
-            required_by="keep_given='paths'" if self.keep_given == "paths" else None)
+            required_by="keep_given='paths'" if self.keep_given == "paths" else None,
+            chooses="keep_given='auto'" if self.keep_given == "auto" else None)
         if isinstance(self.learner, type):  # has fit, but unbound: not a learner
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
