@@ -590,6 +590,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                     self._grow_objects(X, y)  # inside the block: undone on an error
                 pairs, y = self._validate_more_pairs(X, y)
                 y = self._squared_targets(y, len(pairs))
+                self._warn_self_pairs(pairs, y, self._object_index)
                 index, state, trace = self._object_index, self.state_, self.trace_
                 learning_rate = self._current_learning_rate()
             with self._trials_progress(state, len(y), done=0 if first else self.n_updates_
@@ -708,8 +709,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """Validate a first call: return ``(pairs, squared targets, index)``."""
         self._require_targets(y, X)
         pairs, y, index = self._validate_pair_table(X, y)
-        self._warn_self_pairs(pairs, y, index)
         y = self._squared_targets(y, len(pairs))
+        self._warn_self_pairs(pairs, y, index)
         moving = pairs[:, 0] != pairs[:, 1]
         if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
             raise ValueError(
@@ -720,19 +721,18 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
 
     def _validate_more_pairs(self, X, y=None):
         self._require_targets(y, X)
-        pairs, y = super()._validate_more_pairs(X, y)
-        self._warn_self_pairs(pairs, y, self._object_index)
-        return pairs, y
+        return super()._validate_more_pairs(X, y)
 
-    def _warn_self_pairs(self, pairs, y, index):
+    def _warn_self_pairs(self, pairs, sq_targets, index):
         """Warn of pairs of an object with itself at a positive distance, naming the first.
 
-        ``y`` as the user gave it (plain distances under ``squared=False``),
-        the object by its id.
+        The value as the user gave it (a plain distance under
+        ``squared=False``), the object by its id.
         """
-        loops = np.flatnonzero((pairs[:, 0] == pairs[:, 1]) & (np.asarray(y) > 0))
+        loops = np.flatnonzero((pairs[:, 0] == pairs[:, 1]) & (sq_targets > 0))
         if not loops.size:
             return
+        y = sq_targets if self.squared else np.sqrt(sq_targets)
         t = int(loops[0])
         who = pairs[t, 0] if index is None else index.objects[pairs[t, 0]]
         who = who.item() if isinstance(who, np.generic) else who
