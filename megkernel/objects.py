@@ -1091,10 +1091,13 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         def fit():
             try:
                 learned = learner.learn_kernel(pairs, targets, objects=objects, **told_kw)
-            except ValueError:
+            except ValueError as error:
                 if objects is None:  # the step's words for its own table
-                    _explain_refused_table(*given, learner, "squared distance"
-                                           if self.given_squared else "distance")
+                    try:
+                        _explain_refused_table(*given, learner, "squared distance"
+                                               if self.given_squared else "distance")
+                    except ValueError as explained:  # the learner's words as its cause
+                        raise explained from error
                 raise
             return _checked_kernel(learned, learner, "learn_kernel")
         return _cached_entry(learner, _key(learner, data), fit, self.memory,
