@@ -14,7 +14,7 @@ from scipy.sparse import coo_matrix, triu
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
-from ._numerics.validation import check_pair_indices
+from ._numerics.validation import check_pair_indices, row_label
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
     ObjectIndex,
@@ -65,7 +65,7 @@ def _as_float(values, name):
             if isinstance(value, (str, bytes)) or not _is_number(value):
                 where = np.unravel_index(position, raw.shape)
                 if isinstance(values, (pd.DataFrame, pd.Series)):  # the user's labels
-                    place = f"row {values.index[where[0]]!r}" + (
+                    place = f"row {row_label(values.index, where[0])!r}" + (
                         f", column {values.columns[where[1]]!r}" if raw.ndim == 2 else "")
                 else:
                     place = f"row {where[0]}" + (f", column {where[1]}" if raw.ndim == 2
@@ -222,10 +222,33 @@ def _pair_index(pairs, values, objects):
     return rows, np.arange(n_objects)
 
 
-def _table_matrix(pairs, targets, objects):
+def refuse_self_distances(values, targets, y, loops, *, kind="distance"):
+    """Refuse a pair of an object with itself at a distance beyond round-off.
+
+    ``values``: the pairs' ids, ``targets`` as the user gave them (their
+    rows named by their labels), ``y`` their values as floats (NaN:
+    missing), ``loops`` which rows pair an object with itself. The scale of
+    round-off is the largest distance between two objects
+    (:func:`round_off_self_distances`).
+    """
+    known = ~np.isnan(y)
+    loops = loops & known
+    scale = np.abs(y[known & ~loops]).max(initial=0.0)
+    loop = loops & (y != 0) & ~round_off_self_distances(y, scale)
+    if loop.any():
+        t = int(np.argmax(loop))
+        row = repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
+        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a {kind} {y[t]:.6g} to "
+                         f"itself at row {row}, against {scale:.6g} at most between two "
+                         "objects; an object's distance to itself is 0.")
+
+
+def _table_matrix(pairs, targets, objects, kind="distance"):
     """Turn the user's pair table of distances into a matrix.
 
     NaN where missing; repeated pairs, in either order, are averaged.
+    ``kind``: what the targets are in the user's convention, as messages
+    name them (``"squared distance"`` under ``given_squared=True``).
     """
     values = _pair_values(pairs)
     if targets is None:
@@ -236,15 +259,20 @@ def _table_matrix(pairs, targets, objects):
         raise ValueError(f"targets must have shape ({len(values)},) like pairs, got "
                          f"{y.shape}.")
     rows, objects = _pair_index(pairs, values, objects)
+
+    def row(t):  # as the user's table labels it
+        return repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
+
     if np.isinf(y).any():
-        raise ValueError("targets holds infinite distances; mark a missing distance with "
-                         "NaN.")
+        t = int(np.argmax(np.isinf(y)))
+        raise ValueError(f"targets holds an infinite {kind} ({y[t]:.6g}, for the pair "
+                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
+                         f"{row(t)}; mark a missing {kind} with NaN.")
     known = ~np.isnan(y)
     if not known.all():  # the one rule of a NaN distance: a missing pair, counted
-        first = int(np.flatnonzero(~known)[0])
-        row = repr(targets.index[first]) if isinstance(targets, pd.Series) else first
+        first = row(int(np.flatnonzero(~known)[0]))
         warn_user(f"KernelDistances: {int((~known).sum())} of {len(y)} pairs have no "
-                  f"distance (NaN, the first at row {row}): left out as missing pairs.",
+                  f"distance (NaN, the first at row {first}): left out as missing pairs.",
                   UserWarning)
     loops = known & (rows[:, 0] == rows[:, 1])
     scale = np.abs(y[known & ~loops]).max(initial=0.0)
@@ -252,14 +280,10 @@ def _table_matrix(pairs, targets, objects):
     negative = known & (np.nan_to_num(y) < 0) & ~rounding
     if negative.any():
         t = int(np.argmax(negative))
-        raise ValueError(f"targets holds a negative distance ({y[t]:.6g}, for the pair "
-                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}).")
-    loop = loops & (np.nan_to_num(y) != 0) & ~rounding
-    if loop.any():
-        t = int(np.argmax(loop))
-        raise ValueError(f"targets gives {_shown(values[t, 0])!r} a distance {y[t]:.6g} to "
-                         f"itself against {scale:.6g} at most between two objects; an "
-                         "object's distance to itself is 0.")
+        raise ValueError(f"targets holds a negative {kind} ({y[t]:.6g}, for the pair "
+                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
+                         f"{row(t)}; {kind}s are non-negative (NaN: a missing pair).")
+    refuse_self_distances(values, targets, y, loops, kind=kind)
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix
         raise limit_error(

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._numerics.spectral import kernel_pair_sq_distances
+from ._numerics.validation import row_label
 from ._objects_given import _as_float, _shown
 from ._warnings import warn_user
 
@@ -51,7 +52,7 @@ class NewObjects:
 
 def _row_name(table, position):
     if isinstance(table, (pd.DataFrame, pd.Series)):
-        return f"row {table.index[position]!r}"
+        return f"row {row_label(table.index, position)!r}"
     return f"row {position}"
 
 

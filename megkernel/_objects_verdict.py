@@ -29,6 +29,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 from sklearn.utils.multiclass import type_of_target
 
+from ._numerics.validation import row_label
 from ._objects_given import MISSING_DISTANCE
 from ._warnings import warn_user
 
@@ -45,7 +46,7 @@ VERDICT_OBJECTS = 2000
 WORSE_Z = 2.0
 
 
-def class_labels(y, n_objects, *, required_by=None):
+def class_labels(y, n_objects, *, required_by=None, chooses=None):
     """``y`` as an array of class labels, or ``None`` when it holds none.
 
     Labels with a missing one (``None``, NaN, ``pd.NA``) give no verdict,
@@ -55,6 +56,8 @@ def class_labels(y, n_objects, *, required_by=None):
     skipping it without a word would look like a verdict-free success.
     Where the distances themselves are read off the labels (``required_by``
     names the option that does), a missing label is an error instead.
+    ``chooses``: the option that then chooses as without labels, said in
+    that warning.
     """
     if y is None:
         return None
@@ -69,9 +72,7 @@ def class_labels(y, n_objects, *, required_by=None):
                          f"{len(labels)}.")
     missing = np.flatnonzero(pd.isna(labels))
     if missing.size:
-        first = int(missing[0]) if rows is None else rows[int(missing[0])]
-        if isinstance(first, np.generic):  # an index of numbers: named as the user wrote it
-            first = first.item()
+        first = int(missing[0]) if rows is None else row_label(rows, int(missing[0]))
         if required_by is not None:
             raise ValueError(
                 f"{required_by} needs a class label for every fit object, but y has "
@@ -80,8 +81,9 @@ def class_labels(y, n_objects, *, required_by=None):
         warn_user(
             f"KernelDistances: y has {missing.size} missing class label(s) (None or NaN), "
             f"the first at row {first!r}: no verdict on the learned kernel's neighbors "
-            "(verdict_ is None); the kernel is fitted as usual. Give every object a "
-            "label for the verdict.", UserWarning)
+            "(verdict_ is None); the kernel is fitted as usual"
+            f"{'' if chooses is None else f', and {chooses} chooses as without labels'}. "
+            "Give every object a label for the verdict.", UserWarning)
         return None
     try:
         kind = type_of_target(labels)

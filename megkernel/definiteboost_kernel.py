@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
-from ._numerics.validation import check_pair_labels
+from ._numerics.validation import check_pair_labels, row_label
 from ._pair_estimator import (
     PairKernelEstimator,
     unchanged_on_error,
@@ -48,6 +48,22 @@ AMBIGUOUS_DISTANCES = (
     "float distances: give y_kind='sq_distances' if they are squared distances (this "
     "result) or y_kind='distances' if they are plain (squared on input). In a "
     "KernelDistances, its given_squared says it for every step.")
+
+
+def _refuse_bad_distances(y, values, kind):
+    """Refuse an infinite or negative distance, naming its row, in ``y_kind``'s convention.
+
+    Checked before scikit-learn's validation, whose message has no row.
+    """
+    bad = np.flatnonzero(np.isinf(values) | (values < 0))
+    if not bad.size:
+        return
+    t = int(bad[0])
+    row = repr(row_label(y.index, t)) if hasattr(y, "index") else t
+    what = "an infinite" if np.isinf(values[t]) else "a negative"
+    noun = "distance" if kind == "distances" else "squared distance"
+    raise ValueError(f"y holds {what} {noun} at row {row} ({values[t]:.6g}); {noun}s are "
+                     "finite and non-negative (NaN: a missing pair).")
 
 
 class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimator):
@@ -221,9 +237,11 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         the distances' squared units). ``"auto"``: labels when ``y`` is
         ``None``, boolean, or all its values are in ``{-1, 1}`` or all in
         ``{0, 1}`` (``0`` meaning *dissimilar*), or of an integer dtype;
-        squared distances when it is of a floating dtype, non-negative and
-        holds another value. Integer distances, or distances all 0 or 1,
-        need ``y_kind="sq_distances"`` (other integers than labels are
+        squared distances when it is of a floating dtype and its finite
+        values are non-negative and hold another (NaN, a missing pair, and
+        an infinite value, refused naming its row, do not make it labels).
+        Integer distances, or distances all 0 or 1, need
+        ``y_kind="sq_distances"`` (other integers than labels are
         refused, naming it). ``y_kind_`` says what was read.
 
     Attributes
@@ -425,19 +443,22 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             text = next((row for row, value in enumerate(values.tolist())
                          if isinstance(value, (str, bytes))), None)
             if text is not None:
-                row = repr(y.index[text]) if hasattr(y, "index") else text
+                row = repr(row_label(y.index, text)) if hasattr(y, "index") else text
                 raise ValueError(f"y holds the text {values.tolist()[text]!r} at row {row}: give "
                                  "numbers (pair labels, or distances with y_kind); parse the "
                                  "table's numbers first.")
-        if values.dtype.kind != "f" or values.ndim not in (1, 2):
+        if values.dtype.kind not in "iuf" or values.ndim not in (1, 2):
             return X, y
-        missing = np.isnan(values.ravel())
+        kind = resolve_y_kind(self.y_kind, values)
+        if kind != "labels":
+            _refuse_bad_distances(y, values.ravel(), kind)
+        missing = np.isnan(values.ravel()) if values.dtype.kind == "f" else np.zeros(1, bool)
         if not missing.any():
             return X, y
-        if resolve_y_kind(self.y_kind, values.ravel()[~missing]) != "labels":
+        if kind != "labels":
             return without_missing_distances(X, y, who="DefiniteBoostKernel")
         row = int(np.flatnonzero(missing)[0])
-        row = repr(y.index[row]) if hasattr(y, "index") else row
+        row = repr(row_label(y.index, row)) if hasattr(y, "index") else row
         raise ValueError(f"y has no label at row {row} (NaN): label every pair +1 (similar) "
                          "or -1 (dissimilar), or leave the unlabelled pairs out.")
 
@@ -477,6 +498,13 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             if self.y_kind == "auto" and values.dtype.kind in "iu" and np.all(values >= 0):
                 raise ValueError(f"{error} If y holds the pairs' distances, give "
                                  "y_kind='sq_distances' (or 'distances').") from error
+            if (self.y_kind == "auto" and values.dtype.kind == "f"
+                    and not np.all(np.isin(values, (-1.0, 0.0, 1.0)))):
+                # distances read as labels for their negative values (a "not measured" -1)
+                raise ValueError(
+                    f"{error} If y holds the pairs' distances, give y_kind='distances' (or "
+                    f"'sq_distances'), and mark a missing distance with NaN, not a negative "
+                    f"value such as {np.min(values):.6g}.") from error
             raise
 
     def _finish(self, state, index, pairs, signs, log, trace, n_train, held_out, *,

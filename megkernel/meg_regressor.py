@@ -24,6 +24,7 @@ from ._numerics.validation import (
     MAX_STEP,
     check_pair_indices,
     check_squared_distances,
+    row_label,
     squares_of_distances,
 )
 from ._pair_estimator import (
@@ -589,6 +590,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                     self._grow_objects(X, y)  # inside the block: undone on an error
                 pairs, y = self._validate_more_pairs(X, y)
                 y = self._squared_targets(y, len(pairs))
+                self._warn_self_pairs(pairs, y, self._object_index)
                 index, state, trace = self._object_index, self.state_, self.trace_
                 learning_rate = self._current_learning_rate()
             with self._trials_progress(state, len(y), done=0 if first else self.n_updates_
@@ -708,6 +710,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         self._require_targets(y, X)
         pairs, y, index = self._validate_pair_table(X, y)
         y = self._squared_targets(y, len(pairs))
+        self._warn_self_pairs(pairs, y, index)
         moving = pairs[:, 0] != pairs[:, 1]
         if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
             raise ValueError(
@@ -719,6 +722,25 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
     def _validate_more_pairs(self, X, y=None):
         self._require_targets(y, X)
         return super()._validate_more_pairs(X, y)
+
+    def _warn_self_pairs(self, pairs, sq_targets, index):
+        """Warn of pairs of an object with itself at a positive distance, naming the first.
+
+        The value as the user gave it (a plain distance under
+        ``squared=False``), the object by its id.
+        """
+        loops = np.flatnonzero((pairs[:, 0] == pairs[:, 1]) & (sq_targets > 0))
+        if not loops.size:
+            return
+        y = sq_targets if self.squared else np.sqrt(sq_targets)
+        t = int(loops[0])
+        who = pairs[t, 0] if index is None else index.objects[pairs[t, 0]]
+        who = who.item() if isinstance(who, np.generic) else who
+        warn_user(
+            f"{loops.size} of {len(y)} pairs join an object with itself but have a "
+            f"positive {self._target_kind()[:-1]} (the first: {who!r} at {y[t]:.4g}; up "
+            f"to {np.max(y[loops]):.4g}): an object is at distance 0 from itself, which "
+            "no kernel can change. Set them to 0, or leave those pairs out.", UserWarning)
 
     def _without_missing(self, X, y):
         """Leave out the pairs whose distance is NaN (missing), counted in a warning."""
@@ -748,7 +770,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         if values.dtype.kind == "f" and values.ndim in (1, 2):
             bad = np.flatnonzero(~np.isfinite(values.ravel()))
             if bad.size:
-                row = y.index[bad[0]] if isinstance(y, pd.Series) else int(bad[0])
+                row = row_label(y.index, bad[0]) if isinstance(y, pd.Series) else int(bad[0])
                 raise ValueError(
                     f"y contains infinite {kind} (row {row!r}: {values.ravel()[bad[0]]}); "
                     "give finite ones, or NaN for a pair nobody measured (left out).")
@@ -756,7 +778,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             negative = np.flatnonzero(values < 0)  # named by the Series' own label
             if negative.size:
                 raise ValueError(
-                    f"y contains negative {kind} (row {y.index[negative[0]]!r}: "
+                    f"y contains negative {kind} (row {row_label(y.index, negative[0])!r}: "
                     f"{values[negative[0]]:.6g}).")
 
     def _squared_targets(self, y, n_pairs):

@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
 from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
 from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
-from ._numerics.validation import squares_of_distances
+from ._numerics.validation import row_label, squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
@@ -75,6 +75,7 @@ from ._objects_given import (
     _shown,
     _table_matrix,
     _user_kernel_scale,
+    refuse_self_distances,
     round_off_self_distances,
 )
 from ._objects_new import (
@@ -102,6 +103,7 @@ from ._objects_verdict import (
 from ._pair_estimator import (
     ObjectIndex,
     ShortReprMixin,
+    check_id_kinds,
     unchanged_on_error,
     without_missing_distances,
 )
@@ -193,6 +195,53 @@ def _check_pair_table(pairs, targets, learner):
                          "(the pairs' observed distances), or the matrix as distances=.")
 
 
+def _explain_refused_table(pairs, targets, learner, kind):
+    """Refuse, in the terms of ``KernelDistances``, a pair table that its learner refused.
+
+    Its ``pairs`` and ``targets`` as the user gave them (NaN rows included,
+    so rows are named as written): a missing id, ids of several kinds, or
+    an id beyond the learner's own ``objects``, named by its row and column
+    in ``pairs`` (the learner would call them ``X``); a distance of an
+    object to itself beyond round-off, named as without a learner (the
+    learner would name its own row and squared value). Called when the
+    learner refused the table, so a table it takes costs no second pass.
+    """
+    _check_pair_ids(pairs, learner)
+    if targets is None or callable(pairs) or not learner.targets_are_distances(targets):
+        return
+    values = (pairs.to_numpy(dtype=object) if isinstance(pairs, pd.DataFrame)
+              else np.asarray(pairs, dtype=object))
+    y = _as_float(targets, "targets")
+    if values.ndim == 2 and values.shape[1] == 2 and y.shape == (len(values),):
+        refuse_self_distances(values, targets, y, values[:, 0] == values[:, 1], kind=kind)
+
+
+def _check_pair_ids(pairs, learner):
+    """Refuse a missing id, ids of several kinds, or an id beyond the learner's ``objects``."""
+    check_id_kinds(pairs, name="pairs")
+    own = learner.get_params(deep=False).get("objects")
+    if own is None or callable(pairs):
+        return
+    frame = isinstance(pairs, pd.DataFrame)
+    try:
+        index = ObjectIndex(own)
+        values = pairs.to_numpy(dtype=object) if frame else np.asarray(pairs, dtype=object)
+    except (TypeError, ValueError):
+        return  # the learner's own message explains such objects or pairs
+    if values.ndim != 2:
+        return
+    for position, key in enumerate(values.ravel().tolist()):
+        if index.row_or_missing(key) < 0:
+            i, j = divmod(position, values.shape[1])
+            where = (f"row {row_label(pairs.index, i)!r}, column {pairs.columns[j]!r}" if frame
+                     else f"row {i}, column {j}")
+            raise ValueError(
+                f"pairs names the object {_shown(key)!r} ({where}), which is not one of "
+                f"the {len(index)} objects of {type(learner).__name__}(objects=...): list "
+                "every object of the table in the learner's objects, or leave that row "
+                "out.")
+
+
 def _without_missing(learner, pairs, targets, *, warn=True):
     """Drop the rows whose distance is NaN (a missing pair), for a learner of distances.
 
@@ -269,7 +318,7 @@ def _targets_of_table(targets, given_squared):
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         t = int(bad[0])
-        row = repr(labels[t]) if labels is not None else t
+        row = repr(row_label(labels, t)) if labels is not None else t
         what = "an infinite" if np.isinf(values[t]) else "a negative"
         raise ValueError(f"targets holds {what} {kind} at row {row} ({values[t]:.6g}); "
                          f"{kind}s are finite and non-negative (NaN: a missing pair).")
@@ -617,7 +666,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         fit_objects = _ids(X)
         labels = None if self.learner is None else class_labels(
             y, len(fit_objects),
-            required_by="keep_given='paths'" if self.keep_given == "paths" else None)
+            required_by="keep_given='paths'" if self.keep_given == "paths" else None,
+            chooses="keep_given='auto'" if self.keep_given == "auto" else None)
         if isinstance(self.learner, type):  # has fit, but unbound: not a learner
             raise ValueError(
                 f"learner must be an estimator instance, e.g. {self.learner.__name__}(), "
@@ -998,7 +1048,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             return _read_only(entry.kernel), None, _read_only(entry.objects), None, entry.weak
         else:
             _check_pair_table(self.pairs, self.targets, None)
-            matrix, objects = _table_matrix(self.pairs, self.targets, self.objects)
+            matrix, objects = _table_matrix(
+                self.pairs, self.targets, self.objects,
+                kind="squared distance" if self.given_squared else "distance")
         largest = float(np.nanmax(matrix))
         if self.squared and not self.given_squared:
             with np.errstate(over="ignore"):
@@ -1021,6 +1073,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         """
         learner = self.learner
         told = None
+        given = (pairs, targets)  # as the user wrote them, for messages
         if objects is None:
             pairs, targets = _without_missing(learner, pairs, targets)
             if targets is not None and learner.targets_are_distances(targets):
@@ -1036,9 +1089,17 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             data = (*data, "squared", True)
 
         def fit():
-            return _checked_kernel(learner.learn_kernel(pairs, targets, objects=objects,
-                                                        **told_kw),
-                                   learner, "learn_kernel")
+            try:
+                learned = learner.learn_kernel(pairs, targets, objects=objects, **told_kw)
+            except ValueError as error:
+                if objects is None:  # the step's words for its own table
+                    try:
+                        _explain_refused_table(*given, learner, "squared distance"
+                                               if self.given_squared else "distance")
+                    except ValueError as explained:  # the learner's words as its cause
+                        raise explained from error
+                raise
+            return _checked_kernel(learned, learner, "learn_kernel")
         return _cached_entry(learner, _key(learner, data), fit, self.memory,
                              lambda: expected_ids(learner, objects=objects, pairs=pairs))
 

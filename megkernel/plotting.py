@@ -44,6 +44,7 @@ from ._numerics.spectral import von_neumann_divergence
 from ._solvers.bounds import meg_learning_rate, meg_loss_bound
 from .definiteboost_kernel import DefiniteBoostKernel
 from .meg_regressor import MEGKernelRegressor
+from .objects import KernelDistances
 
 __all__ = ["plot_learning_curve", "plot_online_experiment", "plot_batch_experiment"]
 
@@ -179,6 +180,21 @@ def _unwrap(model):
     if isinstance(steps, list) and steps:
         model = steps[-1][1]
     return model
+
+
+def _kernel_distances_hint(model):
+    """Say how to draw the learner of a ``KernelDistances`` step in ``model``, if one is."""
+    model = getattr(model, "best_estimator_", model)
+    steps = [step for _, step in getattr(model, "steps", None) or []] or [model]
+    step = next((step for step in steps if isinstance(step, KernelDistances)), None)
+    learner = getattr(step, "learner", None)
+    if learner is None:
+        return ""
+    name = type(learner).__name__
+    return (f" KernelDistances keeps the kernel its {name} learned, not the fitted "
+            f"learner: to see how it learned, fit the learner alone on the step's pairs "
+            f"and targets ({name}(...).fit(pairs, targets), told whether they are "
+            "squared) and draw that.")
 
 
 def _legend(ax, *others):
@@ -394,7 +410,7 @@ def plot_learning_curve(model, ax=None, *, target=None):
     >>> ax.get_lines()[1].get_label()
     'Lemma 3.2 bound (...)'
     """
-    model = _unwrap(model)
+    given, model = model, _unwrap(model)
     if isinstance(model, MEGKernelRegressor):
         if not hasattr(model, "state_"):
             raise NotFittedError("plot_learning_curve needs a fitted MEGKernelRegressor: "
@@ -414,7 +430,8 @@ def plot_learning_curve(model, ax=None, *, target=None):
                              "DefiniteBoostKernel has none: leave target out.")
     else:
         raise ValueError("plot_learning_curve draws a MEGKernelRegressor or a "
-                         f"DefiniteBoostKernel; got {type(model).__name__}.")
+                         f"DefiniteBoostKernel; got {type(model).__name__}."
+                         f"{_kernel_distances_hint(given)}")
     # every check before the first stroke (a refused call draws nothing)
     bound = _lemma_3_2_bound(model, target) if target is not None else None
     if ax is None:

@@ -327,3 +327,65 @@ def test_a_negative_target_in_a_series_is_named_by_its_label():
         MEGKernelRegressor(squared=False).fit(pairs, y)
     with pytest.raises(ValueError, match=r"negative squared distances \(row 'q': -2\)"):
         MEGKernelRegressor().fit(pairs, y)
+
+
+def _filtered(value):
+    """The table after a row filter (an int64 index, not a RangeIndex), one value bad."""
+    ids, _, table = _table()
+    table = table.drop(index=[0, 2, 3])  # as table[table.distance.notna()] may leave it
+    assert not isinstance(table.index, pd.RangeIndex)
+    table["distance"] = table["distance"].astype(object if isinstance(value, str) else float)
+    table.loc[table.index[2], "distance"] = value
+    return ids, table, int(table.index[2])
+
+
+@pytest.mark.parametrize("fit, value", [
+    (lambda ids, t: KernelDistances(pairs=t[["a", "b"]], targets=t["distance"]).fit(ids),
+     -1.0),
+    (lambda ids, t: KernelDistances(learner=_meg(), pairs=t[["a", "b"]],
+                                    targets=t["distance"], given_squared=False).fit(ids),
+     -1.0),
+    (lambda ids, t: KernelDistances(learner=_meg(), pairs=t[["a", "b"]],
+                                    targets=t["distance"], given_squared=False).fit(ids),
+     np.inf),
+    (lambda ids, t: _meg(squared=False).fit(t[["a", "b"]], t["distance"]), -1.0),
+    (lambda ids, t: _meg(squared=False).fit(t[["a", "b"]], t["distance"]), np.inf),
+    (lambda ids, t: DefiniteBoostKernel().fit(t[["a", "b"]], t["distance"]), "n/a"),
+])
+def test_a_row_is_named_by_its_label_as_the_user_wrote_it(fit, value):
+    # numpy's repr of an int64 label ("np.int64(3)") is not how the user wrote the row
+    ids, table, label = _filtered(value)
+    with pytest.raises(ValueError) as caught:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            fit(ids, table)
+    assert f"row {label}" in str(caught.value) and "np.int64" not in str(caught.value)
+
+
+def test_a_new_objects_row_is_named_by_its_label_as_the_user_wrote_it():
+    ids, _, table = _table()
+    known = table[(table["a"] != "o00") & (table["b"] != "o00")]
+    new = table[table["a"] == "o00"].iloc[[0, 2, 3]].copy()
+    assert not isinstance(new.index, pd.RangeIndex)
+    new.iloc[1, 2] = -1.0
+    step = KernelDistances(pairs=known[["a", "b"]], targets=known["distance"],
+                           objects=ids[1:]).fit(ids[1:])
+    step.set_params(new_pairs=new[["a", "b"]], new_distances=new["distance"])
+    with pytest.raises(ValueError, match=f"at row {new.index[1]} ") as caught:
+        step.transform(["o00"])
+    assert "np.int64" not in str(caught.value)
+
+
+@pytest.mark.parametrize("params", [dict(), dict(trace=50.0), dict(solver="online")])
+def test_a_self_pair_with_a_distance_is_named_in_the_users_convention(params):
+    # the object and the value as the user gave them (plain under squared=False), once
+    ids, _, table = _table()
+    table.loc[4, ["a", "b", "distance"]] = ["o03", "o03", 2.0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _meg(squared=False, **params).fit(table[["a", "b"]], table["distance"])
+    said = [str(w.message) for w in caught if "join an object with itself" in str(w.message)]
+    assert len(said) == 1, said
+    assert said[0].startswith("1 of ")  # as filters match it
+    assert "positive distance (the first: 'o03' at 2;" in said[0], said[0]
+    assert "Set them to 0, or leave those pairs out" in said[0]

@@ -124,7 +124,8 @@ def test_plain_distances_are_squared_and_explicit_gamma_is_in_the_users_units():
     ([1.0, 0.0, 1.0], "labels"), ([True, False, True], "labels"),
     ([1.0, -1.0, 1.0], "labels"), ([2, 3, 5], "labels"),
     ([0.5, 2.0, 7.0], "sq_distances"), ([0.0, 1.0, 2.5], "sq_distances"),
-    ([0.5, -1.0, 1.0], "labels"),
+    ([0.5, -1.0, 1.0], "labels"), ([0.5, np.nan, 2.0], "sq_distances"),
+    ([1.0, np.nan, -1.0], "labels"), ([0.5, np.inf, 2.0], "sq_distances"),
 ])
 def test_auto_reads_labels_and_float_distances(y, kind):
     assert resolve_y_kind("auto", y) == kind
@@ -151,9 +152,11 @@ _PAIRS = np.array([[0, 1], [1, 2], [2, 3], [0, 3], [1, 3]])
 
 _BAD_DISTANCES = {
     "negative distance": (dict(y_kind="sq_distances"),
-                          np.array([1.0, -2.0, 3.0, 4.0, 5.0]), "non-negative.*pair 1"),
+                          np.array([1.0, -2.0, 3.0, 4.0, 5.0]),
+                          r"negative squared distance at row 1 \(-2\)"),
     "inf distance": (dict(y_kind="distances"),
-                     np.array([1.0, 2.0, 3.0, np.inf, 5.0]), "y contains infinity"),
+                     np.array([1.0, 2.0, 3.0, np.inf, 5.0]),
+                     r"infinite distance at row 3 \(inf\)"),
     "no distances": (dict(y_kind="sq_distances"), None, "is None: give the pairs'"),
     "string distances": (dict(y_kind="distances"), np.array(list("abcde")),
                          "holds the text 'a' at row 0"),
@@ -399,3 +402,43 @@ def test_deferred_warnings_replay_under_the_users_filters():
         warnings.filterwarnings("ignore", category=UserWarning, module=__name__)
         replay(caught)
     assert not shown
+
+
+@pytest.mark.parametrize("y_kind, value, message", [
+    ("distances", -0.5, r"y holds a negative distance at row 'r3' \(-0.5\)"),
+    ("sq_distances", -0.5, r"y holds a negative squared distance at row 'r3' \(-0.5\)"),
+    ("distances", np.inf, r"y holds an infinite distance at row 'r3' \(inf\)"),
+    ("auto", np.inf, r"y holds an infinite squared distance at row 'r3' \(inf\)"),
+])
+def test_a_bad_distance_is_named_by_its_row(y_kind, value, message):
+    # the row as the user's Series labels it, in the convention y_kind says (an infinite
+    # value is never a pair label: under "auto" the others say what y holds)
+    import pandas as pd
+    ids, _, pairs, sq = _families(d=12)
+    y = pd.Series(np.sqrt(sq), index=[f"r{i}" for i in range(len(sq))])
+    y["r3"] = value
+    with pytest.raises(ValueError, match=message) as caught:
+        _quiet_fit(DefiniteBoostKernel(objects=ids, y_kind=y_kind), pairs, y)
+    assert "np.float64" not in str(caught.value)
+
+
+def test_in_a_pipeline_an_infinite_distance_is_named_as_the_step_was_given_it():
+    import pandas as pd
+    ids, _, pairs, sq = _families(d=12)
+    y = pd.Series(np.sqrt(sq), index=[f"r{i}" for i in range(len(sq))])
+    y["r3"] = np.inf
+    step = KernelDistances(learner=DefiniteBoostKernel(objects=ids), pairs=pairs, targets=y,
+                           given_squared=False)
+    with pytest.raises(ValueError, match=r"targets holds an infinite distance at row 'r3'"):
+        step.fit(ids)
+
+
+def test_distances_with_a_negative_marker_under_auto_are_told_what_to_do():
+    # -1 for "not measured" makes y read as pair labels under y_kind="auto": the refusal
+    # says how to give distances, and that NaN marks a missing one
+    ids, _, pairs, sq = _families(d=12)
+    y = np.sqrt(sq)
+    y[[2, 5]] = -1.0
+    with pytest.raises(ValueError, match=r"pair labels.*give y_kind='distances' \(or "
+                                         r"'sq_distances'\).*missing distance with NaN"):
+        _quiet_fit(DefiniteBoostKernel(objects=ids), pairs, y)

@@ -390,6 +390,9 @@ def test_missing_class_labels_skip_the_verdict_with_a_warning(labels):
     messages = [str(w.message) for w in caught]
     assert any("missing class label" in m and f"at row {row}:" in m and "no verdict" in m
                for m in messages), messages
+    # what keep_given="auto" then does (it decides from the labels), said and done
+    assert any("keep_given='auto' chooses as without labels" in m for m in messages), messages
+    assert step.keeps_given_ == "blend"
     assert step.transform(ids[:3]).shape == (3, 12)
 
 

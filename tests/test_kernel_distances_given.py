@@ -338,3 +338,92 @@ def test_a_learner_is_taught_round_off_self_pairs_as_zero(learner):
             warnings.filterwarnings("ignore", message=".*too few to hold out")
             kernels.append(step.fit(ids).transform(ids))
     assert_array_equal(kernels[1], kernels[0])
+
+
+@pytest.mark.parametrize("keep_given", ["where_given", "blend"])
+def test_a_missing_distance_leaves_definiteboost_taught_the_distances(keep_given):
+    # one NaN in DefiniteBoostKernel's table (y_kind="auto") is a missing pair, not a sign
+    # that the targets are pair labels: the step keeps the given distances as without it
+    _, D, _, names = _points(24, seed=8)
+    a, b = np.triu_indices(24, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]})
+    holed = table.copy()
+    holed.loc[5, "distance"] = np.nan
+    out = []
+    for given in (table.drop(index=5), holed):
+        step = KernelDistances(learner=DefiniteBoostKernel(objects=names, random_state=0),
+                               pairs=given[["a", "b"]], targets=given["distance"],
+                               given_squared=False, keep_given=keep_given)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*(no distance|prior)")
+            out.append(step.fit(names).transform(names))
+        assert step.keeps_given_ == keep_given
+    assert_array_equal(out[1], out[0])
+
+
+@pytest.mark.parametrize("value, message", [
+    (-2.0, r"negative distance \(-2, for the pair 'obj03', 'obj07'\) at row 'r5'"),
+    (np.inf, r"infinite distance \(inf, for the pair 'obj03', 'obj07'\) at row 'r5'"),
+    ("self", r"'obj03' a distance 2 to itself at row 'r5'"),
+])
+def test_the_observed_distances_name_the_row_of_a_bad_one(value, message):
+    # without a learner as with one: the row as the user's table labels it
+    _, D, _, names = _points(12, seed=9)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    bad = ["obj03", "obj03", 2.0] if value == "self" else ["obj03", "obj07", value]
+    table.loc["r5", ["a", "b", "distance"]] = bad
+    with pytest.raises(ValueError, match=message):
+        KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
+    # in the table's convention: given_squared=True names squared distances
+    squared = message.replace("distance", "squared distance")
+    with pytest.raises(ValueError, match=squared):
+        KernelDistances(pairs=table[["a", "b"]], targets=table["distance"],
+                        given_squared=True).fit(names)
+
+
+@pytest.mark.parametrize("learner", [MEGKernelRegressor, DefiniteBoostKernel])
+@pytest.mark.parametrize("bad, message", [
+    ("obj99", r"pairs names the object 'obj99' \(row 'r4', column 'b'\), which is not one "
+              r"of the 12 objects of {}\(objects=...\)"),
+    (None, r"pairs has a missing id \(nan\) at row 'r4', column 'b'"),
+])
+def test_a_learners_pairs_are_named_as_the_step_was_given_them(learner, bad, message,
+                                                              assert_unchanged_on_error):
+    # the step's pairs, by their row and column, not the learner's X
+    _, D, _, names = _points(12, seed=10)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    table.loc["r4", "b"] = bad
+    step = KernelDistances(learner=learner(objects=names, random_state=0),
+                           pairs=table[["a", "b"]], targets=table["distance"],
+                           given_squared=False)
+    with pytest.raises(ValueError, match=message.format(learner.__name__)):
+        step.fit(names)
+    fitted = KernelDistances(distances=D, objects=names).fit(names)
+    fitted.set_params(**{**step.get_params(deep=False), "distances": None})
+    with assert_unchanged_on_error(fitted, ValueError, match="pairs"):
+        fitted.fit(names)
+
+
+def test_a_learner_refusing_a_self_distance_is_explained_in_the_steps_terms():
+    # DefiniteBoostKernel refuses an object at a positive distance from itself; the step
+    # names it as without a learner: its row, its value as given (plain, not squared)
+    _, D, _, names = _points(12, seed=11)
+    a, b = np.triu_indices(12, 1)
+    table = pd.DataFrame({"a": names[a], "b": names[b], "distance": D[a, b]},
+                         index=[f"r{i}" for i in range(len(a))])
+    table.loc["r1", "distance"] = np.nan  # a missing pair before it: rows as given
+    table.loc["r5", ["a", "b", "distance"]] = ["obj03", "obj03", 2.0]
+    message = r"targets gives 'obj03' a distance 2 to itself at row 'r5'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the missing pair, counted
+        with pytest.raises(ValueError, match=message):
+            KernelDistances(pairs=table[["a", "b"]], targets=table["distance"]).fit(names)
+        step = KernelDistances(learner=DefiniteBoostKernel(objects=names, y_kind="distances"),
+                               pairs=table[["a", "b"]], targets=table["distance"],
+                               given_squared=False)
+        with pytest.raises(ValueError, match=message):
+            step.fit(names)

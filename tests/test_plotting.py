@@ -247,3 +247,25 @@ def test_definiteboost_figure_comments_its_error(wine):
     assert "need not fall monotonically" in _DEFINITEBOOST_ERROR_NOTE
     online_notes = [text.get_text() for text in plot_online_experiment(online).axes[1].texts]
     assert online_notes == ["(b)"]
+
+
+def test_a_pipeline_through_kernel_distances_says_how_to_draw_its_learner():
+    # KernelDistances keeps the learned kernel, not a fitted learner: the refusal says so
+    # and what to draw instead, for the step, the Pipeline and a search over it
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from megkernel import KernelDistances
+    ids = np.array([f"o{i}" for i in range(12)], dtype=object)
+    a, b = np.triu_indices(12, 1)
+    step = KernelDistances(learner=MEGKernelRegressor(random_state=0, early_stopping=False),
+                           pairs=np.column_stack([ids[a], ids[b]]),
+                           targets=((a - b) ** 2).astype(float), given_squared=True)
+    pipe = make_pipeline(step, KNeighborsClassifier(1, metric="precomputed"))
+    labels = np.arange(12) % 2
+    search = GridSearchCV(pipe, {"kerneldistances__keep_given": ["never"]}, cv=2)
+    for model in (step.fit(ids), pipe.fit(ids, labels), search.fit(ids, labels)):
+        with pytest.raises(ValueError, match=r"KernelDistances keeps the kernel its "
+                                             r"MEGKernelRegressor learned.*fit the learner "
+                                             r"alone"):
+            plot_learning_curve(model, _axes())

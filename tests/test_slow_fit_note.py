@@ -125,3 +125,26 @@ def test_definiteboost_from_distances_names_its_prior_fit(monkeypatch):
     notes = _slow_notes(caught)
     assert notes and all(n.startswith("DefiniteBoostKernel (its prior, MEG's fit of the "
                                       "distances): ") for n in notes), notes
+
+
+def test_definiteboosts_prior_note_says_what_shortens_that_fit(monkeypatch):
+    """DefiniteBoostKernel's tol and max_iter are its projections', not its
+    prior fit's: the note names what does shorten that fit (a prior of one's
+    own, from a quicker MEG fit), and that advice works."""
+    monkeypatch.setattr(slow_runs, "clock", _FakeClock(10.0))
+    X, y = _table(d=40, n_pairs=600)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DefiniteBoostKernel(random_state=0, y_kind="sq_distances").fit(X, y)
+    notes = _slow_notes(caught)
+    assert notes and all("a larger tol" not in n for n in notes), notes
+    assert all(n.endswith("To shorten it: give DefiniteBoostKernel a prior of your own, "
+                          "init=MEGKernelRegressor(tol=..., max_iter=...).fit(X, y).kernel_ "
+                          "over the same objects (its own tol and max_iter are its "
+                          "projections').") for n in notes), notes
+    monkeypatch.setattr(slow_runs, "clock", _FakeClock(0.001))
+    prior = MEGKernelRegressor(tol=1e-2, random_state=0).fit(X, y).kernel_
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DefiniteBoostKernel(init=prior, random_state=0, y_kind="sq_distances").fit(X, y)
+    assert np.all(np.isfinite(model.kernel_))

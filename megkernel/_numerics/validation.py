@@ -65,6 +65,16 @@ def check_real(values, *, name, kind="array"):
         raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
 
 
+def row_label(index, position):
+    """Return the label of row ``position`` of a pandas ``index`` as the user wrote it.
+
+    ``5``, not numpy's ``np.int64(5)``: a filtered table's integer labels
+    are numpy scalars.
+    """
+    label = index[position]
+    return label.item() if isinstance(label, np.generic) else label
+
+
 def _refuse_text(values, name, kind, labels=None):
     """Refuse the first entry of an object array that is no number, naming its place."""
     for position, value in enumerate(values.ravel().tolist()):
@@ -76,7 +86,7 @@ def _refuse_text(values, name, kind, labels=None):
             where = np.unravel_index(position, values.shape) if values.ndim else ()
             if labels is not None and len(where) >= 1:
                 index, columns = labels
-                place = f"row {index[where[0]]!r}" + (
+                place = f"row {row_label(index, where[0])!r}" + (
                     f", column {columns[where[1]]!r}" if columns is not None and len(where) > 1
                     else "")
             else:

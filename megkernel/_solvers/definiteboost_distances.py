@@ -42,7 +42,9 @@ def resolve_y_kind(y_kind, y):
     """Resolve what ``y`` holds: ``"labels"``, ``"sq_distances"`` or ``"distances"``.
 
     ``"auto"``: squared distances when ``y`` is of a floating dtype,
-    finite, non-negative and holds a value other than 0 and 1; labels
+    non-negative and holds a value other than 0 and 1, read off its finite
+    values (NaN, a missing pair, and infinity are never labels: they say
+    nothing of the kind, and a distance's check refuses infinity); labels
     otherwise (``None``, booleans, integers, values all in ``{-1, 1}`` or
     all in ``{0, 1}``, where ``0`` is *dissimilar*), so that the labels'
     check names a bad value (integer classes such as ``1`` / ``2`` are an
@@ -60,7 +62,8 @@ def resolve_y_kind(y_kind, y):
     if values.dtype.kind != "f" or values.size == 0:
         return "labels"
     values = values.astype(float, copy=False).ravel()
-    if not np.all(np.isfinite(values)):
+    values = values[np.isfinite(values)]
+    if values.size == 0:
         return "labels"
     distinct = set(np.unique(values).tolist())
     if distinct <= {-1.0, 1.0} or distinct <= {0.0, 1.0} or np.any(values < 0):
@@ -95,7 +98,7 @@ def pair_sq_distances_from_y(y, pairs, y_kind):
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         raise ValueError(f"{name} must hold finite non-negative distances: pair "
-                         f"{bad[0]} has {values[bad[0]]!r}.")
+                         f"{bad[0]} has {values[bad[0]]:.6g}.")
     if y_kind == "distances":
         with np.errstate(over="ignore"):
             values = values * values

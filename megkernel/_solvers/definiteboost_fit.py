@@ -43,6 +43,10 @@ __all__ = ["DefiniteBoostFit", "fit_from_distances", "fit_from_labels"]
 
 #: What the note of a slow prior fit names (MEG's batch fit of the distances).
 PRIOR_FIT = "DefiniteBoostKernel (its prior, MEG's fit of the distances)"
+#: What shortens that fit (DefiniteBoostKernel's own tol and max_iter do not reach it).
+PRIOR_FIT_SHORTEN = ("give DefiniteBoostKernel a prior of your own, init=MEGKernelRegressor("
+                     "tol=..., max_iter=...).fit(X, y).kernel_ over the same objects (its "
+                     "own tol and max_iter are its projections').")
 
 #: Why a refit from distances stops where it does (for its warnings).
 CHOSEN_LENGTH = ("the length at which the held-out pairs ranked best; their score "
@@ -181,7 +185,7 @@ def distance_prior(pairs, sq_distances, *, prior, data_prior, init_trace, trace,
     """
     if data_prior:
         fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
-                           random_state=random_state, who=PRIOR_FIT)
+                           random_state=random_state, who=PRIOR_FIT, shorten=PRIOR_FIT_SHORTEN)
         return _fitted_prior(fitted, fitted.trace, trace, method, projection)
     state = prior.copy()
     if init_trace is None and state.basis is None:
@@ -257,7 +261,7 @@ def fit_from_distances(pairs, sq_distances, *, prior, data_prior, init_trace, tr
         # those among the pairs it held out, so its run on its training pairs
         # is the verdict's prior and its refit on every pair the one returned
         fitted = fit_batch(pairs, sq_distances, prior=prior.copy(), spectral=True,
-                           random_state=random_state, who=PRIOR_FIT,
+                           random_state=random_state, who=PRIOR_FIT, shorten=PRIOR_FIT_SHORTEN,
                            **({} if validation_fraction is None
                               else {"validation_fraction": validation_fraction}))
         state, fitted_trace = _fitted_prior(fitted, fitted.trace, trace, options["method"],

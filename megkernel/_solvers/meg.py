@@ -193,11 +193,12 @@ def resolve_scale(state, pairs, y, *, trace="auto", learning_rate="auto"):
     return trace, learning_rate
 
 
-def warn_unreachable(pairs, y, trace, *, beyond_trace=True):
+def warn_unreachable(pairs, y, trace):
     """Warn once about targets that no kernel of trace ``trace`` can meet.
 
-    A pair of an object with itself has squared distance 0; no squared
-    distance exceeds ``2 * trace``.
+    No squared distance exceeds ``2 * trace``. (A pair of an object with
+    itself at a positive distance is named by the estimator, which knows
+    its ids and the user's convention.)
 
     Parameters
     ----------
@@ -207,17 +208,9 @@ def warn_unreachable(pairs, y, trace, *, beyond_trace=True):
         Their squared-distance targets.
     trace : float
         ``tau``, in the targets' units.
-    beyond_trace : bool, default=True
-        Whether to check the ``2 * trace`` bound too.
     """
-    loops = (pairs[:, 0] == pairs[:, 1]) & (y > 0)
-    if loops.any():
-        warn_user(
-            f"{np.count_nonzero(loops)} of {len(y)} pairs join an object with itself "
-            f"but have a positive squared distance (up to {y[loops].max():.4g}); the "
-            "distance of an object to itself is always 0.", UserWarning)
     beyond = y > 2.0 * trace
-    if beyond_trace and beyond.any():
+    if beyond.any():
         warn_user(
             f"{np.count_nonzero(beyond)} of {len(y)} targets (up to {y.max():.4g}) "
             f"exceed 2 * trace = {2.0 * trace:.4g}, the largest squared distance a "

@@ -606,6 +606,9 @@ class SlowFitNote:
     n_iter_no_change : int, default=5
         The stopping rule's window: its mean gain is the measure of
         progress, so no estimate is made before this many iterations.
+    shorten : str, default="a larger tol or a smaller max_iter."
+        What the message says shortens the fit (the parameters of the
+        estimator ``who`` names that reach it).
 
     Notes
     -----
@@ -615,8 +618,10 @@ class SlowFitNote:
     above the threshold later or not at all.
     """
 
-    def __init__(self, who, n_objects, max_iter, n_iter_no_change=5):
+    def __init__(self, who, n_objects, max_iter, n_iter_no_change=5,
+                 shorten="a larger tol or a smaller max_iter."):
         self.who, self.n_objects, self.max_iter = who, int(n_objects), int(max_iter)
+        self.shorten = shorten
         self.pace = PaceEstimate(max_iter, min_done=n_iter_no_change)
 
     def __call__(self, iteration, gain, goal):
@@ -638,8 +643,7 @@ class SlowFitNote:
         warn_user(
             f"{self.who}: {slow.done} iterations of the batch fit on {self.n_objects} objects "
             f"took {slow.elapsed:.1f} s ({slow.pace:.2g} s each); at this pace {end}, and a "
-            "refit on every pair follows. To shorten it: a larger tol or a smaller "
-            "max_iter.", UserWarning)
+            f"refit on every pair follows. To shorten it: {self.shorten}", UserWarning)
 
 
 def _both(note, progress):
@@ -679,7 +683,7 @@ def check_batch_units(y, unit, what):
 def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="auto",
               max_iter=1000, tol=1e-4, n_iter_no_change=5, validation_fraction=0.1,
               random_state=None, callback=None, ranks=SPECTRAL_RANKS,
-              who="MEGKernelRegressor", progress=None):
+              who="MEGKernelRegressor", shorten=None, progress=None):
     """Fit a kernel to squared distances of pairs by batch MEG, end to end.
 
     Holds out ``validation_fraction`` of the pairs (:func:`holdout_pairs`),
@@ -730,6 +734,9 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     who : str or None, default="MEGKernelRegressor"
         What a fit that will take long names in its note
         (:class:`SlowFitNote`); ``None``: no note.
+    shorten : str or None, default=None
+        What that note says shortens the fit; ``None``: ``tol`` and
+        ``max_iter`` (:class:`SlowFitNote`'s default).
     progress : callable, optional
         ``progress(iteration, gain, goal)`` after each accepted iteration of
         the run on the training pairs, then of a refit on every pair that
@@ -743,9 +750,9 @@ def fit_batch(pairs, y, *, prior, spectral=False, trace="auto", learning_rate="a
     fit : MEGBatchFit
         The kernel and the fit's record.
     """
-    warn_unreachable(pairs, y, 1.0, beyond_trace=False)
     slow = (None if who is None
-            else SlowFitNote(who, prior.n_objects, max_iter, n_iter_no_change))
+            else SlowFitNote(who, prior.n_objects, max_iter, n_iter_no_change,
+                             **({} if shorten is None else {"shorten": shorten})))
     note = slow if progress is None else _both(slow, progress)
     # the same pairs in any row order (or orientation) give the same fit
     order = canonical_order(pairs, y)
