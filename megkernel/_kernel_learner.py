@@ -45,7 +45,15 @@ public, all given defaults by :class:`KernelLearnerMixin`):
     that ``KernelDistances(distances=...)`` can teach it the observed
     entries of a distance matrix.
 
-One method is optional (``KernelDistances`` does without it):
+Two methods are optional (``KernelDistances`` does without them):
+
+``declared_objects()``
+    The ids the learner was told its kernel's rows are (its own list of
+    objects, fixed before any fit), or ``None`` when it learns its rows
+    from the pairs or from ``learn_kernel``'s ``objects``. ``KernelDistances``
+    names a pair of its table whose id is not among them by the table's row
+    and column, and checks a cached kernel's rows against them. Without
+    it: ``None``.
 
 ``squared_distances_of(targets)``
     The squared distances, in the learned kernel's units, that these
@@ -96,7 +104,16 @@ PROTOCOL_METHODS = ("learn_kernel", "check_stream", "learn_kernel_stream",
                     "targets_are_distances", "learns_from_distances")
 
 #: The methods it calls when the learner has them.
-OPTIONAL_PROTOCOL_METHODS = ("squared_distances_of",)
+OPTIONAL_PROTOCOL_METHODS = ("declared_objects", "squared_distances_of")
+
+
+def declared_objects_of(learner):
+    """Return the ids ``learner`` declares as its kernel's rows (``declared_objects``), or None.
+
+    ``None`` also for a learner without that optional protocol method.
+    """
+    method = getattr(learner, "declared_objects", None)
+    return None if method is None else method()
 
 
 class LearnedKernel(NamedTuple):
@@ -362,6 +379,19 @@ class KernelLearnerMixin:
             True when the targets are distances, squared or not.
         """
         return is_regressor(self)
+
+    def declared_objects(self):
+        """Return the ids this learner fixes its kernel's rows to, or None.
+
+        The default: the learner's own ``objects`` parameter, where it has
+        one (``None`` when it has none, or leaves it unset).
+
+        Returns
+        -------
+        array-like of shape (n_objects,) or None
+            The declared ids, as the learner holds them.
+        """
+        return self.get_params(deep=False).get("objects")
 
     def squared_distances_of(self, targets):
         """Return the squared distances these targets state, in the learned kernel's units.

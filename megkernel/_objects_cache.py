@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import _version
+from ._kernel_learner import declared_objects_of
 from ._warnings import warn_user
 
 try:  # an exclusive lock per kernel in the on-disk cache (POSIX)
@@ -861,11 +862,11 @@ def _store(key, entry):
 def expected_ids(learner, *, objects=None, pairs=None, named=None):
     """Return what a learned kernel's ids must be (:class:`Expected`).
 
-    The learner's own ``objects`` parameter, else ``objects`` (a matrix's
-    ids, which a learner without its own learns over), exactly; else the
-    ids ``pairs`` names (or ``named``), all present.
+    The ids the learner declares (``declared_objects`` of the protocol),
+    else ``objects`` (a matrix's ids, which a learner without its own learns
+    over), exactly; else the ids ``pairs`` names (or ``named``), all present.
     """
-    own = learner.get_params(deep=False).get("objects")
+    own = declared_objects_of(learner)
     exact = own if own is not None else objects
     if exact is not None:
         return Expected(exact=_as_list(exact))

@@ -47,7 +47,13 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._kernel_learner import PROTOCOL_METHODS, KernelLearnerMixin, LearnedKernel, PairStream
+from ._kernel_learner import (
+    PROTOCOL_METHODS,
+    KernelLearnerMixin,
+    LearnedKernel,
+    PairStream,
+    declared_objects_of,
+)
 from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
 from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
 from ._numerics.validation import row_label, squares_of_distances
@@ -219,7 +225,7 @@ def _explain_refused_table(pairs, targets, learner, kind):
 def _check_pair_ids(pairs, learner):
     """Refuse a missing id, ids of several kinds, or an id beyond the learner's ``objects``."""
     check_id_kinds(pairs, name="pairs")
-    own = learner.get_params(deep=False).get("objects")
+    own = declared_objects_of(learner)
     if own is None or callable(pairs):
         return
     frame = isinstance(pairs, pd.DataFrame)
@@ -237,7 +243,7 @@ def _check_pair_ids(pairs, learner):
                      else f"row {i}, column {j}")
             raise ValueError(
                 f"pairs names the object {_shown(key)!r} ({where}), which is not one of "
-                f"the {len(index)} objects of {type(learner).__name__}(objects=...): list "
+                f"the {len(index)} objects {type(learner).__name__} declares: list "
                 "every object of the table in the learner's objects, or leave that row "
                 "out.")
 

@@ -386,7 +386,7 @@ def test_the_observed_distances_name_the_row_of_a_bad_one(value, message):
 @pytest.mark.parametrize("learner", [MEGKernelRegressor, DefiniteBoostKernel])
 @pytest.mark.parametrize("bad, message", [
     ("obj99", r"pairs names the object 'obj99' \(row 'r4', column 'b'\), which is not one "
-              r"of the 12 objects of {}\(objects=...\)"),
+              r"of the 12 objects {} declares"),
     (None, r"pairs has a missing id \(nan\) at row 'r4', column 'b'"),
 ])
 def test_a_learners_pairs_are_named_as_the_step_was_given_them(learner, bad, message,

@@ -182,7 +182,7 @@ def test_kernel_distances_calls_the_protocol_only():
     stream = KernelDistances(given_squared=True,
                              learner=Sealed(), pairs=lambda: iter([([[0, 2]], [1.0])]))
     assert_array_equal(stream.fit([0, 1, 2]).objects_, [0, 1, 2])
-    allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS}
+    allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS, "declared_objects"}
     assert Sealed.reads <= allowed, Sealed.reads - allowed
     with pytest.raises(ValueError, match="Sealed is not one: give it pairs= and targets="):
         KernelDistances(learner=Sealed(), distances=np.ones((3, 3)) - np.eye(3)).fit([0])
@@ -363,7 +363,7 @@ def test_kernel_distances_knows_no_learner(module):
 def test_squared_distances_of_reads_targets_in_the_kernels_units():
     from megkernel._kernel_learner import OPTIONAL_PROTOCOL_METHODS
 
-    assert OPTIONAL_PROTOCOL_METHODS == ("squared_distances_of",)
+    assert OPTIONAL_PROTOCOL_METHODS == ("declared_objects", "squared_distances_of")
     targets = np.array([1.0, 2.0, 3.0])
     assert_array_equal(MEGKernelRegressor().squared_distances_of(targets), targets)
     assert_array_equal(MEGKernelRegressor(squared=False).squared_distances_of(targets),
@@ -381,6 +381,38 @@ def test_kernel_distances_places_new_objects_through_the_protocol_only():
                            new_distances=[1.0, 1.0])
     step.fit(["a", "b", "c"])
     assert step.transform(["d"]).shape == (1, 3)
-    allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS,
+    allowed = {"fit", "get_params", "set_params", *PROTOCOL_METHODS, "declared_objects",
                "squared_distances_of"}
     assert Sealed.reads <= allowed, Sealed.reads - allowed
+
+
+class Declaring(Sealed):
+    """A protocol learner of one's own whose objects are fixed by a method, not a parameter."""
+
+    def declared_objects(self):
+        return ["a", "b", "c"]
+
+    def learn_kernel(self, pairs, targets=None, *, objects=None):
+        ids = np.asarray(pairs, dtype=object).ravel().tolist()
+        unknown = [key for key in ids if key not in ("a", "b", "c")]
+        if unknown:
+            raise ValueError(f"X names {unknown[0]!r}")
+        return LearnedKernel(np.eye(3), np.array(["a", "b", "c"], dtype=object))
+
+
+def test_a_learners_declared_objects_are_asked_not_read_from_its_parameters():
+    # its get_params has no objects: the step names a stray id of its table by
+    # asking declared_objects(), in its own terms (row and column of pairs)
+    Sealed.reads.clear()
+    step = KernelDistances(given_squared=True, learner=Declaring(),
+                           pairs=[["a", "b"], ["b", "z"]], targets=[1.0, 2.0])
+    with pytest.raises(ValueError, match=r"pairs names the object 'z' \(row 1, column 1\), "
+                                         r"which is not one of the 3 objects Declaring "
+                                         r"declares"):
+        step.fit(["a", "b", "c"])
+    assert "declared_objects" in Sealed.reads
+    fitted = KernelDistances(given_squared=True, learner=Declaring(),
+                             pairs=[["a", "b"], ["b", "c"]], targets=[1.0, 2.0]).fit(["a"])
+    assert_array_equal(fitted.objects_, ["a", "b", "c"])
+    assert MEGKernelRegressor(objects=["x", "y"]).declared_objects() == ["x", "y"]
+    assert DefiniteBoostKernel().declared_objects() is None
