@@ -14,7 +14,7 @@ from scipy.sparse import coo_matrix, triu
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
-from ._numerics.validation import check_pair_indices, row_label
+from ._numerics.validation import check_pair_indices, row_label, row_name
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
     ObjectIndex,
@@ -237,7 +237,7 @@ def refuse_self_distances(values, targets, y, loops, *, kind="distance"):
     loop = loops & (y != 0) & ~round_off_self_distances(y, scale)
     if loop.any():
         t = int(np.argmax(loop))
-        row = repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
+        row = row_name(targets, t)
         raise ValueError(f"targets gives {_shown(values[t, 0])!r} a {kind} {y[t]:.6g} to "
                          f"itself at row {row}, against {scale:.6g} at most between two "
                          "objects; an object's distance to itself is 0.")
@@ -261,7 +261,7 @@ def _table_matrix(pairs, targets, objects, kind="distance"):
     rows, objects = _pair_index(pairs, values, objects)
 
     def row(t):  # as the user's table labels it
-        return repr(row_label(targets.index, t)) if isinstance(targets, pd.Series) else t
+        return row_name(targets, t)
 
     if np.isinf(y).any():
         t = int(np.argmax(np.isinf(y)))

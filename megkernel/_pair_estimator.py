@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
-from ._numerics.validation import check_n_objects, check_pair_indices, row_label
+from ._numerics.validation import check_n_objects, check_pair_indices, row_name
 from ._warnings import warn_user
 
 __all__ = [
@@ -479,7 +479,7 @@ def square_hint(shape):
 def _first_missing_row(y, missing):
     """Return the user's name of the first missing row (a Series' label, else its position)."""
     first = int(np.flatnonzero(missing)[0])
-    return repr(row_label(y.index, first)) if isinstance(y, pd.Series) else str(first)
+    return row_name(y, first)
 
 
 def without_missing_distances(X, y, *, who, kind="distances", warn=True):

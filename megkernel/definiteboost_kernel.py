@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
-from ._numerics.validation import check_pair_labels, row_label
+from ._numerics.validation import check_pair_labels, row_name
 from ._pair_estimator import (
     PairKernelEstimator,
     unchanged_on_error,
@@ -59,7 +59,7 @@ def _refuse_bad_distances(y, values, kind):
     if not bad.size:
         return
     t = int(bad[0])
-    row = repr(row_label(y.index, t)) if hasattr(y, "index") else t
+    row = row_name(y, t)
     what = "an infinite" if np.isinf(values[t]) else "a negative"
     noun = "distance" if kind == "distances" else "squared distance"
     raise ValueError(f"y holds {what} {noun} at row {row} ({values[t]:.6g}); {noun}s are "
@@ -443,12 +443,12 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             text = next((row for row, value in enumerate(values.tolist())
                          if isinstance(value, (str, bytes))), None)
             if text is not None:
-                row = repr(row_label(y.index, text)) if hasattr(y, "index") else text
+                row = row_name(y, text)
                 raise ValueError(f"y holds the text {values.tolist()[text]!r} at row {row}: give "
                                  "numbers (pair labels, or distances with y_kind); parse the "
                                  "table's numbers first.")
-        if values.dtype.kind not in "iuf" or values.ndim not in (1, 2):
-            return X, y
+        if values.dtype.kind not in "iuf" or values.ndim != 1 and values.shape[1:] != (1,):
+            return X, y  # one value a row, or scikit-learn's refusal of y's shape
         kind = resolve_y_kind(self.y_kind, values)
         if kind != "labels":
             _refuse_bad_distances(y, values.ravel(), kind)
@@ -457,8 +457,7 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             return X, y
         if kind != "labels":
             return without_missing_distances(X, y, who="DefiniteBoostKernel")
-        row = int(np.flatnonzero(missing)[0])
-        row = repr(row_label(y.index, row)) if hasattr(y, "index") else row
+        row = row_name(y, int(np.flatnonzero(missing)[0]))
         raise ValueError(f"y has no label at row {row} (NaN): label every pair +1 (similar) "
                          "or -1 (dissimilar), or leave the unlabelled pairs out.")
 

@@ -24,7 +24,7 @@ from ._numerics.validation import (
     MAX_STEP,
     check_pair_indices,
     check_squared_distances,
-    row_label,
+    row_name,
     squares_of_distances,
 )
 from ._pair_estimator import (
@@ -767,18 +767,18 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 f"is None (give the {kind} of the pairs of X, one per row){passed}.")
         values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
-        if values.dtype.kind == "f" and values.ndim in (1, 2):
+        if values.dtype.kind == "f" and (values.ndim == 1 or values.shape[1:] == (1,)):
             bad = np.flatnonzero(~np.isfinite(values.ravel()))
             if bad.size:
-                row = row_label(y.index, bad[0]) if isinstance(y, pd.Series) else int(bad[0])
                 raise ValueError(
-                    f"y contains infinite {kind} (row {row!r}: {values.ravel()[bad[0]]}); "
+                    f"y contains infinite {kind} (row {row_name(y, bad[0])}: "
+                    f"{values.ravel()[bad[0]]}); "
                     "give finite ones, or NaN for a pair nobody measured (left out).")
         if isinstance(y, pd.Series) and values.dtype.kind in "iuf" and values.ndim == 1:
             negative = np.flatnonzero(values < 0)  # named by the Series' own label
             if negative.size:
                 raise ValueError(
-                    f"y contains negative {kind} (row {row_label(y.index, negative[0])!r}: "
+                    f"y contains negative {kind} (row {row_name(y, negative[0])}: "
                     f"{values[negative[0]]:.6g}).")
 
     def _squared_targets(self, y, n_pairs):

@@ -5,6 +5,7 @@ observed distances at the defaults, and the errors."""
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import quietly
 from numpy.testing import assert_allclose, assert_array_equal
@@ -442,3 +443,24 @@ def test_distances_with_a_negative_marker_under_auto_are_told_what_to_do():
     with pytest.raises(ValueError, match=r"pair labels.*give y_kind='distances' \(or "
                                          r"'sq_distances'\).*missing distance with NaN"):
         _quiet_fit(DefiniteBoostKernel(objects=ids), pairs, y)
+
+
+@pytest.mark.parametrize("container", [list, tuple, np.asarray])
+@pytest.mark.parametrize("y_kind, values, message", [
+    ("distances", [1.0, -2.0, 3.0, 0.5], "y holds a negative distance at row 1"),
+    ("distances", [1.0, np.inf, 3.0, 0.5], "y holds an infinite distance at row 1"),
+    ("auto", [1.0, np.nan, -1.0, 1.0], "y has no label at row 1"),
+])
+def test_a_bad_value_of_a_plain_sequence_y_is_named_by_its_position(container, y_kind,
+                                                                     values, message):
+    # a list's .index is a method, not row labels: positions name its rows
+    with pytest.raises(ValueError, match=message):
+        DefiniteBoostKernel(y_kind=y_kind).fit([[0, 1], [1, 2], [2, 3], [0, 3]],
+                                               container(values))
+
+
+@pytest.mark.parametrize("y_kind", ["distances", "auto"])
+def test_a_two_column_y_is_refused_for_its_shape(y_kind):
+    y = pd.DataFrame({"d": [1.0, 2.0, 3.0, 4.0], "e": [1.0, -1.0, np.inf, np.nan]})
+    with pytest.raises(ValueError, match=r"y should be a 1d array"):
+        DefiniteBoostKernel(y_kind=y_kind).fit([[0, 1], [1, 2], [2, 3], [0, 3]], y)

@@ -75,6 +75,17 @@ def row_label(index, position):
     return label.item() if isinstance(label, np.generic) else label
 
 
+def row_name(container, position):
+    """Return how a message names row ``position`` of the user's ``container``.
+
+    A pandas Series' or DataFrame's label as written (``'r5'``, ``5``), else
+    the position (lists, tuples and arrays).
+    """
+    if hasattr(container, "iloc"):  # pandas, without importing it here
+        return repr(row_label(container.index, position))
+    return str(int(position))
+
+
 def _refuse_text(values, name, kind, labels=None):
     """Refuse the first entry of an object array that is no number, naming its place."""
     for position, value in enumerate(values.ravel().tolist()):
