@@ -56,7 +56,7 @@ from ._kernel_learner import (
 )
 from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
 from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
-from ._numerics.validation import row_label, squares_of_distances
+from ._numerics.validation import SelfDistanceError, row_label, squares_of_distances
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
@@ -201,19 +201,25 @@ def _check_pair_table(pairs, targets, learner):
                          "(the pairs' observed distances), or the matrix as distances=.")
 
 
-def _explain_refused_table(pairs, targets, learner, kind):
+def _explain_refused_table(pairs, targets, learner, kind, error):
     """Refuse, in the terms of ``KernelDistances``, a pair table that its learner refused.
 
     Its ``pairs`` and ``targets`` as the user gave them (NaN rows included,
     so rows are named as written): a missing id, ids of several kinds, or
-    an id beyond the learner's own ``objects``, named by its row and column
-    in ``pairs`` (the learner would call them ``X``); a distance of an
-    object to itself beyond round-off, named as without a learner (the
-    learner would name its own row and squared value). Called when the
+    an id beyond the learner's declared objects, named by its row and column
+    in ``pairs`` (the learner would call them ``X``); where the learner's
+    refusal ``error`` is of a distance of an object to itself
+    (:class:`SelfDistanceError`), that distance, named as without a learner
+    (the learner would name its own row and squared value). Called when the
     learner refused the table, so a table it takes costs no second pass.
+    A refusal of the learner's parameters (scikit-learn's
+    ``InvalidParameterError``, a ``TypeError`` too) is left as it is.
     """
+    if isinstance(error, TypeError):
+        return
     _check_pair_ids(pairs, learner)
-    if targets is None or callable(pairs) or not learner.targets_are_distances(targets):
+    if (not isinstance(error, SelfDistanceError) or targets is None or callable(pairs)
+            or not learner.targets_are_distances(targets)):
         return
     values = (pairs.to_numpy(dtype=object) if isinstance(pairs, pd.DataFrame)
               else np.asarray(pairs, dtype=object))
@@ -1101,7 +1107,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 if objects is None:  # the step's words for its own table
                     try:
                         _explain_refused_table(*given, learner, "squared distance"
-                                               if self.given_squared else "distance")
+                                               if self.given_squared else "distance", error)
                     except ValueError as explained:  # the learner's words as its cause
                         raise explained from error
                 raise

@@ -408,6 +408,29 @@ def test_a_learners_pairs_are_named_as_the_step_was_given_them(learner, bad, mes
         fitted.fit(names)
 
 
+def test_a_learners_refusal_for_another_reason_is_not_explained_as_a_self_distance():
+    # MEG takes a table with a self-distance (it warns); refusing a parameter of its
+    # own, its refusal reaches the user as it is, not "an object's distance to itself"
+    table = pd.DataFrame({"a": ["x", "y", "z", "x", "w"], "b": ["y", "z", "x", "x", "y"],
+                          "distance": [1.0, 2.0, 1.5, 0.3, 1.2]})
+    step = KernelDistances(pairs=table[["a", "b"]], targets=table["distance"],
+                           learner=MEGKernelRegressor(max_iter=-1), given_squared=True)
+    with pytest.raises(ValueError, match="The 'max_iter' parameter of MEGKernelRegressor"):
+        step.fit(["x", "y", "z", "w"])
+    # a refusal of the table for another reason than the self-distance: the learner's
+    learner = MEGKernelRegressor(random_state=0)  # trace="auto": all-zero targets refused
+    zeros = table.assign(distance=[0.0, 0.0, 0.0, 0.3, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # MEG's own word of the self-pair
+        with pytest.raises(ValueError) as refused:
+            learner.fit(zeros[["a", "b"]].to_numpy(dtype=object), zeros["distance"])
+        with pytest.raises(ValueError) as through_step:
+            KernelDistances(pairs=zeros[["a", "b"]], targets=zeros["distance"],
+                            learner=learner, given_squared=True).fit(["x", "y", "z", "w"])
+    assert "to itself is 0" not in str(through_step.value)
+    assert str(refused.value) in str(through_step.value)
+
+
 def test_a_learner_refusing_a_self_distance_is_explained_in_the_steps_terms():
     # DefiniteBoostKernel refuses an object at a positive distance from itself; the step
     # names it as without a learner: its row, its value as given (plain, not squared)

@@ -65,6 +65,14 @@ def check_real(values, *, name, kind="array"):
         raise ValueError(f"{name} must be a numeric {kind} ({error}).") from None
 
 
+class SelfDistanceError(ValueError):
+    """A learner refuses a pair of an object with itself at a positive distance.
+
+    Typed so that :class:`~megkernel.KernelDistances` explains this refusal,
+    and no other, in the terms of its own table.
+    """
+
+
 def row_label(index, position):
     """Return the label of row ``position`` of a pandas ``index`` as the user wrote it.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._numerics.validation import check_pair_labels
+from .._numerics.validation import SelfDistanceError, check_pair_labels
 
 __all__ = [
     "DISTANCE_PAIR_FRACTION",
@@ -107,7 +107,7 @@ def pair_sq_distances_from_y(y, pairs, y_kind):
                              "overflows when squared; rescale the distances.")
     loops = np.flatnonzero((pairs[:, 0] == pairs[:, 1]) & (values > 0))
     if loops.size:
-        raise ValueError(f"{name}: pair {loops[0]} is an object with itself at the "
+        raise SelfDistanceError(f"{name}: pair {loops[0]} is an object with itself at the "
                          f"positive distance {values[loops[0]]:.4g}; an object is at "
                          "distance 0 from itself.")
     if np.count_nonzero(pairs[:, 0] != pairs[:, 1]) < 2:
