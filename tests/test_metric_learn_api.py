@@ -443,6 +443,8 @@ def test_messages_name_a_single_pair_and_a_pair_kind_missing(Learner):
     model, X, pairs, signs = _fit(Learner)
     with pytest.raises(ValueError, match=r"one pair of points is X\[np.newaxis\]"):
         model.pair_distance(X[pairs[0]])
+    with pytest.raises(ValueError, match=r"got shape \(10, \d+\)\.$"):  # points: no hint
+        model.predict(X[:10])
     threshold = model.threshold_
     with pytest.raises(ValueError, match="y holds no similar pair"):
         model.calibrate_threshold(X[pairs], -np.ones(len(pairs)), strategy="max_tnr",
@@ -468,3 +470,20 @@ def test_an_array_preprocessor_is_indexed_without_copying_it():
     np.testing.assert_allclose(distances, model.pair_distance(table[pairs].astype(float)),
                                rtol=1e-12)
     assert peak < table.nbytes / 10
+
+
+@pytest.mark.parametrize("Learner", PAIR_LEARNERS)
+def test_thresholds_and_rates_take_any_real_number(Learner):
+    """A Fraction (a numbers.Real numpy's isnan cannot take) is a threshold, a beta
+    and a min_rate like the float it equals."""
+    from fractions import Fraction
+
+    model, X, pairs, signs = _fit(Learner)
+    assert model.set_threshold(Fraction(1, 2)).threshold_ == 0.5
+    for strategy, params in [("f_beta", {"beta": Fraction(1, 2)}),
+                             ("max_tpr", {"min_rate": Fraction(1, 2)})]:
+        as_float = {key: float(value) for key, value in params.items()}
+        expected = model.calibrate_threshold(X[pairs], signs, strategy=strategy,
+                                             **as_float).threshold_
+        assert model.calibrate_threshold(X[pairs], signs, strategy=strategy,
+                                         **params).threshold_ == expected

@@ -11,6 +11,7 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from numbers import Integral, Real
 
@@ -445,7 +446,7 @@ def _check_calibration_params(strategy="accuracy", min_rate=None, beta=1.0):
         raise ValueError(f"min_rate must be a number in [0, 1] for strategy={strategy!r}, "
                          f"got {min_rate!r}.")
     if strategy == "f_beta" and not (isinstance(beta, Real) and not isinstance(beta, bool)
-                                     and np.isfinite(beta)):
+                                     and math.isfinite(beta)):
         raise ValueError(f"beta must be a finite real number, got {beta!r}.")
 
 
@@ -563,7 +564,7 @@ def _check_pairs_of_points(X, n_features=None):
         if pairs_of_points.ndim == 2 and pairs_of_points.shape[1] == 2:
             hint = ("; index pairs, shape (n_pairs, 2), need a preprocessor (the points or a "
                     "callable that loads them, e.g. preprocessor=X)")
-        elif pairs_of_points.ndim == 2:
+        elif pairs_of_points.shape[:1] == (2,) and pairs_of_points.ndim == 2:
             hint = "; one pair of points is X[np.newaxis], shape (1, 2, n_features)"
         raise ValueError("X must hold pairs of points, shape (n_pairs, 2, n_features), "
                          f"got shape {pairs_of_points.shape}{hint}.")
@@ -711,7 +712,7 @@ class _PairInput:
             else threshold
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
             raise ValueError(f"threshold must be a real number, got {type(threshold)}.")
-        if np.isnan(value):
+        if math.isnan(value):  # any Real (a Fraction, a Decimal), not numpy's isnan
             raise ValueError("threshold must be a real number, got NaN.")
         self.threshold_ = float(value)
         return self
@@ -746,6 +747,9 @@ class _PairInput:
             The fitted estimator.
         """
         _check_calibration_params(strategy, min_rate, beta)
+        # any Real (a Fraction too) as a float, which numpy's arithmetic takes
+        beta = float(beta) if strategy == "f_beta" else beta
+        min_rate = float(min_rate) if strategy in ("max_tpr", "max_tnr") else min_rate
         distances = self.pair_distance(X)
         signs = check_pair_labels(y, len(distances), name="y")
         cuts, tp, fp = _cumulative_counts(distances, signs > 0)
