@@ -140,11 +140,16 @@ def test_definiteboosts_prior_note_says_what_shortens_that_fit(monkeypatch):
     assert notes and all("a larger tol" not in n for n in notes), notes
     assert all(n.endswith("To shorten it: give DefiniteBoostKernel a prior of your own, "
                           "init=MEGKernelRegressor(tol=..., max_iter=...).fit(X, y).kernel_ "
-                          "over the same objects (its own tol and max_iter are its "
-                          "projections').") for n in notes), notes
+                          "over the same objects, with squared=False where y holds plain "
+                          "distances (y_kind='distances'); its own tol and max_iter are its "
+                          "projections'.") for n in notes), notes
     monkeypatch.setattr(slow_runs, "clock", _FakeClock(0.001))
     prior = MEGKernelRegressor(tol=1e-2, random_state=0).fit(X, y).kernel_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DefiniteBoostKernel(init=prior, random_state=0, y_kind="sq_distances").fit(X, y)
+        # plain distances (y_kind="distances"): the advice's squared=False gives that prior
+        plain = MEGKernelRegressor(tol=1e-2, random_state=0, squared=False).fit(
+            X, np.sqrt(y)).kernel_
     assert np.all(np.isfinite(model.kernel_))
+    np.testing.assert_allclose(plain, prior, rtol=1e-6, atol=1e-9 * np.abs(prior).max())

@@ -45,8 +45,9 @@ __all__ = ["DefiniteBoostFit", "fit_from_distances", "fit_from_labels"]
 PRIOR_FIT = "DefiniteBoostKernel (its prior, MEG's fit of the distances)"
 #: What shortens that fit (DefiniteBoostKernel's own tol and max_iter do not reach it).
 PRIOR_FIT_SHORTEN = ("give DefiniteBoostKernel a prior of your own, init=MEGKernelRegressor("
-                     "tol=..., max_iter=...).fit(X, y).kernel_ over the same objects (its "
-                     "own tol and max_iter are its projections').")
+                     "tol=..., max_iter=...).fit(X, y).kernel_ over the same objects, with "
+                     "squared=False where y holds plain distances (y_kind='distances'); its "
+                     "own tol and max_iter are its projections'.")
 
 #: Why a refit from distances stops where it does (for its warnings).
 CHOSEN_LENGTH = ("the length at which the held-out pairs ranked best; their score "
