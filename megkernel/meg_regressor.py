@@ -710,13 +710,13 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         self._require_targets(y, X)
         pairs, y, index = self._validate_pair_table(X, y)
         y = self._squared_targets(y, len(pairs))
-        self._warn_self_pairs(pairs, y, index)
         moving = pairs[:, 0] != pairs[:, 1]
         if self.trace == "auto" and moving.any() and not np.any(y[moving] > 0):
             raise ValueError(
                 "Every target of a pair of distinct objects is 0: trace='auto' has "
                 "no scale to learn from. Check the units of y (squares that "
                 "underflowed?), or give the trace.")
+        self._warn_self_pairs(pairs, y, index)  # once the table is taken
         return pairs, y, index
 
     def _validate_more_pairs(self, X, y=None):

@@ -191,10 +191,12 @@ def _kernel_distances_hint(model):
     if learner is None:
         return ""
     name = type(learner).__name__
+    taught = ("the observed entries of the step's distances as a pair table"
+              if step.pairs is None else "the step's pairs and targets")
     return (f" KernelDistances keeps the kernel its {name} learned, not the fitted "
-            f"learner: to see how it learned, fit the learner alone on the step's pairs "
-            f"and targets ({name}(...).fit(pairs, targets), told whether they are "
-            "squared) and draw that.")
+            f"learner: to see how it learned, fit the learner alone on {taught} "
+            f"({name}(...).fit(pairs, targets), in the units the learner reads: see "
+            "the step's given_squared) and draw that.")
 
 
 def _legend(ax, *others):

@@ -267,5 +267,12 @@ def test_a_pipeline_through_kernel_distances_says_how_to_draw_its_learner():
     for model in (step.fit(ids), pipe.fit(ids, labels), search.fit(ids, labels)):
         with pytest.raises(ValueError, match=r"KernelDistances keeps the kernel its "
                                              r"MEGKernelRegressor learned.*fit the learner "
-                                             r"alone"):
+                                             r"alone on the step's pairs and targets"):
             plot_learning_curve(model, _axes())
+    # taught a distance matrix, the step has no pairs: the hint names what it was taught
+    D = np.abs(np.subtract.outer(np.arange(12.0), np.arange(12.0)))
+    matrix = KernelDistances(learner=MEGKernelRegressor(random_state=0, early_stopping=False),
+                             distances=D, objects=ids, given_squared=True).fit(ids)
+    with pytest.raises(ValueError, match=r"alone on the observed entries of the step's "
+                                         r"distances as a pair table"):
+        plot_learning_curve(matrix, _axes())
