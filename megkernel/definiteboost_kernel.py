@@ -452,6 +452,11 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
         kind = resolve_y_kind(self.y_kind, values)
         if kind != "labels":
             _refuse_bad_distances(y, values.ravel(), kind)
+        elif np.isinf(values).any():
+            t = int(np.flatnonzero(np.isinf(values.ravel()))[0])
+            raise ValueError(f"y holds {values.ravel()[t]} at row {row_name(y, t)}, which is no "
+                             "pair label: label every pair +1 (similar) or -1 (dissimilar); "
+                             "distances need y_kind='distances' or 'sq_distances'.")
         missing = np.isnan(values.ravel()) if values.dtype.kind == "f" else np.zeros(1, bool)
         if not missing.any():
             return X, y

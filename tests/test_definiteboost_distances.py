@@ -450,6 +450,7 @@ def test_distances_with_a_negative_marker_under_auto_are_told_what_to_do():
     ("distances", [1.0, -2.0, 3.0, 0.5], "y holds a negative distance at row 1"),
     ("distances", [1.0, np.inf, 3.0, 0.5], "y holds an infinite distance at row 1"),
     ("auto", [1.0, np.nan, -1.0, 1.0], "y has no label at row 1"),
+    ("auto", [1.0, -1.0, np.inf, 1.0], "y holds inf at row 2, which is no pair label"),
 ])
 def test_a_bad_value_of_a_plain_sequence_y_is_named_by_its_position(container, y_kind,
                                                                      values, message):
@@ -464,3 +465,9 @@ def test_a_two_column_y_is_refused_for_its_shape(y_kind):
     y = pd.DataFrame({"d": [1.0, 2.0, 3.0, 4.0], "e": [1.0, -1.0, np.inf, np.nan]})
     with pytest.raises(ValueError, match=r"y should be a 1d array"):
         DefiniteBoostKernel(y_kind=y_kind).fit([[0, 1], [1, 2], [2, 3], [0, 3]], y)
+
+
+def test_an_infinite_label_is_named_by_the_series_label():
+    y = pd.Series([1.0, -1.0, -np.inf, 1.0], index=["p", "q", "r", "s"])
+    with pytest.raises(ValueError, match=r"y holds -inf at row 'r', which is no pair label"):
+        DefiniteBoostKernel().fit([[0, 1], [1, 2], [2, 3], [0, 3]], y)

@@ -389,7 +389,7 @@ def test_a_callable_preprocessor_is_called_with_1d_indicators_as_in_metric_learn
 def test_calibration_params_of_fit_are_refused_by_name_before_the_fit(Learner, params, message):
     """A misspelt key or a list in fit's calibration_params: a ValueError in the
     user's terms before any state changes (not a TypeError naming a private
-    function after the metric is learned)."""
+    function)."""
     X, _, pairs, signs = _data()
     model = Learner(**FAST[Learner])
     with pytest.raises(ValueError, match=message):
