@@ -14,7 +14,12 @@ from scipy.sparse import coo_matrix, triu
 
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances, power_of_four_scale, warn_if_not_psd
-from ._numerics.validation import check_pair_indices, row_label, row_name
+from ._numerics.validation import (
+    check_pair_indices,
+    refuse_bad_distances,
+    row_label,
+    row_name,
+)
 from ._pair_estimator import (
     MAX_INFERRED_OBJECTS,
     ObjectIndex,
@@ -260,29 +265,22 @@ def _table_matrix(pairs, targets, objects, kind="distance"):
                          f"{y.shape}.")
     rows, objects = _pair_index(pairs, values, objects)
 
-    def row(t):  # as the user's table labels it
-        return row_name(targets, t)
+    def pair(t):  # as the user wrote its ids
+        return f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}"
 
-    if np.isinf(y).any():
-        t = int(np.argmax(np.isinf(y)))
-        raise ValueError(f"targets holds an infinite {kind} ({y[t]:.6g}, for the pair "
-                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
-                         f"{row(t)}; mark a missing {kind} with NaN.")
+    # an infinite value first: the scale of round-off below is over finite ones
+    refuse_bad_distances(y, targets, name="targets", kind=kind, pair=pair,
+                         skip=~np.isinf(y))
     known = ~np.isnan(y)
     if not known.all():  # the one rule of a NaN distance: a missing pair, counted
-        first = row(int(np.flatnonzero(~known)[0]))
+        first = row_name(targets, int(np.flatnonzero(~known)[0]))
         warn_user(f"KernelDistances: {int((~known).sum())} of {len(y)} pairs have no "
                   f"distance (NaN, the first at row {first}): left out as missing pairs.",
                   UserWarning)
     loops = known & (rows[:, 0] == rows[:, 1])
     scale = np.abs(y[known & ~loops]).max(initial=0.0)
-    rounding = loops & round_off_self_distances(y, scale)
-    negative = known & (np.nan_to_num(y) < 0) & ~rounding
-    if negative.any():
-        t = int(np.argmax(negative))
-        raise ValueError(f"targets holds a negative {kind} ({y[t]:.6g}, for the pair "
-                         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}) at row "
-                         f"{row(t)}; {kind}s are non-negative (NaN: a missing pair).")
+    refuse_bad_distances(y, targets, name="targets", kind=kind, pair=pair,
+                         skip=loops & round_off_self_distances(y, scale))
     refuse_self_distances(values, targets, y, loops, kind=kind)
     d = len(objects)
     if d > MAX_DENSE_OBJECTS:  # before the d x d matrix

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._numerics.spectral import kernel_pair_sq_distances
-from ._numerics.validation import row_label
+from ._numerics.validation import refuse_bad_distances
 from ._objects_given import _as_float, _shown
 from ._warnings import warn_user
 
@@ -50,12 +50,6 @@ class NewObjects:
         self.named = named
 
 
-def _row_name(table, position):
-    if isinstance(table, (pd.DataFrame, pd.Series)):
-        return f"row {row_label(table.index, position)!r}"
-    return f"row {position}"
-
-
 def new_object_table(new_pairs, new_distances, index, *, read):
     """Validate ``new_pairs`` / ``new_distances`` against the known ``index``.
 
@@ -82,14 +76,8 @@ def new_object_table(new_pairs, new_distances, index, *, read):
         raise ValueError(f"new_distances must have shape ({len(values)},) like new_pairs, "
                          f"got {y.shape}.")
     table = new_distances if isinstance(new_distances, pd.Series) else new_pairs
-    bad = np.isinf(y) | (np.nan_to_num(y) < 0)
-    if bad.any():
-        t = int(np.argmax(bad))
-        what = "an infinite" if np.isinf(y[t]) else "a negative"
-        raise ValueError(f"new_distances holds {what} distance ({y[t]:.6g}) at "
-                         f"{_row_name(table, t)} (the pair {_shown(values[t, 0])!r}, "
-                         f"{_shown(values[t, 1])!r}); distances are finite and >= 0 "
-                         "(NaN for a missing one).")
+    refuse_bad_distances(y, table, name="new_distances", pair=lambda t: (
+        f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}"))
     at = _rows_or_missing(index, values.ravel()).reshape(values.shape)
     known = at >= 0
     mixed = known[:, 0] != known[:, 1]

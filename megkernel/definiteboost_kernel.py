@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _progress as progress
 from ._engines import UPDATE_METHOD_CONSTRAINT
 from ._kernel_learner import KernelLearnerMixin
-from ._numerics.validation import check_pair_labels, row_name
+from ._numerics.validation import check_pair_labels, refuse_bad_distances, row_name
 from ._pair_estimator import (
     PairKernelEstimator,
     unchanged_on_error,
@@ -48,22 +48,6 @@ AMBIGUOUS_DISTANCES = (
     "float distances: give y_kind='sq_distances' if they are squared distances (this "
     "result) or y_kind='distances' if they are plain (squared on input). In a "
     "KernelDistances, its given_squared says it for every step.")
-
-
-def _refuse_bad_distances(y, values, kind):
-    """Refuse an infinite or negative distance, naming its row, in ``y_kind``'s convention.
-
-    Checked before scikit-learn's validation, whose message has no row.
-    """
-    bad = np.flatnonzero(np.isinf(values) | (values < 0))
-    if not bad.size:
-        return
-    t = int(bad[0])
-    row = row_name(y, t)
-    what = "an infinite" if np.isinf(values[t]) else "a negative"
-    noun = "distance" if kind == "distances" else "squared distance"
-    raise ValueError(f"y holds {what} {noun} at row {row} ({values[t]:.6g}); {noun}s are "
-                     "finite and non-negative (NaN: a missing pair).")
 
 
 class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimator):
@@ -451,7 +435,9 @@ class DefiniteBoostKernel(KernelLearnerMixin, ClassifierMixin, PairKernelEstimat
             return X, y  # one value a row, or scikit-learn's refusal of y's shape
         kind = resolve_y_kind(self.y_kind, values)
         if kind != "labels":
-            _refuse_bad_distances(y, values.ravel(), kind)
+            # before scikit-learn's validation, whose message has no row
+            refuse_bad_distances(values.ravel().astype(float), y, name="y", kind=(
+                "distance" if kind == "distances" else "squared distance"))
         elif np.isinf(values).any():
             t = int(np.flatnonzero(np.isinf(values.ravel()))[0])
             raise ValueError(f"y holds {values.ravel()[t]} at row {row_name(y, t)}, which is no "

@@ -24,7 +24,7 @@ from ._numerics.validation import (
     MAX_STEP,
     check_pair_indices,
     check_squared_distances,
-    row_name,
+    refuse_bad_distances,
     squares_of_distances,
 )
 from ._pair_estimator import (
@@ -752,7 +752,7 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         return "squared distances" if self.squared else "distances"
 
     def _require_targets(self, y, X=None):
-        """Refuse a missing ``y`` (saying what ``X`` was), and an infinite target by its row.
+        """Refuse a missing ``y`` (saying what ``X`` was), a bad target by its row.
 
         Checked before scikit-learn's validation, whose message has no row.
         """
@@ -767,19 +767,8 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 f"is None (give the {kind} of the pairs of X, one per row){passed}.")
         values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
-        if values.dtype.kind == "f" and (values.ndim == 1 or values.shape[1:] == (1,)):
-            bad = np.flatnonzero(~np.isfinite(values.ravel()))
-            if bad.size:
-                raise ValueError(
-                    f"y contains infinite {kind} (row {row_name(y, bad[0])}: "
-                    f"{values.ravel()[bad[0]]}); "
-                    "give finite ones, or NaN for a pair nobody measured (left out).")
-        if isinstance(y, pd.Series) and values.dtype.kind in "iuf" and values.ndim == 1:
-            negative = np.flatnonzero(values < 0)  # named by the Series' own label
-            if negative.size:
-                raise ValueError(
-                    f"y contains negative {kind} (row {row_name(y, negative[0])}: "
-                    f"{values[negative[0]]:.6g}).")
+        if values.dtype.kind in "iuf" and (values.ndim == 1 or values.shape[1:] == (1,)):
+            refuse_bad_distances(values.ravel().astype(float), y, name="y", kind=kind[:-1])
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""

@@ -56,7 +56,12 @@ from ._kernel_learner import (
 )
 from ._numerics.extension import extension_basis, place_objects, placed_sq_distances
 from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_pair_sq_distances
-from ._numerics.validation import SelfDistanceError, row_label, squares_of_distances
+from ._numerics.validation import (
+    SelfDistanceError,
+    refuse_bad_distances,
+    row_label,
+    squares_of_distances,
+)
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
 from ._objects_cache import (
     _cached_entry,
@@ -326,14 +331,7 @@ def _targets_of_table(targets, given_squared):
     values = _as_float(targets, "targets")
     if values.ndim != 1:
         return targets  # the learner's validation explains the shape
-    labels = targets.index if isinstance(targets, pd.Series) else None
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
-    if bad.size:
-        t = int(bad[0])
-        row = repr(row_label(labels, t)) if labels is not None else t
-        what = "an infinite" if np.isinf(values[t]) else "a negative"
-        raise ValueError(f"targets holds {what} {kind} at row {row} ({values[t]:.6g}); "
-                         f"{kind}s are finite and non-negative (NaN: a missing pair).")
+    refuse_bad_distances(values, targets, name="targets", kind=kind)
     return values if given_squared else squares_of_distances(values, "targets (distances)")
 
 

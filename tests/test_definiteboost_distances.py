@@ -154,10 +154,10 @@ _PAIRS = np.array([[0, 1], [1, 2], [2, 3], [0, 3], [1, 3]])
 _BAD_DISTANCES = {
     "negative distance": (dict(y_kind="sq_distances"),
                           np.array([1.0, -2.0, 3.0, 4.0, 5.0]),
-                          r"negative squared distance at row 1 \(-2\)"),
+                          r"negative squared distance \(-2\) at row 1"),
     "inf distance": (dict(y_kind="distances"),
                      np.array([1.0, 2.0, 3.0, np.inf, 5.0]),
-                     r"infinite distance at row 3 \(inf\)"),
+                     r"infinite distance \(inf\) at row 3"),
     "no distances": (dict(y_kind="sq_distances"), None, "is None: give the pairs'"),
     "string distances": (dict(y_kind="distances"), np.array(list("abcde")),
                          "holds the text 'a' at row 0"),
@@ -406,10 +406,10 @@ def test_deferred_warnings_replay_under_the_users_filters():
 
 
 @pytest.mark.parametrize("y_kind, value, message", [
-    ("distances", -0.5, r"y holds a negative distance at row 'r3' \(-0.5\)"),
-    ("sq_distances", -0.5, r"y holds a negative squared distance at row 'r3' \(-0.5\)"),
-    ("distances", np.inf, r"y holds an infinite distance at row 'r3' \(inf\)"),
-    ("auto", np.inf, r"y holds an infinite squared distance at row 'r3' \(inf\)"),
+    ("distances", -0.5, r"y holds a negative distance \(-0.5\) at row 'r3'"),
+    ("sq_distances", -0.5, r"y holds a negative squared distance \(-0.5\) at row 'r3'"),
+    ("distances", np.inf, r"y holds an infinite distance \(inf\) at row 'r3'"),
+    ("auto", np.inf, r"y holds an infinite squared distance \(inf\) at row 'r3'"),
 ])
 def test_a_bad_distance_is_named_by_its_row(y_kind, value, message):
     # the row as the user's Series labels it, in the convention y_kind says (an infinite
@@ -430,7 +430,7 @@ def test_in_a_pipeline_an_infinite_distance_is_named_as_the_step_was_given_it():
     y["r3"] = np.inf
     step = KernelDistances(learner=DefiniteBoostKernel(objects=ids), pairs=pairs, targets=y,
                            given_squared=False)
-    with pytest.raises(ValueError, match=r"targets holds an infinite distance at row 'r3'"):
+    with pytest.raises(ValueError, match=r"targets holds an infinite distance \(inf\) at row 'r3'"):
         step.fit(ids)
 
 
@@ -447,8 +447,8 @@ def test_distances_with_a_negative_marker_under_auto_are_told_what_to_do():
 
 @pytest.mark.parametrize("container", [list, tuple, np.asarray])
 @pytest.mark.parametrize("y_kind, values, message", [
-    ("distances", [1.0, -2.0, 3.0, 0.5], "y holds a negative distance at row 1"),
-    ("distances", [1.0, np.inf, 3.0, 0.5], "y holds an infinite distance at row 1"),
+    ("distances", [1.0, -2.0, 3.0, 0.5], r"y holds a negative distance \(-2\) at row 1"),
+    ("distances", [1.0, np.inf, 3.0, 0.5], r"y holds an infinite distance \(inf\) at row 1"),
     ("auto", [1.0, np.nan, -1.0, 1.0], "y has no label at row 1"),
     ("auto", [1.0, -1.0, np.inf, 1.0], "y holds inf at row 2, which is no pair label"),
 ])

@@ -629,9 +629,9 @@ def test_a_nan_distance_is_missing_with_or_without_a_learner():
 
 
 @pytest.mark.parametrize("y, message", [
-    ([1.0, np.inf, 2.0], r"infinite squared distances \(row 1: inf\)"),
+    ([1.0, np.inf, 2.0], r"infinite squared distance \(inf\) at row 1"),
     (["1", "2", "3"], "holds the text '1' at row 0"),
-    ([1.0, -2.0, 3.0], r"negative squared distances \(min -2, row 1\)"),
+    ([1.0, -2.0, 3.0], r"negative squared distance \(-2\) at row 1"),
 ])
 def test_the_learner_names_the_row_of_a_bad_target(y, message):
     with pytest.raises(ValueError, match=message):

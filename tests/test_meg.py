@@ -442,8 +442,10 @@ _GOOD_Y = np.array([0.3, 0.1, 0.2])
 
 _BAD_TRIALS = {
     "all distances missing": (_GOOD_PAIRS, [np.nan, np.nan, np.nan], "every one of the 3"),
-    "inf distance": (_GOOD_PAIRS, [0.3, np.inf, 0.2], r"infinite squared distances \(row 1"),
-    "negative distance": (_GOOD_PAIRS, [0.3, -0.1, 0.2], "negative squared distances"),
+    "inf distance": (_GOOD_PAIRS, [0.3, np.inf, 0.2],
+                     r"infinite squared distance \(inf\) at row 1"),
+    "negative distance": (_GOOD_PAIRS, [0.3, -0.1, 0.2],
+                          r"negative squared distance \(-0.1\) at row 1"),
     "non-integer index": (np.array([[0, 1.5], [1, 2], [3, 4]]), _GOOD_Y, "integer"),
     "nan index": (np.array([[0, np.nan], [1, 2], [3, 4]]), _GOOD_Y, "NaN|infinite"),
     "negative index": (np.array([[0, -1], [1, 2], [3, 4]]), _GOOD_Y, "negative object index"),

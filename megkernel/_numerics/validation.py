@@ -94,6 +94,29 @@ def row_name(container, position):
     return str(int(position))
 
 
+def refuse_bad_distances(values, container, *, name, kind="distance", pair=None, skip=None):
+    """Refuse an infinite or negative distance, naming its row: one wording everywhere.
+
+    ``values``: the distances as floats (NaN, a missing pair, passes);
+    ``container``: what the user gave, whose rows name the place
+    (:func:`row_name`); ``name``: the argument; ``kind``: ``"distance"`` or
+    ``"squared distance"``, the user's convention; ``pair(t)``: the text of
+    row ``t``'s pair, if known; ``skip``: rows not to check (e.g. round-off
+    self-distances).
+    """
+    bad = np.isinf(values) | (np.nan_to_num(values) < 0)
+    if skip is not None:
+        bad &= ~skip
+    if not bad.any():
+        return
+    t = int(np.argmax(bad))
+    what = "an infinite" if np.isinf(values[t]) else "a negative"
+    of = "" if pair is None else f", for the pair {pair(t)}"
+    raise ValueError(f"{name} holds {what} {kind} ({values[t]:.6g}{of}) at row "
+                     f"{row_name(container, t)}; {kind}s are finite and non-negative (NaN: "
+                     "a missing pair).")
+
+
 def _refuse_text(values, name, kind, labels=None):
     """Refuse the first entry of an object array that is no number, naming its place."""
     for position, value in enumerate(values.ravel().tolist()):
