@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ._numerics.limits import MAX_SCALE
 from ._numerics.spectral import kernel_pair_sq_distances
 from ._numerics.validation import row_label
 from ._objects_given import _as_float, _shown
@@ -95,7 +96,15 @@ def new_object_table(new_pairs, new_distances, index, *, read):
     mixed = known[:, 0] != known[:, 1]
     named = set(pd.unique(values[~known]).tolist())
     keep = np.flatnonzero(mixed & ~np.isnan(y))
-    sq = np.asarray(read(y), dtype=float)
+    with np.errstate(over="ignore"):
+        sq = np.asarray(read(y), dtype=float)
+    huge = ~np.isnan(sq) & ~(sq <= MAX_SCALE)  # squares that overflow, or beyond the range
+    if huge.any():
+        t = int(np.argmax(huge))
+        raise ValueError(f"new_distances holds {y[t]:.6g} at {_row_name(table, t)} (the "
+                         f"pair {_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}), beyond "
+                         f"the range the library computes with (squared distances up to "
+                         f"{MAX_SCALE:.0e}): give the distances in smaller units.")
     first_new = ~known[keep, 0]
     new_ids = np.where(first_new, values[keep, 0], values[keep, 1])
     old_rows = np.where(first_new, at[keep, 1], at[keep, 0])

@@ -323,3 +323,32 @@ def test_new_distances_are_read_as_the_learner_read_its_table(learner_squared):
     # its distances to the others as the original's, within the placement's error
     others = np.delete(np.arange(60), copy_of)
     assert np.corrcoef(row[others], known[copy_of, others])[0, 1] > 0.95
+
+
+@pytest.mark.parametrize("given_squared", [None, True])
+def test_a_new_distance_beyond_the_library_s_range_names_its_row(given_squared):
+    """One huge distance among ordinary ones: the call's median passes the units check,
+    but its square is beyond what the placement computes with (it gave rows of NaN)."""
+    step, given = _step(given_squared=given_squared)
+    given = given.copy()
+    given.index = [f"r{i}" for i in range(len(given))]
+    step.set_params(new_distances=given)
+    before = step.transform(["n0"])
+    huge = given.copy()
+    huge.iloc[3] = 1e200
+    step.set_params(new_distances=huge)
+    with pytest.raises(ValueError, match="1e\\+200 at row 'r3' .*squared distances up to "
+                       "1e\\+100"):
+        step.transform(["n0"])
+    step.set_params(new_distances=given)
+    np.testing.assert_array_equal(step.transform(["n0"]), before)
+
+
+def test_the_largest_new_distance_the_library_takes_is_placed_without_overflow():
+    step, given = _step(given_squared=True)
+    given = (given**2).copy()
+    given.iloc[0] = 1e100  # the largest squared distance computed with
+    step.set_params(new_distances=given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(step.transform(["n0"])).all()
