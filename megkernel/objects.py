@@ -884,8 +884,15 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             position[self._fit_rows] = np.arange(len(self._fit_rows))
             block = np.full((len(new_ids), len(self._fit_rows)), np.nan)
             for i, (at, sq) in enumerate(zip(rows, given_sq)):
-                inside = position[at] >= 0
-                block[i, position[at[inside]]] = sq[inside]
+                # repeats averaged in the table's convention, as a known pair's are
+                known, first, where = np.unique(at, return_index=True, return_inverse=True)
+                values = sq if self._given_is_squared else np.sqrt(sq)
+                counts = np.bincount(where)
+                mean = np.bincount(where, values) / counts
+                mean = np.where(counts > 1, mean if self._given_is_squared else mean**2,
+                                sq[first])  # a single distance as given, to the bit
+                inside = position[known] >= 0
+                block[i, position[known[inside]]] = mean[inside]
             return _converted(block, True, self.squared)
         unit = state["unit"]
         if unit is None:  # no units from the fit: the typical distances match

@@ -352,3 +352,25 @@ def test_the_largest_new_distance_the_library_takes_is_placed_without_overflow()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isfinite(step.transform(["n0"])).all()
+
+
+@pytest.mark.parametrize("given_squared", [None, True])
+def test_without_a_learner_a_repeated_new_pair_is_averaged_as_a_known_one(given_squared):
+    """The docs: repeated pairs, in either order, are averaged (a known pair's repeats
+    are); a new pair's repeats gave the largest of them."""
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    other = ~pairs.isin(["k0", "k1"]).all(axis=1)  # k0-k1 only as the repeats below
+    pairs, targets = pairs[other], targets[other]
+    repeats = [["x", "k0"], ["k0", "x"], ["k0", "k1"], ["k1", "k0"], ["x", "k5"]]
+    step = KernelDistances(
+        pairs=pd.concat([pairs, pd.DataFrame(repeats[2:4], columns=["a", "b"])]),
+        targets=pd.concat([targets, pd.Series([1.0, 3.0])]), given_squared=given_squared,
+        new_pairs=[repeats[1], repeats[0], repeats[4]], new_distances=[3.0, 1.0, 2.0],
+    ).fit(ids[:60])
+    known = step.transform(["k0"])[0, 1]
+    new = step.transform(["x"])[0]
+    mean = np.sqrt(2.0) if given_squared else 2.0  # in the table's convention
+    assert known == pytest.approx(mean)
+    assert new[0] == pytest.approx(known)
+    assert new[5] == pytest.approx(np.sqrt(2.0) if given_squared else 2.0)
