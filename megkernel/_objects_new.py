@@ -43,12 +43,17 @@ class NewObjects:
         New id -> ndarray of those squared distances (the user's units).
     named : set
         Every new id the table names (also those without a usable distance).
+    median_sq : float
+        The median of all the table's usable squared distances (new to known
+        objects): what the units are judged and matched by, so that an
+        object's row does not depend on the other ids of a call.
     """
 
-    def __init__(self, rows, sq_distances, named):
+    def __init__(self, rows, sq_distances, named, median_sq):
         self.rows = rows
         self.sq_distances = sq_distances
         self.named = named
+        self.median_sq = median_sq
 
 
 def _row_name(table, position):
@@ -118,7 +123,8 @@ def new_object_table(new_pairs, new_distances, index, *, read):
         rows, values = old_rows[chosen].astype(np.intp), sq_kept[chosen]
         canonical = np.lexsort((values, rows))  # the table's row order changes nothing
         grouped_rows[key], grouped_sq[key] = rows[canonical], values[canonical]
-    return NewObjects(grouped_rows, grouped_sq, named)
+    median_sq = float(np.median(sq_kept)) if sq_kept.size else np.nan
+    return NewObjects(grouped_rows, grouped_sq, named, median_sq)
 
 
 def _rows_or_missing(index, ids):
@@ -183,13 +189,12 @@ def unit_factor(kernel_sq, observed_sq):
     return float(np.exp(np.median(np.log(kernel_sq[usable]) - np.log(observed_sq[usable]))))
 
 
-def check_units(sq_in_kernel_units, reference, *, fitted_units):
+def check_units(given, reference, *, fitted_units):
     """Warn about, or refuse, new distances grossly off the fit's typical distance.
 
-    ``sq_in_kernel_units``: all the call's given squared distances, converted;
+    ``given``: the median of the table's new squared distances, converted;
     ``reference``: the fit's median squared distance.
     """
-    given = float(np.median(sq_in_kernel_units))
     if not (given > 0 and reference > 0):
         return
     ratio = given / reference

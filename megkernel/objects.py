@@ -541,10 +541,11 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         as ``given_squared`` says, in the fit's units: those of the
         side information's distances (a learner's targets are read by its
         ``squared_distances_of``) or of the fixed kernel. New distances whose
-        median is more than 10 times (in distance) from the fit's typical
-        distance warn, more than 100 times are refused (other units). A
-        learner of pair labels gives the kernel no units: each call then
-        takes its new distances' median as the kernel's typical distance.
+        median (over the table, whichever ids a call asks for) is more than
+        10 times (in distance) from the fit's typical distance warn, more
+        than 100 times are refused (other units). A learner of pair labels
+        gives the kernel no units: the table's median is then taken as the
+        kernel's typical distance.
 
     Attributes
     ----------
@@ -877,9 +878,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         rows = [table.rows[key] for key in new_ids]
         given_sq = [table.sq_distances[key] for key in new_ids]
         state = self._extension_state()
-        everything = np.concatenate(given_sq)
         if self._given is not None:  # the user's own distances: the given ones, no more
-            check_units(everything, state["reference"], fitted_units="the given distances")
+            check_units(table.median_sq, state["reference"],
+                        fitted_units="the given distances")
             position = np.full(len(self.objects_), -1)
             position[self._fit_rows] = np.arange(len(self._fit_rows))
             block = np.full((len(new_ids), len(self._fit_rows)), np.nan)
@@ -895,10 +896,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                 block[i, position[known[inside]]] = mean[inside]
             return _converted(block, True, self.squared)
         unit = state["unit"]
-        if unit is None:  # no units from the fit: the typical distances match
-            unit = state["reference"] / max(float(np.median(everything)), np.finfo(float).tiny)
+        if unit is None:  # no units from the fit: the table's typical distance is the fit's
+            unit = state["reference"] / max(table.median_sq, np.finfo(float).tiny)
         else:
-            check_units(unit * everything, state["reference"],
+            check_units(unit * table.median_sq, state["reference"],
                         fitted_units="squared in the kernel's units")
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)

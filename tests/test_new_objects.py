@@ -374,3 +374,24 @@ def test_without_a_learner_a_repeated_new_pair_is_averaged_as_a_known_one(given_
     assert known == pytest.approx(mean)
     assert new[0] == pytest.approx(known)
     assert new[5] == pytest.approx(np.sqrt(2.0) if given_squared else 2.0)
+
+
+def test_without_units_from_the_fit_a_new_object_s_row_does_not_depend_on_its_batch():
+    """A learner of pair labels gives the kernel no units: the new distances' median is
+    matched to the kernel's typical distance. That median was the call's, so a new
+    object's row changed with the other ids of the same transform (a k-NN's predict of
+    one object against a batch); it is the table's."""
+    ids, _, _, distances = _clusters()
+    a, b = np.triu_indices(60, 1)
+    close = distances[a, b] < np.quantile(distances[a, b], 0.1)
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=10)
+    step = KernelDistances(learner=DefiniteBoostKernel(random_state=0, objects=ids[:60]),
+                           pairs=np.column_stack([ids[a[close]], ids[b[close]]]),
+                           new_pairs=new_pairs, new_distances=new_distances)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.fit(ids[:60])
+    batch = step.transform(ids[60:])
+    for i in (0, 5):
+        np.testing.assert_array_equal(step.transform([ids[60 + i]])[0], batch[i])
+    np.testing.assert_array_equal(step.transform(["n3", "k2"])[0], batch[3])
