@@ -395,3 +395,32 @@ def test_without_units_from_the_fit_a_new_object_s_row_does_not_depend_on_its_ba
     for i in (0, 5):
         np.testing.assert_array_equal(step.transform([ids[60 + i]])[0], batch[i])
     np.testing.assert_array_equal(step.transform(["n3", "k2"])[0], batch[3])
+
+
+def test_a_missing_id_in_new_pairs_is_named_by_its_row():
+    """A None or NaN id was dropped while grouping the rows: asked for, it 'has no
+    distance to any known object' (it had one); not asked for, its row went unseen."""
+    for missing in (None, np.nan):
+        step, _ = _step(new_pairs=pd.DataFrame({"new": ["x", missing], "known": ["k0", "k1"]},
+                                               index=["p", "q"]),
+                        new_distances=[1.0, 2.0])
+        with pytest.raises(ValueError, match="new_pairs has a missing id .* row 'q', "
+                           "column 'new'"):
+            step.transform(["x"])
+
+
+def test_new_ids_of_another_kind_than_the_fit_s_are_refused_naming_both():
+    """Known ids 0..59 and a new table read from text ('3'): the known partner '3' is
+    no id of the fit, so the new object seemed paired only with other new ones."""
+    _, _, points, distances = _clusters()
+    step = KernelDistances(kernel=points[:60] @ points[:60].T,
+                           new_pairs=[["x", "3"], ["x", "7"]],
+                           new_distances=[1.0, 2.0]).fit(np.arange(60))
+    with pytest.raises(ValueError, match="new_pairs names str ids .*'x'.* the fit's "
+                       "objects are number ids .*0"):
+        step.transform(["x"])
+    step.set_params(new_pairs=[["x", 3], ["x", 7]])
+    with pytest.raises(ValueError, match="new_pairs mixes kinds of object ids"):
+        step.transform(["x"])
+    step.set_params(new_pairs=[[100, 3], [100, 7]])
+    assert step.transform([100]).shape == (1, 60)
