@@ -135,6 +135,11 @@ _NEW_HINT = (" An object the fit never saw is placed from its distances to known
              "objects: give them as new_pairs= and new_distances=.")
 
 
+_NEW_FIT_HINT = (" The objects of new_pairs are placed by transform and predict, never "
+                 "fitted: fit on ids of objects_ (in a search, split those and predict "
+                 "the new ones after).")
+
+
 def _check_kernel_learner(learner):
     """Refuse a learner without the kernel-learner protocol, naming what it lacks."""
     missing = [name for name in PROTOCOL_METHODS if not callable(getattr(learner, name, None))]
@@ -692,8 +697,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                     check_psd=self.kernel is not None)
                  if given is None else 1.0)
         index = ObjectIndex(objects)
-        rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
-                          else _UNKNOWN_HINT_GIVEN)
+        hint = _UNKNOWN_HINT if given is None else _UNKNOWN_HINT_GIVEN
+        rows = index.rows(fit_objects, hint=hint if self.new_pairs is None
+                          else hint + _NEW_FIT_HINT)
         # the given distances, for the verdict (labels) or to keep beside the kernel
         needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None

@@ -424,3 +424,14 @@ def test_new_ids_of_another_kind_than_the_fit_s_are_refused_naming_both():
         step.transform(["x"])
     step.set_params(new_pairs=[[100, 3], [100, 7]])
     assert step.transform([100]).shape == (1, 60)
+
+
+def test_fitting_on_a_new_object_says_that_new_objects_are_placed_not_fitted():
+    """cross_val_score over known and new ids: a split fits on new ids. The refusal
+    named only objects_ and a learner's objects=, not new_pairs, which the user set."""
+    ids, labels, _, _ = _clusters()
+    step, _ = _step()
+    with pytest.raises(ValueError, match="'n0'.*new_pairs are placed by transform and "
+                       "predict, never fitted"):
+        step.fit(ids, labels)
+    assert step.objects_.tolist() == ids[:60].tolist()  # the earlier fit stands
