@@ -135,6 +135,21 @@ _NEW_HINT = (" An object the fit never saw is placed from its distances to known
              "objects: give them as new_pairs= and new_distances=.")
 
 
+def _warn_single_partners(new_ids, rows):
+    """Warn of new objects whose distances are all to one known object (none kept)."""
+    single = [key for key, at in zip(new_ids, rows) if np.unique(at).size < 2]
+    if not single:
+        return
+    warn_user(
+        f"KernelDistances: {len(single)} of the {len(new_ids)} new objects placed (the "
+        f"first: {_shown(single[0])!r}) have distances to only one known object. One "
+        "distance does not say where an object lies (the placement's unknown norm "
+        "absorbs it): each is placed at the known objects' centre, whoever its partner, "
+        "so its neighbours are the kernel's guess, the same for all of them. Give each "
+        "new object distances to two or more known objects (learner=None serves the "
+        "given distance itself).", UserWarning)
+
+
 _NEW_FIT_HINT = (" The objects of new_pairs are placed by transform and predict, never "
                  "fitted: fit on ids of objects_ (in a search, split those and predict "
                  "the new ones after).")
@@ -907,6 +922,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         else:
             check_units(unit * table.median_sq, state["reference"],
                         fitted_units="squared in the kernel's units")
+        if getattr(self, "_paths", None) is None and getattr(self, "_kept_given", None) is None:
+            _warn_single_partners(new_ids, rows)
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
         if getattr(self, "_paths", None) is not None:  # their given partners' evidence

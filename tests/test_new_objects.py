@@ -162,7 +162,8 @@ def test_a_new_object_without_a_distance_to_a_known_one_is_named():
     pairs = pd.DataFrame({"new": ["n0", "n1", "n1"], "known": ["n1", "k0", "k2"]})
     step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
                            new_distances=[1.0, 1.0, np.nan]).fit(ids[:60])
-    step.transform(["n1"])  # one distance suffices
+    with pytest.warns(UserWarning, match="only one known object"):
+        step.transform(["n1"])  # one distance is placed (at the centre), with a warning
     with pytest.raises(ValueError, match="new object 'n0' has no distance to any known"):
         step.transform(["n0"])
     step.set_params(new_distances=[1.0, np.nan, np.nan])
@@ -435,3 +436,25 @@ def test_fitting_on_a_new_object_says_that_new_objects_are_placed_not_fitted():
                        "predict, never fitted"):
         step.fit(ids, labels)
     assert step.objects_.tolist() == ids[:60].tolist()  # the earlier fit stands
+
+
+def test_a_new_object_with_one_known_partner_is_placed_at_the_centre_and_warned_about():
+    """One distance does not locate an object: the placement's unknown norm absorbs it,
+    so the object lands on the known objects' centre whoever its partner and whatever
+    the distance (a copy of k7, at distance 0 from it, is not nearest to k7). The docs
+    said any m >= 1 places an object; it now warns, naming it."""
+    ids, _, points, _ = _clusters()
+    kernel = points[:60] @ points[:60].T
+    step = KernelDistances(kernel=kernel, objects=ids[:60],
+                           new_pairs=[["copy of k7", "k7"], ["copy of k7", "k7"],
+                                      ["other", "k30"], ["two", "k7"], ["two", "k8"]],
+                           new_distances=[0.0, 0.0, 0.0, 0.0, 1.0]).fit(ids[:60])
+    with pytest.warns(UserWarning, match="2 of the 3 new objects .*'copy of k7'.* only "
+                      "one known object") as caught:
+        rows = step.transform(["copy of k7", "other", "two"])
+    assert len(caught) == 1
+    np.testing.assert_array_equal(rows[0], rows[1])  # the same place, whoever the partner
+    assert np.argmin(rows[0]) != 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step.transform(["two", "k3"])  # two partners: no warning
