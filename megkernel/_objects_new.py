@@ -17,7 +17,7 @@ from ._numerics.limits import MAX_SCALE
 from ._numerics.spectral import kernel_pair_sq_distances
 from ._numerics.validation import row_label
 from ._objects_given import _as_float, _shown
-from ._pair_estimator import _id_kind, check_id_kinds
+from ._pair_estimator import check_id_kinds, check_kind_of_known
 from ._warnings import warn_user
 
 #: Squared distances more than this factor (10 in distance) away from the
@@ -98,7 +98,7 @@ def new_object_table(new_pairs, new_distances, index, *, read):
                          f"{_row_name(table, t)} (the pair {_shown(values[t, 0])!r}, "
                          f"{_shown(values[t, 1])!r}); distances are finite and >= 0 "
                          "(NaN for a missing one).")
-    _check_kind(values, index.objects)
+    check_kind_of_known(values, index.objects, name="new_pairs", known="the fit's objects")
     at = _rows_or_missing(index, values.ravel()).reshape(values.shape)
     known = at >= 0
     mixed = known[:, 0] != known[:, 1]
@@ -128,21 +128,6 @@ def new_object_table(new_pairs, new_distances, index, *, read):
         grouped_rows[key], grouped_sq[key] = rows[canonical], values[canonical]
     median_sq = float(np.median(sq_kept)) if sq_kept.size else np.nan
     return NewObjects(grouped_rows, grouped_sq, named, median_sq)
-
-
-def _check_kind(values, objects):
-    """Refuse new pairs whose ids are of another kind than the fit's objects.
-
-    Ids are kept as given, never converted: ``'3'`` read from a text file is
-    no id of a fit over ``0..n-1``, and its row would pair two new objects.
-    """
-    ours, theirs = _id_kind(values[0, 0]), _id_kind(objects[0])
-    if ours != theirs:
-        raise ValueError(
-            f"new_pairs names {ours} ids (e.g. {_shown(values[0, 0])!r}) but the fit's "
-            f"objects are {theirs} ids (e.g. {_shown(objects[0])!r}): ids are kept exactly "
-            "as given, never converted, so no id of new_pairs could name a known object. "
-            "Give them as the fit's ids are.")
 
 
 def _rows_or_missing(index, ids):

@@ -50,6 +50,7 @@ __all__ = [
     "ObjectIndex",
     "check_class_labels",
     "check_id_kinds",
+    "check_kind_of_known",
     "object_ids",
     "declared_n_objects",
     "initial_state",
@@ -171,6 +172,26 @@ def check_id_kinds(X, *, name="X"):
                 f"{b!r} ({at_b}). Ids are kept exactly as given, never converted: give "
                 f"them all as one kind (e.g. all str).")
     return X
+
+
+def check_kind_of_known(values, objects, *, name, known):
+    """Refuse ids ``values`` (one kind, checked) of another kind than ``objects``'.
+
+    Ids are kept as given, never converted: ``'3'`` read from a text file is
+    no id of a model over ``0..n-1``, so such ids could name no known object.
+    ``known``: what to call ``objects`` in the message.
+    """
+    first = np.asarray(values, dtype=object).ravel()
+    if not first.size or not len(objects):
+        return
+    ours, theirs = _id_kind(first[0]), _id_kind(objects[0])
+    if ours != theirs:
+        shown = first[0].item() if isinstance(first[0], np.generic) else first[0]
+        theirs_shown = objects[0].item() if isinstance(objects[0], np.generic) else objects[0]
+        raise ValueError(
+            f"{name} names {ours} ids (e.g. {shown!r}) but {known} are {theirs} ids (e.g. "
+            f"{theirs_shown!r}): ids are kept exactly as given, never converted, so no id "
+            f"of {name} could name a known object. Give them as those ids are.")
 
 
 def _check_no_nan(values, name, where):

@@ -31,6 +31,8 @@ from ._numerics.validation import (
 from ._pair_estimator import (
     ObjectIndex,
     PairKernelEstimator,
+    check_id_kinds,
+    check_kind_of_known,
     square_hint,
     unchanged_on_error,
     validate_pairs,
@@ -616,6 +618,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                              "name the objects by id (objects=[...] or ids in the pairs), "
                              "with no init_factor (a batch fit from 1500 objects on learns "
                              "a subspace model, which cannot grow either).")
+        X = check_id_kinds(X)  # the ids' rule on X, before the objects grow by its ids
+        check_kind_of_known(X.to_numpy(dtype=object) if isinstance(X, pd.DataFrame) else X,
+                            index.objects, name="X", known="the model's objects")
         self._require_targets(y, X)
         sq_targets = self._squared_targets(y, len(X))
         check_target_range(sq_targets)  # as the trials would, before the kernel grows

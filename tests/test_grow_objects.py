@@ -133,3 +133,20 @@ def test_a_grown_kernel_beyond_double_precision_is_refused_in_the_user_s_terms(f
     assert "grown kernel" not in str(caught.value)
     assert len(model.objects_) == 30
     np.testing.assert_array_equal(model.kernel_, before)
+
+
+@pytest.mark.parametrize("pairs, words", [
+    ([["o02", "o01"], [5, "o01"]], "X mixes kinds of object ids: .*number 5 \\(row 1, "
+     "column 0\\)"),
+    ([["o02", "o01"], [None, "o01"]], "X has a missing id \\(None\\) at row 1, column 0"),
+    ([[5, 6], [7, 6]], "X names number ids \\(e.g. 5\\) but the model's objects are str "
+     "ids"),
+])
+def test_new_ids_are_checked_against_the_ids_rule_in_the_user_s_terms(pairs, words):
+    """Growing checked the ids' rule on the grown list of objects, so the refusal named
+    'objects' (never given) at its row 30; or, for ids all of another kind than the
+    model's, said the new id was paired with no known object."""
+    model, _, _ = _fitted()
+    with pytest.raises(ValueError, match=words):
+        model.partial_fit(np.array(pairs, dtype=object), [1.0, 1.0])
+    assert len(model.objects_) == 30
