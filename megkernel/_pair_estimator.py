@@ -151,6 +151,8 @@ def check_id_kinds(X, *, name="X"):
             X = values
     if values.ndim not in (1, 2):
         return X
+    if values.size and pd.api.types.infer_dtype(values.ravel(), skipna=False) == "string":
+        return X  # every id a str (none missing): one kind, without a loop over them
     if where is None:
         def where(i, j):
             return f"row {i}" + (f", column {j}" if values.ndim == 2 else "")
