@@ -793,18 +793,22 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     def _reading_of_new_distances(self):
         """Return how ``new_distances`` become squared distances: as the fit read its own.
 
-        ``given_squared`` says; unset, a learner taught a pair table reads
-        the new distances as it read its targets (``squared_distances_of``,
-        in the units the kernel was fitted to), otherwise they are plain.
+        ``given_squared`` says; unset, a learner taught a pair table (or a
+        stream of its chunks) reads the new distances as it read its targets
+        (``squared_distances_of``, in the units the kernel was fitted to),
+        otherwise they are plain.
         """
         if self.given_squared is not None:
             return (lambda y: y) if self.given_squared else np.square
         streamed = callable(self.pairs) and not hasattr(self.pairs, "__array__")
+        if streamed and self.learner is not None:  # its chunks as the learner read them
+            of = self._stream_reading()
+            return np.square if of is None else of
         of = getattr(self.learner, "squared_distances_of", None)
         if (of is not None and self.distances is None and self.pairs is not None
-                and not streamed and observed_distances_known(self.learner, self.targets)):
+                and observed_distances_known(self.learner, self.targets)):
             return of
-        return (lambda y: y) if self.given_squared else np.square
+        return np.square
 
     def _taught_sq_distances(self, targets):
         """Return the squared distances (the kernel's units) the learner was taught, or None.
@@ -1185,6 +1189,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         entry = self._learned(pairs, targets, objects)
         return _read_only(entry.kernel), None, _read_only(entry.objects), entry.weak
 
+    def _stream_reading(self):
+        """Return how the learner reads a stream's targets alone (``squared_distances_of``).
+
+        ``None`` when they are no distances to it (or it cannot say).
+        """
+        probe = np.array([0.5, 2.0])
+        if not self.learner.targets_are_distances(probe):
+            return None
+        return getattr(self.learner, "squared_distances_of", None)
+
     def _streamed(self):
         if self.learner is None:
             raise ValueError("A stream of (pairs, targets) chunks needs a learner with "
@@ -1197,8 +1211,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         scan = _scan_stream(self.pairs)
         if self.given_squared is None:
             probe = np.array([0.5, 2.0])  # squared or plain: the two readings differ
-            of = (getattr(learner, "squared_distances_of", None)
-                  if learner.targets_are_distances(probe) else None)
+            of = self._stream_reading()
             sq = None if of is None else of(probe)
             if sq is not None and not np.array_equal(np.asarray(sq, dtype=float), probe**2):
                 warn_user(_unset_message(type(learner).__name__), FutureWarning)

@@ -458,3 +458,37 @@ def test_a_new_object_with_one_known_partner_is_placed_at_the_centre_and_warned_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         step.transform(["two", "k3"])  # two partners: no warning
+
+
+class _Chunks:
+    """A re-iterable stream of (pairs, targets) chunks of a pair table."""
+
+    def __init__(self, pairs, targets, size=200):
+        self.pairs, self.targets, self.size = pairs, targets, size
+
+    def __call__(self):
+        for start in range(0, len(self.targets), self.size):
+            yield (self.pairs[start:start + self.size], self.targets[start:start + self.size])
+
+
+def test_a_stream_s_new_distances_are_read_as_its_targets_are():
+    """given_squared unset: MEG reads a stream's targets as squared distances (as alone,
+    with a FutureWarning); the new distances, in the same table's convention, were read
+    as plain ones and squared again, so a copy of a known object given its squared
+    distances to all the others was placed as if they were fourth powers. Read as the
+    fit read its own, the placement is given_squared=True's."""
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    stream = _Chunks(pairs.to_numpy(dtype=object), targets.to_numpy() ** 2)
+    copy_of = 7
+    others = np.delete(np.arange(60), copy_of)
+    new_pairs = pd.DataFrame({"new": "copy", "known": ids[others]})
+    rows = {}
+    for given_squared in (None, True):
+        step = KernelDistances(learner=MEGKernelRegressor(random_state=0), pairs=stream,
+                               given_squared=given_squared, new_pairs=new_pairs,
+                               new_distances=distances[copy_of, others] ** 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows[given_squared] = step.fit(ids[:60]).transform(["copy"])[0]
+    np.testing.assert_allclose(rows[None], rows[True], rtol=1e-9)
