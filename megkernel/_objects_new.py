@@ -15,7 +15,7 @@ import pandas as pd
 
 from ._numerics.limits import MAX_SCALE
 from ._numerics.spectral import kernel_pair_sq_distances
-from ._numerics.validation import row_label
+from ._numerics.validation import in_scale_range, row_label
 from ._objects_given import _as_float, _shown
 from ._pair_estimator import check_id_kinds, check_kind_of_known
 from ._warnings import warn_user
@@ -190,6 +190,27 @@ def unit_factor(kernel_sq, observed_sq):
     if not usable.any():
         return None
     return float(np.exp(np.median(np.log(kernel_sq[usable]) - np.log(observed_sq[usable]))))
+
+
+def matched_unit(median_sq, reference):
+    """Squared kernel units per squared unit of the new distances, their medians matched.
+
+    For a kernel without units (a learner of pair labels, a stream): the
+    table's median squared distance ``median_sq`` is taken for the kernel's
+    typical one, ``reference``. A ``ValueError`` where that cannot be done.
+    """
+    with np.errstate(divide="ignore", over="ignore"):
+        unit = reference / median_sq if median_sq > 0 else np.inf
+    if not in_scale_range(unit):
+        raise ValueError(
+            f"The median of new_distances is {np.sqrt(median_sq):.3g} (squared "
+            f"{median_sq:.3g}): the kernel's learner gave it no units (pair labels, or "
+            "a stream), so the new distances' median is taken for the kernel's typical "
+            f"distance ({np.sqrt(reference):.3g} in its units), and this median cannot be "
+            "matched to it (half the distances or more are 0, or too small to square in "
+            "double precision). Give the new distances in larger units, or learn the "
+            "kernel from distances (MEGKernelRegressor), which fixes their units.")
+    return float(unit)
 
 
 def check_units(given, reference, *, fitted_units):

@@ -87,6 +87,7 @@ from ._objects_given import (
 from ._objects_new import (
     _known,
     check_units,
+    matched_unit,
     new_object_table,
     reference_sq_distance,
     rows_of_new,
@@ -922,7 +923,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             return _converted(block, True, self.squared)
         unit = state["unit"]
         if unit is None:  # no units from the fit: the table's typical distance is the fit's
-            unit = state["reference"] / max(table.median_sq, np.finfo(float).tiny)
+            unit = matched_unit(table.median_sq, state["reference"])
         else:
             check_units(unit * table.median_sq, state["reference"],
                         fitted_units="squared in the kernel's units")

@@ -492,3 +492,23 @@ def test_a_stream_s_new_distances_are_read_as_its_targets_are():
             warnings.simplefilter("ignore")
             rows[given_squared] = step.fit(ids[:60]).transform(["copy"])[0]
     np.testing.assert_allclose(rows[None], rows[True], rtol=1e-9)
+
+
+@pytest.mark.parametrize("small", [0.0, 1e-160])
+def test_without_units_from_the_fit_a_table_of_zero_distances_is_refused(small):
+    """A learner of pair labels: the new distances' median is matched to the kernel's
+    typical distance. A table whose median is 0 (most new objects copies of known
+    ones), or whose median squares below double precision, gave rows of NaN; it is
+    refused, naming the median."""
+    ids, _, _, distances = _clusters()
+    a, b = np.triu_indices(60, 1)
+    close = distances[a, b] < np.quantile(distances[a, b], 0.1)
+    step = KernelDistances(learner=DefiniteBoostKernel(random_state=0, objects=ids[:60]),
+                           pairs=np.column_stack([ids[a[close]], ids[b[close]]]),
+                           new_pairs=[["x", f"k{i}"] for i in range(5)],
+                           new_distances=[small, small, small, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.fit(ids[:60])
+    with pytest.raises(ValueError, match="median of new_distances .* cannot be matched"):
+        step.transform(["x"])
