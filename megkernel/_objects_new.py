@@ -74,11 +74,12 @@ def new_object_table(new_pairs, new_distances, index, *, read):
     """
     if new_distances is None:
         raise ValueError("new_pairs needs new_distances: the distance of each pair.")
-    new_pairs = check_id_kinds(new_pairs, name="new_pairs")  # a missing id, named
+    if isinstance(new_pairs, pd.DataFrame) and new_pairs.shape[1] != 2:
+        raise ValueError(f"new_pairs must be a table of object pairs of shape "
+                         f"(n_pairs, 2), got shape {new_pairs.shape}.")
+    # a missing id named; a list of tuple ids comes back as an (n, 2) object array
+    new_pairs = check_id_kinds(new_pairs, name="new_pairs")
     if isinstance(new_pairs, pd.DataFrame):
-        if new_pairs.shape[1] != 2:
-            raise ValueError(f"new_pairs must be a table of object pairs of shape "
-                             f"(n_pairs, 2), got shape {new_pairs.shape}.")
         values = new_pairs.to_numpy(dtype=object)
     else:
         values = np.array(new_pairs, dtype=object)

@@ -512,3 +512,24 @@ def test_without_units_from_the_fit_a_table_of_zero_distances_is_refused(small):
         step.fit(ids[:60])
     with pytest.raises(ValueError, match="median of new_distances .* cannot be matched"):
         step.transform(["x"])
+
+
+def test_new_pairs_of_tuple_ids_and_of_three_columns():
+    """Tuple ids ((plate, well)) in a list of new pairs were split by numpy into a third
+    dimension and refused as a table of another shape; a DataFrame of three columns
+    is refused for its shape, before its ids are looked at."""
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(6, 2))
+    objects = np.empty(6, dtype=object)
+    objects[:] = [("p1", i) for i in range(6)]
+    step = KernelDistances(kernel=points @ points.T, objects=objects,
+                           new_pairs=[[("p2", 0), ("p1", 1)], [("p2", 0), ("p1", 3)]],
+                           new_distances=[1.0, 2.0]).fit(objects)
+    as_frame = step.transform([("p2", 0)])
+    step.set_params(new_pairs=pd.DataFrame({"new": [("p2", 0)] * 2,
+                                            "known": [("p1", 1), ("p1", 3)]}))
+    np.testing.assert_array_equal(step.transform([("p2", 0)]), as_frame)
+    step.set_params(new_pairs=pd.DataFrame({"new": ["x"] * 2, "known": ["k0", "k1"],
+                                            "batch": [1, 2]}))
+    with pytest.raises(ValueError, match="new_pairs must be a table of object pairs"):
+        step.transform(["x"])
