@@ -110,6 +110,7 @@ from ._objects_verdict import (
 from ._pair_estimator import (
     ObjectIndex,
     ShortReprMixin,
+    _id_vector,
     check_id_kinds,
     unchanged_on_error,
     without_missing_distances,
@@ -1074,7 +1075,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             kernel = check_symmetric(self.kernel, name="kernel")
             objects = (np.arange(len(kernel)) if self.objects is None
                        else np.asarray(self.objects) if isinstance(self.objects, np.ndarray)
-                       else np.asarray(self.objects, dtype=object))  # ids kept as given
+                       else _id_vector(self.objects))  # ids kept as given, tuples whole
             if len(objects) != len(kernel):
                 raise ValueError(f"objects has {len(objects)} ids for a kernel over "
                                  f"{len(kernel)} objects.")
