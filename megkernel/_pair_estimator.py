@@ -120,12 +120,12 @@ def check_id_kinds(X, *, name="X"):
     where = None
     if isinstance(X, (pd.DataFrame, pd.Series)):
         dtypes = X.dtypes if isinstance(X, pd.DataFrame) else [X.dtype]
-        labels = X.index.tolist()
+        labels = X.index  # read only for a message: a list of a large index is costly
         columns = X.columns if isinstance(X, pd.DataFrame) else None
 
         def where(i, j):
             column = "" if columns is None else f", column {columns[j]!r}"
-            return f"row {labels[i]!r}{column}"
+            return f"row {row_label(labels, i)!r}{column}"
         if all(isinstance(dtype, np.dtype) and dtype.kind in "iuf" for dtype in dtypes):
             _check_no_nan(X.to_numpy(), name, where)
             return X  # plain numbers
