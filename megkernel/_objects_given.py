@@ -25,6 +25,7 @@ from ._pair_estimator import (
     ObjectIndex,
     _as_index_array,
     _categories,
+    _id_vector,
     check_id_kinds,
 )
 from ._solvers.holdout import canonical_order
@@ -153,7 +154,7 @@ def _given_matrix(distances, objects):
     if isinstance(distances, pd.DataFrame):
         rows, columns = distances.index, distances.columns
         if objects is not None and not np.array_equal(
-                np.asarray(objects, dtype=object), rows.to_numpy(dtype=object)):
+                _id_vector(objects), rows.to_numpy(dtype=object)):
             raise ValueError("distances is a DataFrame: its index names the objects; "
                              "leave objects=None (or give the same ids in that order).")
         ObjectIndex(rows.to_numpy(), name="distances.index")
@@ -172,7 +173,7 @@ def _given_matrix(distances, objects):
                          "id columns) and targets=(its distances).")
     objects = (np.arange(len(matrix)) if objects is None
                else np.asarray(objects) if isinstance(objects, np.ndarray)
-               else np.asarray(objects, dtype=object))
+               else _id_vector(objects))  # ids kept as given, tuples whole
     if objects.shape != (len(matrix),):
         raise ValueError(f"objects has {len(objects)} ids for distances between "
                          f"{len(matrix)} objects.")

@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ._numerics.limits import MAX_SCALE
 from ._numerics.spectral import kernel_pair_sq_distances
-from ._numerics.validation import refuse_bad_distances
+from ._numerics.validation import in_scale_range, refuse_bad_distances, row_name
 from ._objects_given import _as_float, _shown
+from ._pair_estimator import check_id_kinds, check_kind_of_known
 from ._warnings import warn_user
 
 #: Squared distances more than this factor (10 in distance) away from the
@@ -42,12 +44,17 @@ class NewObjects:
         New id -> ndarray of those squared distances (the user's units).
     named : set
         Every new id the table names (also those without a usable distance).
+    median_sq : float
+        The median of all the table's usable squared distances (new to known
+        objects): what the units are judged and matched by, so that an
+        object's row does not depend on the other ids of a call.
     """
 
-    def __init__(self, rows, sq_distances, named):
+    def __init__(self, rows, sq_distances, named, median_sq):
         self.rows = rows
         self.sq_distances = sq_distances
         self.named = named
+        self.median_sq = median_sq
 
 
 def new_object_table(new_pairs, new_distances, index, *, read):
@@ -61,10 +68,12 @@ def new_object_table(new_pairs, new_distances, index, *, read):
     """
     if new_distances is None:
         raise ValueError("new_pairs needs new_distances: the distance of each pair.")
+    if isinstance(new_pairs, pd.DataFrame) and new_pairs.shape[1] != 2:
+        raise ValueError(f"new_pairs must be a table of object pairs of shape "
+                         f"(n_pairs, 2), got shape {new_pairs.shape}.")
+    # a missing id named; a list of tuple ids comes back as an (n, 2) object array
+    new_pairs = check_id_kinds(new_pairs, name="new_pairs")
     if isinstance(new_pairs, pd.DataFrame):
-        if new_pairs.shape[1] != 2:
-            raise ValueError(f"new_pairs must be a table of object pairs of shape "
-                             f"(n_pairs, 2), got shape {new_pairs.shape}.")
         values = new_pairs.to_numpy(dtype=object)
     else:
         values = np.array(new_pairs, dtype=object)
@@ -78,12 +87,21 @@ def new_object_table(new_pairs, new_distances, index, *, read):
     table = new_distances if isinstance(new_distances, pd.Series) else new_pairs
     refuse_bad_distances(y, table, name="new_distances", pair=lambda t: (
         f"{_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}"))
+    check_kind_of_known(values, index.objects, name="new_pairs", known="the fit's objects")
     at = _rows_or_missing(index, values.ravel()).reshape(values.shape)
     known = at >= 0
     mixed = known[:, 0] != known[:, 1]
     named = set(pd.unique(values[~known]).tolist())
     keep = np.flatnonzero(mixed & ~np.isnan(y))
-    sq = np.asarray(read(y), dtype=float)
+    with np.errstate(over="ignore"):
+        sq = np.asarray(read(y), dtype=float)
+    huge = ~np.isnan(sq) & ~(sq <= MAX_SCALE)  # squares that overflow, or beyond the range
+    if huge.any():
+        t = int(np.argmax(huge))
+        raise ValueError(f"new_distances holds {y[t]:.6g} at row {row_name(table, t)} (the "
+                         f"pair {_shown(values[t, 0])!r}, {_shown(values[t, 1])!r}), beyond "
+                         f"the range the library computes with (squared distances up to "
+                         f"{MAX_SCALE:.0e}): give the distances in smaller units.")
     first_new = ~known[keep, 0]
     new_ids = np.where(first_new, values[keep, 0], values[keep, 1])
     old_rows = np.where(first_new, at[keep, 1], at[keep, 0])
@@ -97,7 +115,8 @@ def new_object_table(new_pairs, new_distances, index, *, read):
         rows, values = old_rows[chosen].astype(np.intp), sq_kept[chosen]
         canonical = np.lexsort((values, rows))  # the table's row order changes nothing
         grouped_rows[key], grouped_sq[key] = rows[canonical], values[canonical]
-    return NewObjects(grouped_rows, grouped_sq, named)
+    median_sq = float(np.median(sq_kept)) if sq_kept.size else np.nan
+    return NewObjects(grouped_rows, grouped_sq, named, median_sq)
 
 
 def _rows_or_missing(index, ids):
@@ -162,13 +181,33 @@ def unit_factor(kernel_sq, observed_sq):
     return float(np.exp(np.median(np.log(kernel_sq[usable]) - np.log(observed_sq[usable]))))
 
 
-def check_units(sq_in_kernel_units, reference, *, fitted_units):
+def matched_unit(median_sq, reference):
+    """Squared kernel units per squared unit of the new distances, their medians matched.
+
+    For a kernel without units (a learner of pair labels, a stream): the
+    table's median squared distance ``median_sq`` is taken for the kernel's
+    typical one, ``reference``. A ``ValueError`` where that cannot be done.
+    """
+    with np.errstate(divide="ignore", over="ignore"):
+        unit = reference / median_sq if median_sq > 0 else np.inf
+    if not in_scale_range(unit):
+        raise ValueError(
+            f"The median of new_distances is {np.sqrt(median_sq):.3g} (squared "
+            f"{median_sq:.3g}): the kernel's learner gave it no units (pair labels, or "
+            "a stream), so the new distances' median is taken for the kernel's typical "
+            f"distance ({np.sqrt(reference):.3g} in its units), and this median cannot be "
+            "matched to it (half the distances or more are 0, or too small to square in "
+            "double precision). Give the new distances in larger units, or learn the "
+            "kernel from distances (MEGKernelRegressor), which fixes their units.")
+    return float(unit)
+
+
+def check_units(given, reference, *, fitted_units):
     """Warn about, or refuse, new distances grossly off the fit's typical distance.
 
-    ``sq_in_kernel_units``: all the call's given squared distances, converted;
+    ``given``: the median of the table's new squared distances, converted;
     ``reference``: the fit's median squared distance.
     """
-    given = float(np.median(sq_in_kernel_units))
     if not (given > 0 and reference > 0):
         return
     ratio = given / reference

@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._numerics.limits import MAX_DENSE_OBJECTS
 from ._numerics.spectral import induced_sq_distances
 from ._numerics.state import ExponentState
-from ._numerics.validation import check_n_objects, check_pair_indices, row_name
+from ._numerics.validation import check_n_objects, check_pair_indices, row_label, row_name
 from ._warnings import warn_user
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "ObjectIndex",
     "check_class_labels",
     "check_id_kinds",
+    "check_kind_of_known",
     "object_ids",
     "declared_n_objects",
     "initial_state",
@@ -119,12 +120,12 @@ def check_id_kinds(X, *, name="X"):
     where = None
     if isinstance(X, (pd.DataFrame, pd.Series)):
         dtypes = X.dtypes if isinstance(X, pd.DataFrame) else [X.dtype]
-        labels = X.index.tolist()
+        labels = X.index  # read only for a message: a list of a large index is costly
         columns = X.columns if isinstance(X, pd.DataFrame) else None
 
         def where(i, j):
             column = "" if columns is None else f", column {columns[j]!r}"
-            return f"row {labels[i]!r}{column}"
+            return f"row {row_label(labels, i)!r}{column}"
         if all(isinstance(dtype, np.dtype) and dtype.kind in "iuf" for dtype in dtypes):
             _check_no_nan(X.to_numpy(), name, where)
             return X  # plain numbers
@@ -150,6 +151,8 @@ def check_id_kinds(X, *, name="X"):
             X = values
     if values.ndim not in (1, 2):
         return X
+    if values.size and pd.api.types.infer_dtype(values.ravel(), skipna=False) == "string":
+        return X  # every id a str (none missing): one kind, without a loop over them
     if where is None:
         def where(i, j):
             return f"row {i}" + (f", column {j}" if values.ndim == 2 else "")
@@ -171,6 +174,26 @@ def check_id_kinds(X, *, name="X"):
                 f"{b!r} ({at_b}). Ids are kept exactly as given, never converted: give "
                 f"them all as one kind (e.g. all str).")
     return X
+
+
+def check_kind_of_known(values, objects, *, name, known):
+    """Refuse ids ``values`` (one kind, checked) of another kind than ``objects``'.
+
+    Ids are kept as given, never converted: ``'3'`` read from a text file is
+    no id of a model over ``0..n-1``, so such ids could name no known object.
+    ``known``: what to call ``objects`` in the message.
+    """
+    first = np.asarray(values, dtype=object).ravel()
+    if not first.size or not len(objects):
+        return
+    ours, theirs = _id_kind(first[0]), _id_kind(objects[0])
+    if ours != theirs:
+        shown = first[0].item() if isinstance(first[0], np.generic) else first[0]
+        theirs_shown = objects[0].item() if isinstance(objects[0], np.generic) else objects[0]
+        raise ValueError(
+            f"{name} names {ours} ids (e.g. {shown!r}) but {known} are {theirs} ids (e.g. "
+            f"{theirs_shown!r}): ids are kept exactly as given, never converted, so no id "
+            f"of {name} could name a known object. Give them as those ids are.")
 
 
 def _check_no_nan(values, name, where):

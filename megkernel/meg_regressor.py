@@ -24,12 +24,15 @@ from ._numerics.validation import (
     MAX_STEP,
     check_pair_indices,
     check_squared_distances,
+    check_target_range,
     refuse_bad_distances,
     squares_of_distances,
 )
 from ._pair_estimator import (
     ObjectIndex,
     PairKernelEstimator,
+    check_id_kinds,
+    check_kind_of_known,
     square_hint,
     unchanged_on_error,
     validate_pairs,
@@ -615,15 +618,33 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
                              "name the objects by id (objects=[...] or ids in the pairs), "
                              "with no init_factor (a batch fit from 1500 objects on learns "
                              "a subspace model, which cannot grow either).")
+        X = check_id_kinds(X)  # the ids' rule on X, before the objects grow by its ids
+        check_kind_of_known(X.to_numpy(dtype=object) if isinstance(X, pd.DataFrame) else X,
+                            index.objects, name="X", known="the model's objects")
         self._require_targets(y, X)
-        grown = new_ids_and_kernel(
-            index, self.kernel_, X, self._squared_targets(y, len(X)),
-            own=self.trace_ * float(self.state_.density_eigenvalues().min()))
+        sq_targets = self._squared_targets(y, len(X))
+        check_target_range(sq_targets)  # as the trials would, before the kernel grows
+        smallest = float(self.state_.density_eigenvalues().min())
+        grown = new_ids_and_kernel(index, self.kernel_, X, sq_targets,
+                                   own=self.trace_ * smallest)
         if grown is None:
             return
         new_ids, kernel = grown
         trace = float(np.trace(kernel))
-        state = ExponentState.from_prior(kernel / trace, name="the grown kernel")
+        try:
+            state = ExponentState.from_prior(kernel / trace, name="the grown kernel")
+        except ValueError as error:  # its eigenvalues are beyond a dense eigh's resolution
+            shown = ", ".join(repr(key) for key in new_ids[:3].tolist())
+            raise ValueError(
+                f"grow_objects cannot add the new object {shown}"
+                f"{' and others' if len(new_ids) > 3 else ''}: with it the kernel's "
+                f"eigenvalues span more than double precision resolves (the model's "
+                f"kernel has eigenvalues down to {smallest:.3g} of its trace "
+                f"{self.trace_:.4g}; the call's squared distances reach "
+                f"{float(np.max(sq_targets)):.3g}, placing the new objects at squared "
+                f"norms up to {float(np.max(kernel.diagonal()[len(index.objects):])):.3g})."
+                " Give their distances in the fit's units, or fit again with the new "
+                "objects among the pairs (objects=[...]).") from error
         objects = np.concatenate([np.asarray(index.objects, dtype=object), new_ids])
         self.__dict__.update(state_=state, trace_=trace,
                              **self._fitted_objects(state, ObjectIndex(objects)))

@@ -92,6 +92,7 @@ from ._objects_given import (
 from ._objects_new import (
     _known,
     check_units,
+    matched_unit,
     new_object_table,
     reference_sq_distance,
     rows_of_new,
@@ -114,6 +115,7 @@ from ._objects_verdict import (
 from ._pair_estimator import (
     ObjectIndex,
     ShortReprMixin,
+    _id_vector,
     check_id_kinds,
     unchanged_on_error,
     without_missing_distances,
@@ -138,6 +140,26 @@ def _unset_message(name):
 
 _NEW_HINT = (" An object the fit never saw is placed from its distances to known "
              "objects: give them as new_pairs= and new_distances=.")
+
+
+def _warn_single_partners(new_ids, rows):
+    """Warn of new objects whose distances are all to one known object (none kept)."""
+    single = [key for key, at in zip(new_ids, rows) if np.unique(at).size < 2]
+    if not single:
+        return
+    warn_user(
+        f"KernelDistances: {len(single)} of the {len(new_ids)} new objects placed (the "
+        f"first: {_shown(single[0])!r}) have distances to only one known object. One "
+        "distance does not say where an object lies (the placement's unknown norm "
+        "absorbs it): each is placed at the known objects' centre, whoever its partner, "
+        "so its neighbours are the kernel's guess, the same for all of them. Give each "
+        "new object distances to two or more known objects (learner=None serves the "
+        "given distance itself).", UserWarning)
+
+
+_NEW_FIT_HINT = (" The objects of new_pairs are placed by transform and predict, never "
+                 "fitted: fit on ids of objects_ (in a search, split those and predict "
+                 "the new ones after).")
 
 
 def _check_kernel_learner(learner):
@@ -545,10 +567,11 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         as ``given_squared`` says, in the fit's units: those of the
         side information's distances (a learner's targets are read by its
         ``squared_distances_of``) or of the fixed kernel. New distances whose
-        median is more than 10 times (in distance) from the fit's typical
-        distance warn, more than 100 times are refused (other units). A
-        learner of pair labels gives the kernel no units: each call then
-        takes its new distances' median as the kernel's typical distance.
+        median (over the table, whichever ids a call asks for) is more than
+        10 times (in distance) from the fit's typical distance warn, more
+        than 100 times are refused (other units). A learner of pair labels
+        gives the kernel no units: the table's median is then taken as the
+        kernel's typical distance.
 
     Attributes
     ----------
@@ -695,8 +718,9 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                     check_psd=self.kernel is not None)
                  if given is None else 1.0)
         index = ObjectIndex(objects)
-        rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
-                          else _UNKNOWN_HINT_GIVEN)
+        hint = _UNKNOWN_HINT if given is None else _UNKNOWN_HINT_GIVEN
+        rows = index.rows(fit_objects, hint=hint if self.new_pairs is None
+                          else hint + _NEW_FIT_HINT)
         # the given distances, for the verdict (labels) or to keep beside the kernel
         needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None
@@ -775,18 +799,22 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
     def _reading_of_new_distances(self):
         """Return how ``new_distances`` become squared distances: as the fit read its own.
 
-        ``given_squared`` says; unset, a learner taught a pair table reads
-        the new distances as it read its targets (``squared_distances_of``,
-        in the units the kernel was fitted to), otherwise they are plain.
+        ``given_squared`` says; unset, a learner taught a pair table (or a
+        stream of its chunks) reads the new distances as it read its targets
+        (``squared_distances_of``, in the units the kernel was fitted to),
+        otherwise they are plain.
         """
         if self.given_squared is not None:
             return (lambda y: y) if self.given_squared else np.square
         streamed = callable(self.pairs) and not hasattr(self.pairs, "__array__")
+        if streamed and self.learner is not None:  # its chunks as the learner read them
+            of = self._stream_reading()
+            return np.square if of is None else of
         of = getattr(self.learner, "squared_distances_of", None)
         if (of is not None and self.distances is None and self.pairs is not None
-                and not streamed and observed_distances_known(self.learner, self.targets)):
+                and observed_distances_known(self.learner, self.targets)):
             return of
-        return (lambda y: y) if self.given_squared else np.square
+        return np.square
 
     def _taught_sq_distances(self, targets):
         """Return the squared distances (the kernel's units) the learner was taught, or None.
@@ -881,22 +909,31 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         rows = [table.rows[key] for key in new_ids]
         given_sq = [table.sq_distances[key] for key in new_ids]
         state = self._extension_state()
-        everything = np.concatenate(given_sq)
         if self._given is not None:  # the user's own distances: the given ones, no more
-            check_units(everything, state["reference"], fitted_units="the given distances")
+            check_units(table.median_sq, state["reference"],
+                        fitted_units="the given distances")
             position = np.full(len(self.objects_), -1)
             position[self._fit_rows] = np.arange(len(self._fit_rows))
             block = np.full((len(new_ids), len(self._fit_rows)), np.nan)
             for i, (at, sq) in enumerate(zip(rows, given_sq)):
-                inside = position[at] >= 0
-                block[i, position[at[inside]]] = sq[inside]
+                # repeats averaged in the table's convention, as a known pair's are
+                known, first, where = np.unique(at, return_index=True, return_inverse=True)
+                values = sq if self._given_is_squared else np.sqrt(sq)
+                counts = np.bincount(where)
+                mean = np.bincount(where, values) / counts
+                mean = np.where(counts > 1, mean if self._given_is_squared else mean**2,
+                                sq[first])  # a single distance as given, to the bit
+                inside = position[known] >= 0
+                block[i, position[known[inside]]] = mean[inside]
             return _converted(block, True, self.squared)
         unit = state["unit"]
-        if unit is None:  # no units from the fit: the typical distances match
-            unit = state["reference"] / max(float(np.median(everything)), np.finfo(float).tiny)
+        if unit is None:  # no units from the fit: the table's typical distance is the fit's
+            unit = matched_unit(table.median_sq, state["reference"])
         else:
-            check_units(unit * everything, state["reference"],
+            check_units(unit * table.median_sq, state["reference"],
                         fitted_units="squared in the kernel's units")
+        if getattr(self, "_paths", None) is None and getattr(self, "_kept_given", None) is None:
+            _warn_single_partners(new_ids, rows)
         placement = place_objects(state["basis"], rows, [unit * sq for sq in given_sq])
         sq = placed_sq_distances(state["basis"], placement, self._fit_rows)
         if getattr(self, "_paths", None) is not None:  # their given partners' evidence
@@ -1042,7 +1079,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             kernel = check_symmetric(self.kernel, name="kernel")
             objects = (np.arange(len(kernel)) if self.objects is None
                        else np.asarray(self.objects) if isinstance(self.objects, np.ndarray)
-                       else np.asarray(self.objects, dtype=object))  # ids kept as given
+                       else _id_vector(self.objects))  # ids kept as given, tuples whole
             if len(objects) != len(kernel):
                 raise ValueError(f"objects has {len(objects)} ids for a kernel over "
                                  f"{len(kernel)} objects.")
@@ -1158,6 +1195,16 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         entry = self._learned(pairs, targets, objects)
         return _read_only(entry.kernel), None, _read_only(entry.objects), entry.weak
 
+    def _stream_reading(self):
+        """Return how the learner reads a stream's targets alone (``squared_distances_of``).
+
+        ``None`` when they are no distances to it (or it cannot say).
+        """
+        probe = np.array([0.5, 2.0])
+        if not self.learner.targets_are_distances(probe):
+            return None
+        return getattr(self.learner, "squared_distances_of", None)
+
     def _streamed(self):
         if self.learner is None:
             raise ValueError("A stream of (pairs, targets) chunks needs a learner with "
@@ -1170,8 +1217,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         scan = _scan_stream(self.pairs)
         if self.given_squared is None:
             probe = np.array([0.5, 2.0])  # squared or plain: the two readings differ
-            of = (getattr(learner, "squared_distances_of", None)
-                  if learner.targets_are_distances(probe) else None)
+            of = self._stream_reading()
             sq = None if of is None else of(probe)
             if sq is not None and not np.array_equal(np.asarray(sq, dtype=float), probe**2):
                 warn_user(_unset_message(type(learner).__name__), FutureWarning)

@@ -103,3 +103,50 @@ def test_the_index_of_a_grown_model_maps_the_new_ids():
     model.partial_fit(*_arrivals(ids, sq, new=[31, 30]))
     assert isinstance(model._object_index, ObjectIndex)
     assert model.objects_[-2:].tolist() == ["o31", "o30"]  # in the order they came
+
+
+def test_a_new_object_s_distance_beyond_the_targets_range_is_refused_as_a_known_one_s():
+    """The grown kernel was built before the targets' range was checked: a new
+    object's squared distance of 1e200 met 'the grown kernel contains NaN or infinite
+    entries' instead of the words a known pair's gets."""
+    model, ids, sq = _fitted()
+    before = model.kernel_.copy()
+    X = np.array([[ids[30], ids[1]], [ids[30], ids[2]]], dtype=object)
+    with pytest.raises(ValueError, match="targets up to 1e\\+200 exceed 1e\\+100"):
+        model.partial_fit(X, [sq[30, 1], 1e200])
+    assert len(model.objects_) == 30
+    np.testing.assert_array_equal(model.kernel_, before)
+
+
+@pytest.mark.parametrize("far", [1e90, None])
+def test_a_grown_kernel_beyond_double_precision_is_refused_in_the_user_s_terms(far):
+    """A new object far beyond the known ones (1e90 against squared distances of about
+    10), or a model whose kernel has eigenvalues below double precision's resolution
+    (MEG fitted to squared distances read as plain ones: down to 1e-53 of its trace):
+    the grown kernel's eigenvalues cannot be resolved. The refusal named 'the grown
+    kernel is not positive definite', an internal matrix; it names the new objects."""
+    model, ids, sq = _fitted(**({} if far else {"squared": False}))
+    before = model.kernel_.copy()
+    X = np.array([[ids[30], ids[1]], [ids[30], ids[2]]], dtype=object)
+    with pytest.raises(ValueError, match="cannot add the new object 'o30'") as caught:
+        model.partial_fit(X, [sq[30, 1], far or sq[30, 2]])
+    assert "grown kernel" not in str(caught.value)
+    assert len(model.objects_) == 30
+    np.testing.assert_array_equal(model.kernel_, before)
+
+
+@pytest.mark.parametrize("pairs, words", [
+    ([["o02", "o01"], [5, "o01"]], "X mixes kinds of object ids: .*number 5 \\(row 1, "
+     "column 0\\)"),
+    ([["o02", "o01"], [None, "o01"]], "X has a missing id \\(None\\) at row 1, column 0"),
+    ([[5, 6], [7, 6]], "X names number ids \\(e.g. 5\\) but the model's objects are str "
+     "ids"),
+])
+def test_new_ids_are_checked_against_the_ids_rule_in_the_user_s_terms(pairs, words):
+    """Growing checked the ids' rule on the grown list of objects, so the refusal named
+    'objects' (never given) at its row 30; or, for ids all of another kind than the
+    model's, said the new id was paired with no known object."""
+    model, _, _ = _fitted()
+    with pytest.raises(ValueError, match=words):
+        model.partial_fit(np.array(pairs, dtype=object), [1.0, 1.0])
+    assert len(model.objects_) == 30

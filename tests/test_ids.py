@@ -262,3 +262,21 @@ def test_objects_without_an_order_or_of_two_dimensions_are_refused(objects):
     kernel's rows would follow the hash seed), a dict or a table 1-D ids."""
     with pytest.raises(ValueError, match="1-D sequence"):
         MEGKernelRegressor(objects=objects).fit([["a", "b"]], [1.0])
+
+
+def test_kernel_distances_takes_objects_as_a_list_of_tuple_ids():
+    """``KernelDistances(objects=[("p1", 0), ...])``: numpy read the list as two columns
+    and the ids as mixing kinds (str and number); an object array of the same ids
+    worked, and so did MEGKernelRegressor(objects=<the list>)."""
+    from megkernel import KernelDistances
+
+    ids = [("p1", 0), ("p1", 1), ("p2", 0)]
+    objects = np.empty(3, dtype=object)
+    objects[:] = ids
+    points = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    kernel = points @ points.T + 1.0
+    for source in ({"kernel": kernel},
+                   {"distances": np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))}):
+        from_list = KernelDistances(objects=ids, **source).fit(ids).transform(ids[:1])
+        from_array = KernelDistances(objects=objects, **source).fit(objects).transform(ids[:1])
+        np.testing.assert_array_equal(from_list, from_array)

@@ -162,7 +162,8 @@ def test_a_new_object_without_a_distance_to_a_known_one_is_named():
     pairs = pd.DataFrame({"new": ["n0", "n1", "n1"], "known": ["n1", "k0", "k2"]})
     step = KernelDistances(kernel=kernel, objects=ids[:60], new_pairs=pairs,
                            new_distances=[1.0, 1.0, np.nan]).fit(ids[:60])
-    step.transform(["n1"])  # one distance suffices
+    with pytest.warns(UserWarning, match="only one known object"):
+        step.transform(["n1"])  # one distance is placed (at the centre), with a warning
     with pytest.raises(ValueError, match="new object 'n0' has no distance to any known"):
         step.transform(["n0"])
     step.set_params(new_distances=[1.0, np.nan, np.nan])
@@ -323,3 +324,212 @@ def test_new_distances_are_read_as_the_learner_read_its_table(learner_squared):
     # its distances to the others as the original's, within the placement's error
     others = np.delete(np.arange(60), copy_of)
     assert np.corrcoef(row[others], known[copy_of, others])[0, 1] > 0.95
+
+
+@pytest.mark.parametrize("given_squared", [None, True])
+def test_a_new_distance_beyond_the_library_s_range_names_its_row(given_squared):
+    """One huge distance among ordinary ones: the call's median passes the units check,
+    but its square is beyond what the placement computes with (it gave rows of NaN)."""
+    step, given = _step(given_squared=given_squared)
+    given = given.copy()
+    given.index = [f"r{i}" for i in range(len(given))]
+    step.set_params(new_distances=given)
+    before = step.transform(["n0"])
+    huge = given.copy()
+    huge.iloc[3] = 1e200
+    step.set_params(new_distances=huge)
+    with pytest.raises(ValueError, match="1e\\+200 at row 'r3' .*squared distances up to "
+                       "1e\\+100"):
+        step.transform(["n0"])
+    step.set_params(new_distances=given)
+    np.testing.assert_array_equal(step.transform(["n0"]), before)
+
+
+def test_the_largest_new_distance_the_library_takes_is_placed_without_overflow():
+    step, given = _step(given_squared=True)
+    given = (given**2).copy()
+    given.iloc[0] = 1e100  # the largest squared distance computed with
+    step.set_params(new_distances=given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(step.transform(["n0"])).all()
+
+
+@pytest.mark.parametrize("given_squared", [None, True])
+def test_without_a_learner_a_repeated_new_pair_is_averaged_as_a_known_one(given_squared):
+    """The docs: repeated pairs, in either order, are averaged (a known pair's repeats
+    are); a new pair's repeats gave the largest of them."""
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    other = ~pairs.isin(["k0", "k1"]).all(axis=1)  # k0-k1 only as the repeats below
+    pairs, targets = pairs[other], targets[other]
+    repeats = [["x", "k0"], ["k0", "x"], ["k0", "k1"], ["k1", "k0"], ["x", "k5"]]
+    step = KernelDistances(
+        pairs=pd.concat([pairs, pd.DataFrame(repeats[2:4], columns=["a", "b"])]),
+        targets=pd.concat([targets, pd.Series([1.0, 3.0])]), given_squared=given_squared,
+        new_pairs=[repeats[1], repeats[0], repeats[4]], new_distances=[3.0, 1.0, 2.0],
+    ).fit(ids[:60])
+    known = step.transform(["k0"])[0, 1]
+    new = step.transform(["x"])[0]
+    mean = np.sqrt(2.0) if given_squared else 2.0  # in the table's convention
+    assert known == pytest.approx(mean)
+    assert new[0] == pytest.approx(known)
+    assert new[5] == pytest.approx(np.sqrt(2.0) if given_squared else 2.0)
+
+
+def test_without_units_from_the_fit_a_new_object_s_row_does_not_depend_on_its_batch():
+    """A learner of pair labels gives the kernel no units: the new distances' median is
+    matched to the kernel's typical distance. That median was the call's, so a new
+    object's row changed with the other ids of the same transform (a k-NN's predict of
+    one object against a batch); it is the table's."""
+    ids, _, _, distances = _clusters()
+    a, b = np.triu_indices(60, 1)
+    close = distances[a, b] < np.quantile(distances[a, b], 0.1)
+    new_pairs, new_distances = _new_table(ids, distances, 60, m=10)
+    step = KernelDistances(learner=DefiniteBoostKernel(random_state=0, objects=ids[:60]),
+                           pairs=np.column_stack([ids[a[close]], ids[b[close]]]),
+                           new_pairs=new_pairs, new_distances=new_distances)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.fit(ids[:60])
+    batch = step.transform(ids[60:])
+    for i in (0, 5):
+        np.testing.assert_array_equal(step.transform([ids[60 + i]])[0], batch[i])
+    np.testing.assert_array_equal(step.transform(["n3", "k2"])[0], batch[3])
+
+
+def test_a_missing_id_in_new_pairs_is_named_by_its_row():
+    """A None or NaN id was dropped while grouping the rows: asked for, it 'has no
+    distance to any known object' (it had one); not asked for, its row went unseen."""
+    for missing in (None, np.nan):
+        step, _ = _step(new_pairs=pd.DataFrame({"new": ["x", missing], "known": ["k0", "k1"]},
+                                               index=["p", "q"]),
+                        new_distances=[1.0, 2.0])
+        with pytest.raises(ValueError, match="new_pairs has a missing id .* row 'q', "
+                           "column 'new'"):
+            step.transform(["x"])
+
+
+def test_new_ids_of_another_kind_than_the_fit_s_are_refused_naming_both():
+    """Known ids 0..59 and a new table read from text ('3'): the known partner '3' is
+    no id of the fit, so the new object seemed paired only with other new ones."""
+    _, _, points, distances = _clusters()
+    step = KernelDistances(kernel=points[:60] @ points[:60].T,
+                           new_pairs=[["x", "3"], ["x", "7"]],
+                           new_distances=[1.0, 2.0]).fit(np.arange(60))
+    with pytest.raises(ValueError, match="new_pairs names str ids .*'x'.* the fit's "
+                       "objects are number ids .*0"):
+        step.transform(["x"])
+    step.set_params(new_pairs=[["x", 3], ["x", 7]])
+    with pytest.raises(ValueError, match="new_pairs mixes kinds of object ids"):
+        step.transform(["x"])
+    step.set_params(new_pairs=[[100, 3], [100, 7]])
+    assert step.transform([100]).shape == (1, 60)
+
+
+def test_fitting_on_a_new_object_says_that_new_objects_are_placed_not_fitted():
+    """cross_val_score over known and new ids: a split fits on new ids. The refusal
+    named only objects_ and a learner's objects=, not new_pairs, which the user set."""
+    ids, labels, _, _ = _clusters()
+    step, _ = _step()
+    with pytest.raises(ValueError, match="'n0'.*new_pairs are placed by transform and "
+                       "predict, never fitted"):
+        step.fit(ids, labels)
+    assert step.objects_.tolist() == ids[:60].tolist()  # the earlier fit stands
+
+
+def test_a_new_object_with_one_known_partner_is_placed_at_the_centre_and_warned_about():
+    """One distance does not locate an object: the placement's unknown norm absorbs it,
+    so the object lands on the known objects' centre whoever its partner and whatever
+    the distance (a copy of k7, at distance 0 from it, is not nearest to k7). The docs
+    said any m >= 1 places an object; it now warns, naming it."""
+    ids, _, points, _ = _clusters()
+    kernel = points[:60] @ points[:60].T
+    step = KernelDistances(kernel=kernel, objects=ids[:60],
+                           new_pairs=[["copy of k7", "k7"], ["copy of k7", "k7"],
+                                      ["other", "k30"], ["two", "k7"], ["two", "k8"]],
+                           new_distances=[0.0, 0.0, 0.0, 0.0, 1.0]).fit(ids[:60])
+    with pytest.warns(UserWarning, match="2 of the 3 new objects .*'copy of k7'.* only "
+                      "one known object") as caught:
+        rows = step.transform(["copy of k7", "other", "two"])
+    assert len(caught) == 1
+    np.testing.assert_array_equal(rows[0], rows[1])  # the same place, whoever the partner
+    assert np.argmin(rows[0]) != 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step.transform(["two", "k3"])  # two partners: no warning
+
+
+class _Chunks:
+    """A re-iterable stream of (pairs, targets) chunks of a pair table."""
+
+    def __init__(self, pairs, targets, size=200):
+        self.pairs, self.targets, self.size = pairs, targets, size
+
+    def __call__(self):
+        for start in range(0, len(self.targets), self.size):
+            yield (self.pairs[start:start + self.size], self.targets[start:start + self.size])
+
+
+def test_a_stream_s_new_distances_are_read_as_its_targets_are():
+    """given_squared unset: MEG reads a stream's targets as squared distances (as alone,
+    with a FutureWarning); the new distances, in the same table's convention, were read
+    as plain ones and squared again, so a copy of a known object given its squared
+    distances to all the others was placed as if they were fourth powers. Read as the
+    fit read its own, the placement is given_squared=True's."""
+    ids, _, _, distances = _clusters()
+    pairs, targets = _fit_table(ids, distances, 60)
+    stream = _Chunks(pairs.to_numpy(dtype=object), targets.to_numpy() ** 2)
+    copy_of = 7
+    others = np.delete(np.arange(60), copy_of)
+    new_pairs = pd.DataFrame({"new": "copy", "known": ids[others]})
+    rows = {}
+    for given_squared in (None, True):
+        step = KernelDistances(learner=MEGKernelRegressor(random_state=0), pairs=stream,
+                               given_squared=given_squared, new_pairs=new_pairs,
+                               new_distances=distances[copy_of, others] ** 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows[given_squared] = step.fit(ids[:60]).transform(["copy"])[0]
+    np.testing.assert_allclose(rows[None], rows[True], rtol=1e-9)
+
+
+@pytest.mark.parametrize("small", [0.0, 1e-160])
+def test_without_units_from_the_fit_a_table_of_zero_distances_is_refused(small):
+    """A learner of pair labels: the new distances' median is matched to the kernel's
+    typical distance. A table whose median is 0 (most new objects copies of known
+    ones), or whose median squares below double precision, gave rows of NaN; it is
+    refused, naming the median."""
+    ids, _, _, distances = _clusters()
+    a, b = np.triu_indices(60, 1)
+    close = distances[a, b] < np.quantile(distances[a, b], 0.1)
+    step = KernelDistances(learner=DefiniteBoostKernel(random_state=0, objects=ids[:60]),
+                           pairs=np.column_stack([ids[a[close]], ids[b[close]]]),
+                           new_pairs=[["x", f"k{i}"] for i in range(5)],
+                           new_distances=[small, small, small, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step.fit(ids[:60])
+    with pytest.raises(ValueError, match="median of new_distances .* cannot be matched"):
+        step.transform(["x"])
+
+
+def test_new_pairs_of_tuple_ids_and_of_three_columns():
+    """Tuple ids ((plate, well)) in a list of new pairs were split by numpy into a third
+    dimension and refused as a table of another shape; a DataFrame of three columns
+    is refused for its shape, before its ids are looked at."""
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(6, 2))
+    objects = np.empty(6, dtype=object)
+    objects[:] = [("p1", i) for i in range(6)]
+    step = KernelDistances(kernel=points @ points.T, objects=objects,
+                           new_pairs=[[("p2", 0), ("p1", 1)], [("p2", 0), ("p1", 3)]],
+                           new_distances=[1.0, 2.0]).fit(objects)
+    as_frame = step.transform([("p2", 0)])
+    step.set_params(new_pairs=pd.DataFrame({"new": [("p2", 0)] * 2,
+                                            "known": [("p1", 1), ("p1", 3)]}))
+    np.testing.assert_array_equal(step.transform([("p2", 0)]), as_frame)
+    step.set_params(new_pairs=pd.DataFrame({"new": ["x"] * 2, "known": ["k0", "k1"],
+                                            "batch": [1, 2]}))
+    with pytest.raises(ValueError, match="new_pairs must be a table of object pairs"):
+        step.transform(["x"])

@@ -220,7 +220,9 @@ def _place_one(basis, rows, sq):
     t = float(np.mean(fitted - b))
     t = max(t, float(np.dot(u * basis.eigenvalues, u)))  # ||y||^2 = u^T diag(lam) u
     misfit = t - fitted + b  # the model's squared distances minus the given ones
-    return u, t, float(np.sqrt(np.mean(misfit**2)))
+    peak = float(np.abs(misfit).max())  # scaled: the squares of large misfits overflow
+    rms = peak * float(np.sqrt(np.mean((misfit / peak) ** 2))) if peak > 0 else 0.0
+    return u, t, rms
 
 
 def place_objects(basis, rows, sq_distances):

@@ -24,6 +24,7 @@ __all__ = [
     "check_pair_indices",
     "check_squared_distances",
     "check_meg_step",
+    "check_target_range",
     "check_positive",
     "check_trace",
     "check_n_objects",
@@ -372,6 +373,19 @@ def check_n_trials(n_epochs, n_pairs, *, name="n_epochs", bytes_per_trial=0,
 MAX_PREDICTION = 1e150
 
 
+def check_target_range(y):
+    """Refuse targets beyond ``MAX_TRACE``, whose squared errors leave double precision.
+
+    Returns the largest absolute target.
+    """
+    largest_target = float(np.max(np.abs(y), initial=0.0))
+    if largest_target > MAX_TRACE:
+        raise ValueError(
+            f"targets up to {largest_target:.3g} exceed {MAX_TRACE:g}: their squared "
+            "errors leave double precision; rescale them (trace='auto' then adapts).")
+    return largest_target
+
+
 def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     """Refuse a learning rate, trace or targets whose MEG steps overflow.
 
@@ -385,11 +399,7 @@ def check_meg_step(learning_rate, trace, y, *, instance_norm=2.0):
     """
     learning_rate = check_positive(learning_rate, "learning_rate")
     trace = check_trace(trace)
-    largest_target = float(np.max(np.abs(y), initial=0.0))
-    if largest_target > MAX_TRACE:
-        raise ValueError(
-            f"targets up to {largest_target:.3g} exceed {MAX_TRACE:g}: their squared "
-            "errors leave double precision; rescale them (trace='auto' then adapts).")
+    largest_target = check_target_range(y)
     norm = float(instance_norm)
     # |yhat| <= tau ||X||: its squared error must stay finite (1e150 ** 2 = 1e300)
     if norm > 0 and math.log(trace) + math.log(norm) > math.log(MAX_PREDICTION):
