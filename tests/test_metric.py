@@ -273,6 +273,24 @@ def test_worse_than_prior_is_warned():
 
 
 @pytest.mark.parametrize("Metric", METRICS)
+def test_identical_points_are_refused_whatever_their_value(Metric):
+    """Every row the same: no variance, whether or not the mean is exact in floats.
+
+    The mean of 150 copies of iris' first flower rounds, so that the centred
+    points were not zero: MEGMetric learned a metric of the rounding errors
+    and DefiniteBoostMetric failed inside numpy ("zero-size array").
+    """
+    X, labels = load_iris(return_X_y=True)
+    same = np.repeat(X[:1], len(X), axis=0)
+    assert np.any(same - same.mean(axis=0) != 0)  # the rounding this is about
+    pairs, pair_labels = draw_pairs(labels, 10, random_state=0)
+    with pytest.raises(ValueError, match="no variance"):
+        Metric(random_state=0).fit(same, labels)
+    with pytest.raises(ValueError, match="no variance"):
+        Metric(random_state=0).fit_pairs(same, pairs, pair_labels)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
 def test_bad_inputs(Metric):
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 10, random_state=0)

@@ -106,7 +106,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                     f"probabilities), got {len(X)}; use from_labels='neighbors' or "
                     "'random', or 'auto' (which then leaves it out).")
             kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
-        trace = _check_trace(X - X.mean(axis=0))
+        trace = _check_trace(X)
         return self._commit(self._solve(X, trace, labels=y, kinds=kinds))
 
     def _from_labels(self):
@@ -148,7 +148,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def _fit_pairs(self, X, pairs, pair_labels):
         """Fit from validated points and pairs: the trace checked, one solver call, commit."""
-        trace = _check_trace(X - X.mean(axis=0))
+        trace = _check_trace(X)
         return self._commit(self._solve(X, trace, pairs, pair_labels))
 
     def _commit(self, result):
@@ -533,11 +533,17 @@ def _no_gain_message(log, prior_is_euclidean=True):
             "is claimed (validation_['gain_is_real'] is False).")
 
 
-def _check_trace(centred):
-    """Return the centered features' sum of squares, if squared distances stay finite."""
-    largest = float(np.abs(centred).max())
-    if largest == 0:
+def _check_trace(points):
+    """Return the centered points' sum of squares, if squared distances stay finite.
+
+    Identical points are refused as such: their centred values need not be
+    zero (the mean of copies of a value rounds), and would be a metric of
+    rounding errors.
+    """
+    if np.all(points == points[0]):
         raise ValueError("X has no variance: every training point is the same.")
+    centred = points - points.mean(axis=0)
+    largest = float(np.abs(centred).max())
     with np.errstate(over="ignore", under="ignore"):
         trace = float(np.sum(centred * centred))
     if not in_scale_range(trace):

@@ -451,9 +451,9 @@ class MEGMetric(_FeatureMetric):
             raise ValueError("The first pairs of partial_fit hold fewer than 2 distinct "
                              "points: they cannot set the metric's coordinates.")
         self.n_features_in_ = n_features
+        _check_trace(points)
         self.mean_ = points.mean(axis=0)
         centred = points - self.mean_
-        _check_trace(centred)
         (self.coordinates_, self.scales_, self.directions_, self.trace_, self.gamma_,
          self.gamma_dissimilar_) = metric_space(centred, self.gamma, self.gamma_dissimilar,
                                                 derived_generator(self.random_state))
