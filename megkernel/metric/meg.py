@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
 from .._numerics.validation import check_pair_labels
-from .._pair_estimator import transactional
+from .._pair_estimator import check_class_labels, transactional
 from .._solvers.holdout import MAX_PASSES
 from .._solvers.metric_meg import (
     MetricExponent,
@@ -431,6 +431,7 @@ class MEGMetric(_FeatureMetric):
 
     def _chunk_pairs(self, X, y, *, reset):
         """Pairs of points drawn from a chunk of labeled points."""
+        check_class_labels(y)  # a missing label or a mix of kinds, named as by fit
         # scikit-learn finds an infinity by summing X (+inf - inf: a RuntimeWarning)
         with np.errstate(invalid="ignore", over="ignore"):
             X, y = validate_data(self, X, y, reset=reset, ensure_min_samples=2, dtype=float)
