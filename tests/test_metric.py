@@ -290,6 +290,27 @@ def test_identical_points_are_refused_whatever_their_value(Metric):
         Metric(random_state=0).fit_pairs(same, pairs, pair_labels)
 
 
+def test_definiteboost_metric_on_two_points_says_why_in_its_own_terms():
+    """Two training points: 'auto' gamma_dissimilar, their mean squared distance,
+    is their own squared distance, the most the trace allows. The kernel
+    solver's refusal said the distances are below it (this one equals it) and
+    named trace='auto', a parameter DefiniteBoostMetric does not have."""
+    X = np.array([[0.0, 1.0, 2.0], [1.0, -1.0, 0.5]])
+    bound = f"{float(np.sum((X[0] - X[1]) ** 2)):.4g}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # two points: few pairs
+        for fit in (lambda model: model.fit(X, ["a", "b"]),
+                    lambda model: model.fit_pairs(X, [[0, 1]], [-1])):
+            with pytest.raises(ValueError, match=rf"2 training points.*{bound}") as error:
+                fit(DefiniteBoostMetric(random_state=0))
+            assert "trace=" not in str(error.value)
+        with pytest.raises(ValueError, match="2 training points"):
+            DefiniteBoostPairMetric(random_state=0).fit(X[np.newaxis], [-1])
+        # a threshold of one's own, or only a similar pair: fitted as before
+        DefiniteBoostMetric(random_state=0, gamma_dissimilar=1.0).fit(X, ["a", "b"])
+        DefiniteBoostMetric(random_state=0).fit_pairs(X, [[0, 1]], [1])
+
+
 @pytest.mark.parametrize("Metric", METRICS)
 def test_bad_inputs(Metric):
     X, labels = _data()
