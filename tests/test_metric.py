@@ -311,6 +311,31 @@ def test_definiteboost_metric_on_two_points_says_why_in_its_own_terms():
         DefiniteBoostMetric(random_state=0).fit_pairs(X, [[0, 1]], [1])
 
 
+@pytest.mark.parametrize("params", [dict(gamma_dissimilar=1e300),
+                                    dict(gamma=1e300, loss="square"),
+                                    dict(gamma_dissimilar=1e120, from_labels="random")])
+def test_meg_metric_refuses_thresholds_whose_squared_loss_leaves_doubles(params):
+    """A threshold of 1e300 fitted with numpy's 'overflow encountered in square'
+    (an infinite pair_mse_); targets beyond 1e100, and beyond 1e100 times the
+    trace, are refused by name before anything changes, as the README says."""
+    X, labels = _data()
+    name = next(iter(params))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = MEGMetric(random_state=0, n_epochs=1).fit(X, labels)
+        before = pickle.dumps(model)
+        defaults = model.get_params()
+        with pytest.raises(ValueError, match=rf"^{name}=.* out of range"):
+            model.set_params(**params).fit(X, labels)
+        assert pickle.dumps(model.set_params(**defaults)) == before  # the fit's state
+        pairs_of_points = np.stack([X[:10], X[10:20]], axis=1)
+        with pytest.raises(ValueError, match=rf"^{name}=.* out of range"):
+            MEGMetric(**params).partial_fit(pairs_of_points, np.tile([1, -1], 5))
+        # far beyond every squared distance, but in range: an unreachable target
+        # only leaves a loss
+        MEGMetric(random_state=0, gamma_dissimilar=1e50, n_epochs=1).fit(X, labels)
+
+
 @pytest.mark.parametrize("Metric", METRICS)
 def test_bad_inputs(Metric):
     X, labels = _data()

@@ -319,12 +319,30 @@ class MEGMetric(_FeatureMetric):
 
     def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
         """Make the one solver call of a batch fit (:func:`fit_meg_metric`)."""
+        self._check_thresholds(trace)
         if self.method != "auto":
             warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
                       "(the metric is learned in its rank x rank space); it will be "
                       "removed in 0.3.", FutureWarning)
         return fit_meg_metric(X, pairs, signs, labels=labels, kinds=kinds,
                               options=self._options())
+
+    def _check_thresholds(self, trace):
+        """Refuse a given threshold whose squared loss would leave double precision.
+
+        Losses are squared both in the user's units and in trace-one units
+        (the threshold over ``trace``): each must stay within ``MAX_TRACE``.
+        """
+        for name in ("gamma", "gamma_dissimilar"):
+            value = getattr(self, name)
+            if isinstance(value, str) or max(value, value / trace) <= _MAX_TRACE:
+                continue
+            raise ValueError(
+                f"{name}={value:g} is out of range: MEGMetric squares each pair's error "
+                f"against it, so it may be at most {_MAX_TRACE:g} and at most "
+                f"{_MAX_TRACE:g} times the training points' centred sum of squares "
+                f"({trace:.3g}; no squared distance between them exceeds "
+                f"{2.0 * trace:.3g}). Give a smaller {name}, or rescale X.")
 
     def _options(self):
         return MEGMetricOptions(
@@ -452,7 +470,7 @@ class MEGMetric(_FeatureMetric):
             raise ValueError("The first pairs of partial_fit hold fewer than 2 distinct "
                              "points: they cannot set the metric's coordinates.")
         self.n_features_in_ = n_features
-        _check_trace(points)
+        self._check_thresholds(_check_trace(points))
         self.mean_ = points.mean(axis=0)
         centred = points - self.mean_
         (self.coordinates_, self.scales_, self.directions_, self.trace_, self.gamma_,
