@@ -179,8 +179,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 UserWarning)
         if self.validation_ is not None and not self.validation_["gain_is_real"]:
             prior_is_euclidean = getattr(self, "init_", "euclidean") == "euclidean"
-            warn_user(f"{name}: {_no_gain_message(self.validation_, prior_is_euclidean)}",
-                      NoImprovementWarning)
+            message = _no_gain_message(self.validation_, prior_is_euclidean,
+                                       rank=self.components_.shape[0])
+            warn_user(f"{name}: {message}", NoImprovementWarning)
         if self.verbose:
             progress_detail(f"[{name}] {self._fit_summary()}; rank "
                             f"{self.components_.shape[0]}: {self._loss_name} "
@@ -506,8 +507,12 @@ def _called(preprocessor, indicators, name):
     return points
 
 
-def _no_gain_message(log, prior_is_euclidean=True):
-    """Say what a validation without a real gain kept, with its held-out scores."""
+def _no_gain_message(log, prior_is_euclidean=True, *, rank=None):
+    """Say what a validation without a real gain kept, with its held-out scores.
+
+    ``rank``: the metric's; on one dimension no metric of the fixed trace
+    differs from the Euclidean one, whatever the data's signal.
+    """
     what = {"knn": "1-NN margin of held-out points", "auc": "ROC AUC of held-out pairs"}[
         log["score"]]
     folds = f"{log['n_folds']} folds x {log['n_repeats']}"
@@ -516,6 +521,11 @@ def _no_gain_message(log, prior_is_euclidean=True):
                 "labelled reference, or no held-out pair of each kind), so the length "
                 "learned is a default one, without a verdict. Give more points or pairs, "
                 "or fix the length (n_epochs / max_iter).")
+    if rank == 1:
+        return (f"X's centred training points span one dimension, where every metric of "
+                f"the fixed trace is the Euclidean one: nothing can be learned, so the "
+                f"Euclidean metric is kept ({what} {log['scores'][0]:.4g}, {folds}). "
+                "A metric needs features that vary in more than one direction.")
     if log.get("worse_than_reference", False):
         return (f"the learned metric scored worse than the Euclidean metric on held-out "
                 f"data ({what} {log['scores'][log['checkpoints'].index(log['chosen'])]:.4g} "
