@@ -273,6 +273,70 @@ def test_worse_than_prior_is_warned():
 
 
 @pytest.mark.parametrize("Metric", METRICS)
+def test_identical_points_are_refused_whatever_their_value(Metric):
+    """Every row the same: no variance, whether or not the mean is exact in floats.
+
+    The mean of 150 copies of iris' first flower rounds, so that the centred
+    points were not zero: MEGMetric learned a metric of the rounding errors
+    and DefiniteBoostMetric failed inside numpy ("zero-size array").
+    """
+    X, labels = load_iris(return_X_y=True)
+    same = np.repeat(X[:1], len(X), axis=0)
+    assert np.any(same - same.mean(axis=0) != 0)  # the rounding this is about
+    pairs, pair_labels = draw_pairs(labels, 10, random_state=0)
+    with pytest.raises(ValueError, match="no variance"):
+        Metric(random_state=0).fit(same, labels)
+    with pytest.raises(ValueError, match="no variance"):
+        Metric(random_state=0).fit_pairs(same, pairs, pair_labels)
+
+
+def test_definiteboost_metric_on_two_points_says_why_in_its_own_terms():
+    """Two training points: 'auto' gamma_dissimilar, their mean squared distance,
+    is their own squared distance, the most the trace allows. The kernel
+    solver's refusal said the distances are below it (this one equals it) and
+    named trace='auto', a parameter DefiniteBoostMetric does not have."""
+    X = np.array([[0.0, 1.0, 2.0], [1.0, -1.0, 0.5]])
+    bound = f"{float(np.sum((X[0] - X[1]) ** 2)):.4g}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # two points: few pairs
+        for fit in (lambda model: model.fit(X, ["a", "b"]),
+                    lambda model: model.fit_pairs(X, [[0, 1]], [-1])):
+            with pytest.raises(ValueError, match=rf"2 training points.*{bound}") as error:
+                fit(DefiniteBoostMetric(random_state=0))
+            assert "trace=" not in str(error.value)
+        with pytest.raises(ValueError, match="2 training points"):
+            DefiniteBoostPairMetric(random_state=0).fit(X[np.newaxis], [-1])
+        # a threshold of one's own, or only a similar pair: fitted as before
+        DefiniteBoostMetric(random_state=0, gamma_dissimilar=1.0).fit(X, ["a", "b"])
+        DefiniteBoostMetric(random_state=0).fit_pairs(X, [[0, 1]], [1])
+
+
+@pytest.mark.parametrize("params", [dict(gamma_dissimilar=1e300),
+                                    dict(gamma=1e300, loss="square"),
+                                    dict(gamma_dissimilar=1e120, from_labels="random")])
+def test_meg_metric_refuses_thresholds_whose_squared_loss_leaves_doubles(params):
+    """A threshold of 1e300 fitted with numpy's 'overflow encountered in square'
+    (an infinite pair_mse_); targets beyond 1e100, and beyond 1e100 times the
+    trace, are refused by name before anything changes, as the README says."""
+    X, labels = _data()
+    name = next(iter(params))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = MEGMetric(random_state=0, n_epochs=1).fit(X, labels)
+        before = pickle.dumps(model)
+        defaults = model.get_params()
+        with pytest.raises(ValueError, match=rf"^{name}=.* out of range"):
+            model.set_params(**params).fit(X, labels)
+        assert pickle.dumps(model.set_params(**defaults)) == before  # the fit's state
+        pairs_of_points = np.stack([X[:10], X[10:20]], axis=1)
+        with pytest.raises(ValueError, match=rf"^{name}=.* out of range"):
+            MEGMetric(**params).partial_fit(pairs_of_points, np.tile([1, -1], 5))
+        # far beyond every squared distance, but in range: an unreachable target
+        # only leaves a loss
+        MEGMetric(random_state=0, gamma_dissimilar=1e50, n_epochs=1).fit(X, labels)
+
+
+@pytest.mark.parametrize("Metric", METRICS)
 def test_bad_inputs(Metric):
     X, labels = _data()
     pairs, pair_labels = draw_pairs(labels, 10, random_state=0)

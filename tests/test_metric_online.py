@@ -1132,3 +1132,26 @@ def test_rank_deficient_data_does_not_warn_of_a_short_first_chunk(iris):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         MEGMetric(random_state=0).partial_fit(pairs, np.where(labels[:75] == labels[75:], 1, -1))
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([None, "a", "b", "a", "b", "a"], "missing class label"),
+    ([1, "a", "b", "a", "b", "a"], "mixes kinds of class labels"),
+])
+def test_a_chunk_of_labeled_points_names_its_bad_labels_as_fit_does(iris, labels, message):
+    """A chunk's class labels are checked as fit's: a missing label or a mix of
+    kinds is named with its row, not met by scikit-learn's 'Unknown label type:
+    unknown ... a regression target'."""
+    X, _ = iris
+    labels = np.array(labels, dtype=object)
+    with pytest.raises(ValueError, match=message):
+        MEGMetric(random_state=0).fit(X[:6], labels)
+    with pytest.raises(ValueError, match=message):
+        MEGMetric(random_state=0).partial_fit(X[:6], labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = MEGMetric(random_state=0).partial_fit(X[:6], ["a", "b"] * 3)
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=message):
+        model.partial_fit(X[:6], labels)
+    assert pickle.dumps(model) == before

@@ -285,3 +285,29 @@ def test_one_wrong_similar_pair_keeps_the_rebuilt_classes_out(Learner):
     assert "pair-classes" not in validation.get("from_labels", {})
     assert _kept(model) != "pair-classes"
     assert _one_nn(model, X, y, X_test, y_test) >= _one_nn(None, X, y, X_test, y_test) - 0.02
+
+
+@pytest.mark.parametrize("Learner", LEARNERS)
+@pytest.mark.parametrize("how", ["labels", "pairs"])
+def test_points_on_a_line_say_that_nothing_can_be_learned_there(Learner, how):
+    """Points spanning one dimension: every metric of the fixed trace is the
+    Euclidean one. The verdict said 'the data may carry no signal the metric
+    can use' of labels that separate the points well (1-NN margin 0.15)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=150)
+    y = (x > 0).astype(int) + (x > 1)
+    X = np.column_stack([x, 2 * x])  # two features, one direction
+    model = Learner(random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("always", NoImprovementWarning)
+        with pytest.warns(NoImprovementWarning) as record:
+            if how == "labels":
+                model.fit(X, y)
+            else:
+                pairs, signs = draw_pairs(y, 200, random_state=0)
+                model.fit_pairs(X, pairs, signs)
+    assert model.components_.shape[0] == 1
+    said = [str(w.message) for w in record if w.category is NoImprovementWarning]
+    assert len(said) == 1 and "span one dimension" in said[0], said
+    assert "no signal" not in said[0]

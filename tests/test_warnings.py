@@ -97,6 +97,23 @@ def test_draw_pairs_shortage_inside_fit_points_at_the_caller():
     _points_here(record, UserWarning, "distinct")
 
 
+# the verdict on 6 points is not the subject here
+@pytest.mark.filterwarnings("ignore::megkernel.NoImprovementWarning")
+@pytest.mark.parametrize("Metric", [MEGMetric, DefiniteBoostMetric])
+def test_a_shortage_of_pairs_at_the_default_count_says_whose_count_it_is(Metric):
+    """n_constraints=None draws 20 n_classes^2 pairs of each kind: where fewer
+    exist, the warning said '(asked for 80)' of a number nobody asked for."""
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    with pytest.warns(UserWarning, match="distinct") as record:
+        Metric(from_labels="random", random_state=0).fit(X, labels)
+    said = [str(w.message) for w in record if "distinct" in str(w.message)]
+    assert said and not any("asked for" in message for message in said), said
+    assert all("n_constraints=None draws 20 * n_classes**2 = 80" in message
+               for message in said), said
+    _points_here(record, UserWarning, "distinct")
+
+
 def test_meg_metric_worse_than_prior_points_at_the_caller():
     X, labels = _metric_data()
     pairs, pair_labels = draw_pairs(labels, 40, random_state=1)

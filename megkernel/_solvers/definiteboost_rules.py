@@ -122,7 +122,8 @@ def pair_thresholds(state, signs, *, gamma="auto", gamma_dissimilar="auto",
                             if np.any(signs < 0) else Chosen(mean_sq_distance))
     else:
         gamma_dissimilar = _checked(gamma_dissimilar, "gamma_dissimilar")
-    if gamma_dissimilar >= 2.0 * trace:
+    held_to = np.any(signs < 0) or not isinstance(gamma_dissimilar, Chosen)
+    if held_to and gamma_dissimilar >= 2.0 * trace:  # an unused 'auto' one is only reported
         raise ValueError(
             f"{said('gamma_dissimilar', gamma_dissimilar, clause=True)} can never hold: "
             f"squared distances under a kernel of trace {trace:g} are below "

@@ -28,12 +28,14 @@ __all__ = ["ClassPairs", "component_codes", "draw_pairs", "label_candidates", "n
 N_NEIGHBORS = 5
 
 
-def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
+def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10, asked=None):
     """Random similar and dissimilar pairs from checked class labels.
 
     :func:`megkernel.draw_pairs`, whose docstring says the rule; ``labels``
-    are taken as checked.
+    are taken as checked. ``asked``: how a shortage's warning names the
+    count (default: ``asked for n_constraints``).
     """
+    asked = f"asked for {n_constraints}" if asked is None else asked
     labels = np.asarray(labels)
     rng = check_random_state(random_state)
     _, codes = np.unique(labels, return_inverse=True)
@@ -49,14 +51,14 @@ def draw_pairs(labels, n_constraints, *, random_state=None, max_rounds=10):
             flip = rng.randint(2, size=len(pairs)).astype(bool)
             pairs[flip] = pairs[flip, ::-1]
             if possible[same] < n_constraints:
-                warn_user(f"Only {possible[same]} distinct {kind} pairs exist (asked for "
-                          f"{n_constraints}); using all of them.", UserWarning)
+                warn_user(f"Only {possible[same]} distinct {kind} pairs exist ({asked}); "
+                          "using all of them.", UserWarning)
             kinds.append(pairs)
             continue
         drawn = _draw_distinct(codes, n_constraints, same, rng, max_rounds)
         if len(drawn) < n_constraints:
             warn_user(f"Only {len(drawn)} distinct {kind} pairs could be drawn "
-                      f"(asked for {n_constraints}).", UserWarning)
+                      f"({asked}).", UserWarning)
         kinds.append(drawn)
     pair_labels = np.r_[np.ones(len(kinds[0]), int), -np.ones(len(kinds[1]), int)]
     return np.vstack(kinds), pair_labels
@@ -284,8 +286,12 @@ def pairs_from_labels(X, y, from_labels, n_constraints=None, *, n_neighbors=N_NE
     """
     if from_labels in ("neighbors", "soft-neighbors"):
         return (*neighbor_pairs(X, y, n_neighbors), None)
-    n_constraints = n_constraints or 20 * np.unique(np.asarray(y)).size ** 2
-    return (*draw_pairs(y, n_constraints, random_state=random_state), n_constraints)
+    asked = None
+    if n_constraints is None:  # the default count: a shortage is not of a number asked for
+        n_constraints = 20 * np.unique(np.asarray(y)).size ** 2
+        asked = f"n_constraints=None draws 20 * n_classes**2 = {n_constraints} of each kind"
+    return (*draw_pairs(y, n_constraints, random_state=random_state, asked=asked),
+            n_constraints)
 
 
 def label_candidates(X, labels, kinds, n_constraints=None, *, n_neighbors=N_NEIGHBORS,

@@ -107,7 +107,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                     f"probabilities), got {len(X)}; use from_labels='neighbors' or "
                     "'random', or 'auto' (which then leaves it out).")
             kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
-        trace = _check_trace(X - X.mean(axis=0))
+        trace = _check_trace(X)
         return self._commit(self._solve(X, trace, labels=y, kinds=kinds))
 
     def _from_labels(self):
@@ -149,7 +149,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def _fit_pairs(self, X, pairs, pair_labels):
         """Fit from validated points and pairs: the trace checked, one solver call, commit."""
-        trace = _check_trace(X - X.mean(axis=0))
+        trace = _check_trace(X)
         return self._commit(self._solve(X, trace, pairs, pair_labels))
 
     def _commit(self, result):
@@ -180,8 +180,9 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 UserWarning)
         if self.validation_ is not None and not self.validation_["gain_is_real"]:
             prior_is_euclidean = getattr(self, "init_", "euclidean") == "euclidean"
-            warn_user(f"{name}: {_no_gain_message(self.validation_, prior_is_euclidean)}",
-                      NoImprovementWarning)
+            message = _no_gain_message(self.validation_, prior_is_euclidean,
+                                       rank=self.components_.shape[0])
+            warn_user(f"{name}: {message}", NoImprovementWarning)
         if self.verbose:
             progress_detail(f"[{name}] {self._fit_summary()}; rank "
                             f"{self.components_.shape[0]}: {self._loss_name} "
@@ -507,8 +508,12 @@ def _called(preprocessor, indicators, name):
     return points
 
 
-def _no_gain_message(log, prior_is_euclidean=True):
-    """Say what a validation without a real gain kept, with its held-out scores."""
+def _no_gain_message(log, prior_is_euclidean=True, *, rank=None):
+    """Say what a validation without a real gain kept, with its held-out scores.
+
+    ``rank``: the metric's; on one dimension no metric of the fixed trace
+    differs from the Euclidean one, whatever the data's signal.
+    """
     what = {"knn": "1-NN margin of held-out points", "auc": "ROC AUC of held-out pairs"}[
         log["score"]]
     folds = f"{log['n_folds']} folds x {log['n_repeats']}"
@@ -517,6 +522,11 @@ def _no_gain_message(log, prior_is_euclidean=True):
                 "labelled reference, or no held-out pair of each kind), so the length "
                 "learned is a default one, without a verdict. Give more points or pairs, "
                 "or fix the length (n_epochs / max_iter).")
+    if rank == 1:
+        return (f"X's centred training points span one dimension, where every metric of "
+                f"the fixed trace is the Euclidean one: nothing can be learned, so the "
+                f"Euclidean metric is kept ({what} {log['scores'][0]:.4g}, {folds}). "
+                "A metric needs features that vary in more than one direction.")
     if log.get("worse_than_reference", False):
         return (f"the learned metric scored worse than the Euclidean metric on held-out "
                 f"data ({what} {log['scores'][log['checkpoints'].index(log['chosen'])]:.4g} "
@@ -534,11 +544,17 @@ def _no_gain_message(log, prior_is_euclidean=True):
             "is claimed (validation_['gain_is_real'] is False).")
 
 
-def _check_trace(centred):
-    """Return the centered features' sum of squares, if squared distances stay finite."""
-    largest = float(np.abs(centred).max())
-    if largest == 0:
+def _check_trace(points):
+    """Return the centered points' sum of squares, if squared distances stay finite.
+
+    Identical points are refused as such: their centred values need not be
+    zero (the mean of copies of a value rounds), and would be a metric of
+    rounding errors.
+    """
+    if np.all(points == points[0]):
         raise ValueError("X has no variance: every training point is the same.")
+    centred = points - points.mean(axis=0)
+    largest = float(np.abs(centred).max())
     with np.errstate(over="ignore", under="ignore"):
         trace = float(np.sum(centred * centred))
     if not in_scale_range(trace):

@@ -263,6 +263,17 @@ class DefiniteBoostMetric(_FeatureMetric):
                                  f"features; got shape {linear.shape}.")
             if not np.all(np.isfinite(linear)):
                 raise ValueError("init contains NaN or infinite values.")
+        if len(X) == 2 and self.gamma_dissimilar == "auto" and (
+                signs is None or np.any(signs < 0)):  # from labels: a dissimilar pair
+            # the mean squared distance D = 2 trace / (n - 1) is 2 trace, the most
+            # the trace allows: the pair already is as far as it can be
+            raise ValueError(
+                "DefiniteBoostMetric's gamma_dissimilar='auto' is the mean squared "
+                "distance between distinct training points; with 2 training points "
+                f"that is their own squared distance, {2.0 * trace:.4g}, the largest "
+                "the metric's fixed trace allows, so no dissimilar pair can be held "
+                f"beyond it. Give gamma_dissimilar below {2.0 * trace:.4g}, or train "
+                "on at least 3 points.")
         options = DefiniteBoostMetricOptions(
             gamma=self.gamma, gamma_dissimilar=self.gamma_dissimilar, slack=self.slack,
             max_iter=self.max_iter, tol=self.tol, projection=self.projection,

@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._numerics.seeding import derived_generator, derived_seed
 from .._numerics.spectral import check_symmetric
 from .._numerics.validation import check_pair_labels
-from .._pair_estimator import transactional
+from .._pair_estimator import check_class_labels, transactional
 from .._solvers.holdout import MAX_PASSES
 from .._solvers.metric_meg import (
     MetricExponent,
@@ -319,12 +319,30 @@ class MEGMetric(_FeatureMetric):
 
     def _solve(self, X, trace, pairs=None, signs=None, *, labels=None, kinds=()):
         """Make the one solver call of a batch fit (:func:`fit_meg_metric`)."""
+        self._check_thresholds(trace)
         if self.method != "auto":
             warn_user("MEGMetric's method is deprecated since megkernel 0.2 and ignored "
                       "(the metric is learned in its rank x rank space); it will be "
                       "removed in 0.3.", FutureWarning)
         return fit_meg_metric(X, pairs, signs, labels=labels, kinds=kinds,
                               options=self._options())
+
+    def _check_thresholds(self, trace):
+        """Refuse a given threshold whose squared loss would leave double precision.
+
+        Losses are squared both in the user's units and in trace-one units
+        (the threshold over ``trace``): each must stay within ``MAX_TRACE``.
+        """
+        for name in ("gamma", "gamma_dissimilar"):
+            value = getattr(self, name)
+            if isinstance(value, str) or max(value, value / trace) <= _MAX_TRACE:
+                continue
+            raise ValueError(
+                f"{name}={value:g} is out of range: MEGMetric squares each pair's error "
+                f"against it, so it may be at most {_MAX_TRACE:g} and at most "
+                f"{_MAX_TRACE:g} times the training points' centred sum of squares "
+                f"({trace:.3g}; no squared distance between them exceeds "
+                f"{2.0 * trace:.3g}). Give a smaller {name}, or rescale X.")
 
     def _options(self):
         return MEGMetricOptions(
@@ -431,6 +449,7 @@ class MEGMetric(_FeatureMetric):
 
     def _chunk_pairs(self, X, y, *, reset):
         """Pairs of points drawn from a chunk of labeled points."""
+        check_class_labels(y)  # a missing label or a mix of kinds, named as by fit
         # scikit-learn finds an infinity by summing X (+inf - inf: a RuntimeWarning)
         with np.errstate(invalid="ignore", over="ignore"):
             X, y = validate_data(self, X, y, reset=reset, ensure_min_samples=2, dtype=float)
@@ -451,9 +470,9 @@ class MEGMetric(_FeatureMetric):
             raise ValueError("The first pairs of partial_fit hold fewer than 2 distinct "
                              "points: they cannot set the metric's coordinates.")
         self.n_features_in_ = n_features
+        self._check_thresholds(_check_trace(points))
         self.mean_ = points.mean(axis=0)
         centred = points - self.mean_
-        _check_trace(centred)
         (self.coordinates_, self.scales_, self.directions_, self.trace_, self.gamma_,
          self.gamma_dissimilar_) = metric_space(centred, self.gamma, self.gamma_dissimilar,
                                                 derived_generator(self.random_state))
