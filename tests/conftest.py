@@ -470,7 +470,7 @@ ESTIMATORS = [
     _meg_regressor_case(),
     _definiteboost_kernel_case(),
     _metric_case(MEGMetric, n_constraints=20),
-    _metric_case(DefiniteBoostMetric, n_constraints=20, max_iter=50),
+    _metric_case(DefiniteBoostMetric, n_constraints=20, max_iter=200),
     _pair_metric_case(MEGPairMetric),
     _pair_metric_case(DefiniteBoostPairMetric, max_iter=50),
     _knn_case(),

@@ -203,7 +203,7 @@ def test_refit_epochs(log, expected):
 
 
 def test_the_refit_on_every_pair_runs_longer_than_a_folds_choice():
-    X_train, _, _, _, pairs, signs = _split(1)
+    X_train, _, _, _, pairs, signs = _split(0)
     model = MEGMetric(random_state=0).fit_pairs(X_train, pairs, signs)
     log = model.validation_
     assert log["kept"] == "pairs" and log["gain_is_real"]

@@ -13,6 +13,7 @@ from megkernel._solvers.metric_soft_neighbors import (
     prior_temperature,
     soft_neighbor_probabilities,
 )
+from megkernel.metric._base import content_order_of_points
 
 
 def _data(seed=0, n=60, noise=4):
@@ -283,8 +284,10 @@ def test_a_fixed_temperature_scales_the_prior_temperature():
     X, labels = _data(seed=3)
     model = MEGMetric(from_labels="soft-neighbors", n_epochs=4, temperature=0.5).fit(
         X, labels)
-    coordinates, prior, temperature = _start(X, labels)
-    ascent = SoftNeighborAscent(coordinates, labels, prior, 0.5 * temperature).advance(4)
+    order = content_order_of_points(X, labels)  # the fit's order of the points
+    coordinates, prior, temperature = _start(X[order], labels[order])
+    ascent = SoftNeighborAscent(coordinates, labels[order], prior,
+                                0.5 * temperature).advance(4)
     assert model.temperature_ == 0.5
     np.testing.assert_allclose(model.exponent_.density(), ascent.exponent.density(),
                                atol=1e-12)

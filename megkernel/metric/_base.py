@@ -11,6 +11,7 @@ The estimators are in :mod:`megkernel.metric.meg` and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from numbers import Integral, Real
@@ -44,6 +45,41 @@ __all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
 #: which squared distances, targets and squared losses stay finite.
 _MIN_TRACE, _MAX_TRACE = MIN_TRACE, MAX_TRACE
 
+
+
+def content_order_of_points(X, labels=None):
+    """Return the order that sorts points (and their labels) by their content.
+
+    By the squared distance from the points' mean (the mean of each column
+    sorted, so that its bits do not depend on the row order), then the
+    label, then the features lexicographically: the same points in any row
+    order are put in one order, so draws over rows (random pairs, folds) and
+    sums over them give the same fit; the first key is unchanged by a
+    rotation or a shift of the features, so the fit of rotated points stays
+    the rotated fit. Rows left tied are identical points of one label,
+    which are interchangeable.
+    """
+    centre = np.sort(X, axis=0).mean(axis=0)
+    keys = [X[:, j] for j in range(X.shape[1] - 1, -1, -1)]
+    if labels is not None:
+        keys.append(np.unique(labels, return_inverse=True)[1].ravel())
+    keys.append(((X - centre) ** 2).sum(axis=1))
+    return np.lexsort(keys)
+
+
+def _in_user_order(result, order):
+    """Return a solver's result with its per-point fields back in the user's row order.
+
+    ``pairs`` index the points (``order[pairs]``); ``coordinates``, where the
+    result has them, are one row per point.
+    """
+    fields = {} if result.pairs is None else {
+        "pairs": order[np.asarray(result.pairs, dtype=np.intp)]}
+    if getattr(result, "coordinates", None) is not None:
+        coordinates = np.empty_like(result.coordinates)
+        coordinates[order] = result.coordinates
+        fields["coordinates"] = coordinates
+    return dataclasses.replace(result, **fields)
 
 class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared fitting from labels or pairs and the inductive transform."""
@@ -107,8 +143,13 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                     f"probabilities), got {len(X)}; use from_labels='neighbors' or "
                     "'random', or 'auto' (which then leaves it out).")
             kinds = tuple(kind for kind in kinds if kind != "soft-neighbors")
+        # the same points in any row order give the same fit: the solver sees them
+        # in an order of their content (its draws of pairs and folds go by row)
+        order = content_order_of_points(X, y)
+        X, y = X[order], y[order]
         trace = _check_trace(X)
-        return self._commit(self._solve(X, trace, labels=y, kinds=kinds))
+        return self._commit(_in_user_order(self._solve(X, trace, labels=y, kinds=kinds),
+                                           order))
 
     def _from_labels(self):
         """``from_labels`` resolved: the kinds to make (several: validation chooses).
@@ -148,9 +189,17 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self._fit_pairs(X, pairs, pair_labels.astype(int))
 
     def _fit_pairs(self, X, pairs, pair_labels):
-        """Fit from validated points and pairs: the trace checked, one solver call, commit."""
+        """Fit from validated points and pairs: the trace checked, one solver call, commit.
+
+        The points in an order of their content (the pairs renumbered), so that
+        the row order of ``X`` changes nothing.
+        """
+        order = content_order_of_points(X)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        X, pairs = X[order], rank[pairs]
         trace = _check_trace(X)
-        return self._commit(self._solve(X, trace, pairs, pair_labels))
+        return self._commit(_in_user_order(self._solve(X, trace, pairs, pair_labels), order))
 
     def _commit(self, result):
         """Set the fitted attributes of a solver's result; warn if the pairs are met worse.
