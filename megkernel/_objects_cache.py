@@ -603,8 +603,17 @@ def _holder_of(handle):
     return "".join(c for c in text if c.isprintable())[:120] or None
 
 
+#: What ``flock`` says on a file system without file locks (some NFS, SMB and
+#: FUSE mounts): no lock can be had there, however long one waits.
+_NO_LOCKS = frozenset(getattr(errno, name) for name in (
+    "ENOLCK", "EOPNOTSUPP", "ENOTSUP", "ENOSYS", "EINVAL") if hasattr(errno, name))
+
+
 def _wait_for_lock(handle, path):
-    """Take the exclusive lock of ``handle``, waiting at most :data:`LOCK_TIMEOUT` s."""
+    """Take the exclusive lock of ``handle``, waiting at most :data:`LOCK_TIMEOUT` s.
+
+    Return False when the file system has no file locks (nothing taken).
+    """
     deadline = time.monotonic() + LOCK_TIMEOUT
     pause = 0.01
     while True:
@@ -613,6 +622,10 @@ def _wait_for_lock(handle, path):
             break
         except BlockingIOError:
             pass
+        except OSError as error:
+            if error.errno in _NO_LOCKS:
+                return False
+            raise
         if time.monotonic() >= deadline:
             holder = _holder_of(handle)
             raise TimeoutError(
@@ -626,6 +639,7 @@ def _wait_for_lock(handle, path):
         holder = f"pid {os.getpid()} on {socket.gethostname()}".encode()
         os.ftruncate(handle.fileno(), 0)
         os.pwrite(handle.fileno(), holder, 0)
+    return True
 
 
 @contextmanager
@@ -657,7 +671,12 @@ def _disk_lock(folder, key):
         return
     try:
         _disk_handles[key] = handle  # before the lock: whoever comes next can close it
-        _wait_for_lock(handle, os.path.join(locks, key + ".lock"))
+        if not _wait_for_lock(handle, os.path.join(locks, key + ".lock")):
+            # entries are still written atomically: at worst learned twice
+            _warn_once(("no locks", folder),
+                       f"KernelDistances cannot lock files in its memory folder {folder} "
+                       "(its file system has no file locks): processes sharing it may "
+                       "each learn a kernel, which they store and read as usual.")
         yield True
     finally:
         handle.close()  # releases the lock; until then, registered (for whoever comes next)

@@ -520,3 +520,31 @@ def test_a_lock_held_too_long_is_a_timeout_naming_the_lock_and_its_holder(tmp_pa
     clear_cache()
     _step(Waiting(n_objects=D, flag=flag), memory=memory).fit(np.arange(D))
     assert cache_info()["fits"] == 0              # the holder stored it
+
+
+@pytest.mark.parametrize("name", ["ENOLCK", "EOPNOTSUPP"])
+def test_a_folder_without_file_locks_learns_and_stores_unlocked(tmp_path, monkeypatch,
+                                                                 name):
+    """Some NFS, SMB and FUSE mounts refuse flock: a fit still learns and stores."""
+    import errno
+    import warnings
+
+    from megkernel import _objects_cache
+
+    def no_locks(fd, operation):
+        raise OSError(getattr(errno, name), os.strerror(getattr(errno, name)))
+
+    _objects_cache._warned_once.clear()
+    clear_cache()
+    reference = _step().fit(np.arange(D)).transform(np.arange(D))
+    monkeypatch.setattr(_objects_cache.fcntl, "flock", no_locks)
+    clear_cache()
+    with pytest.warns(UserWarning, match=f"cannot lock files in its memory folder {tmp_path}"):
+        out = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    assert_allclose(out, reference, rtol=1e-12)
+    clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # read back, without a lock or a warning
+        again = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    assert cache_info()["fits"] == 0
+    assert_array_equal(again, out)
