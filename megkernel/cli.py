@@ -19,8 +19,10 @@ of what a run can hold (``--trials``, ``--seed``, ``--n-objects``), before
 any work; an output is written to a temporary file in ``--out`` and renamed
 over its name, so that it is never half-written and never written through a
 symbolic link (one in its place is refused, naming it); Ctrl-C ends the run
-with one line and exit status 130. Only the standard library is imported
-until the arguments are parsed: ``--help`` and argument errors are quick.
+with one line and exit status 130; a reader of stdout that leaves (``|
+head``) does not end it (its messages are dropped, its files written). Only
+the standard library is imported until the arguments are parsed: ``--help``
+and argument errors are quick.
 """
 
 from __future__ import annotations
@@ -508,6 +510,24 @@ def _run(args, argv, log, verbose, target, gamma, gamma_line, started):
     return table
 
 
+def _print_while_read(message):
+    """``print`` to stdout, as long as something reads it.
+
+    The outputs are the files: when the reader of stdout has gone (``|
+    head``, a closed terminal), the run goes on without its messages,
+    instead of ending with a broken pipe. stdout is then the null device, so
+    that nothing fails on flushing it later, at exit included.
+    """
+    try:
+        print(message, flush=True)
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+
+
 def main(argv=None):
     """Entry point of ``python -m megkernel`` and the ``megkernel`` script.
 
@@ -521,7 +541,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     prefix = f"{parser.prog} {args.command}"
     try:
-        reproduce(args, argv=argv)
+        reproduce(args, log=_print_while_read, argv=argv)
     except (ImportError, OSError, ValueError) as error:
         parser.exit(2, f"{prefix}: error: {error}\n")
     except KeyboardInterrupt:

@@ -268,6 +268,27 @@ def test_ctrl_c_in_a_real_run_prints_one_line_and_exits_130(tmp_path):
     assert not out.exists()  # made for the run, still empty: removed
 
 
+# -- stdout read by a reader that leaves: the run goes on ------------------------------
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
+def test_a_reader_of_stdout_that_leaves_does_not_end_the_run(tmp_path):
+    """``reproduce | head -1``: the outputs are the files; the messages the
+    reader no longer reads are dropped, not a broken pipe ending the run."""
+    out = tmp_path / "out"
+    read, write = os.pipe()
+    os.close(read)                               # the reader has gone already
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+            cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert result.returncode == 0, result.stderr
+    assert "Broken pipe" not in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
+
+
 # -- imports: --help and argument errors load only the standard library -------------
 
 HEAVY = ["numpy", "scipy", "sklearn", "numba", "matplotlib", "pandas", "threadpoolctl",
