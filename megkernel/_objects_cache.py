@@ -521,6 +521,11 @@ def _own_folder(path, *, link_ok=False):
         os.makedirs(path, exist_ok=True)
     except FileExistsError:
         pass  # a file there: refused below
+    except NotADirectoryError:  # a file among its parents
+        blocker = next((parent for parent in _parents(path)
+                        if os.path.lexists(parent) and not os.path.isdir(parent)), path)
+        raise ValueError(f"KernelDistances(memory=...) cannot make the folder {path}: "
+                         f"{blocker} is not a folder. Give another memory folder.") from None
     except OSError as error:
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             return False
@@ -532,6 +537,14 @@ def _own_folder(path, *, link_ok=False):
                          "and locks in folders of its own there. Remove it, or give "
                          "another memory folder.")
     return True
+
+
+def _parents(path):
+    """``path`` and the folders above it, the outermost first."""
+    chain = [path]
+    while os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    return chain[::-1]
 
 
 def _write_atomic(folder, final, write):

@@ -548,3 +548,14 @@ def test_a_folder_without_file_locks_learns_and_stores_unlocked(tmp_path, monkey
         again = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
     assert cache_info()["fits"] == 0
     assert_array_equal(again, out)
+
+
+def test_a_memory_folder_below_a_file_is_refused_naming_the_file(tmp_path):
+    """Not numpy's or the OS's words (``NotADirectoryError: [Errno 20]``)."""
+    (tmp_path / "results.csv").write_text("")
+    step = _step(memory=tmp_path / "results.csv" / "cache")
+    clear_cache()
+    with pytest.raises(ValueError, match=f"cannot make the folder {tmp_path}/results.csv/"
+                                         f"cache: {tmp_path}/results.csv is not a folder"):
+        step.fit(np.arange(D))
+    assert not hasattr(step, "kernel_")
