@@ -19,7 +19,7 @@ of what a run can hold (``--trials``, ``--seed``, ``--n-objects``), before
 any work; an output is written to a temporary file in ``--out`` and renamed
 over its name, so that it is never half-written and never written through a
 symbolic link (one in its place is refused, naming it); Ctrl-C ends the run
-with one line and exit status 130; a reader of stdout that leaves (``|
+with one line and exit status 130 (SIGTERM: 143), cleaned up; a reader of stdout that leaves (``|
 head``) does not end it (its messages are dropped, its files written). Only
 the standard library is imported until the arguments are parsed: ``--help``
 and argument errors are quick.
@@ -31,8 +31,10 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from numbers import Integral
 from pathlib import Path
@@ -528,18 +530,34 @@ def _print_while_read(message):
             os.close(null)
 
 
+class _Terminated(BaseException):
+    """SIGTERM (``kill``, ``timeout``, a batch scheduler), raised in the run.
+
+    A BaseException, as KeyboardInterrupt: the run cleans up as after
+    Ctrl-C (no temporary file, no folder made for it left empty), and no
+    ``except Exception`` on the way takes it for an error.
+    """
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None):
     """Entry point of ``python -m megkernel`` and the ``megkernel`` script.
 
-    Return the exit status: 0, or 130 after Ctrl-C (one line, no traceback;
-    the outputs already written are whole, the others not begun). Errors of
-    the arguments, the data or the output directory end it with one line and
-    status 2 (``SystemExit``).
+    Return the exit status: 0, or 130 after Ctrl-C and 143 after SIGTERM
+    (one line, no traceback; the outputs already written are whole, the
+    others not begun). Errors of the arguments, the data or the output
+    directory end it with one line and status 2 (``SystemExit``).
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     prefix = f"{parser.prog} {args.command}"
+    main_thread = threading.current_thread() is threading.main_thread()  # signals' thread
+    if main_thread:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         reproduce(args, log=_print_while_read, argv=argv)
     except (ImportError, OSError, ValueError) as error:
@@ -547,4 +565,10 @@ def main(argv=None):
     except KeyboardInterrupt:
         sys.stderr.write(f"{prefix}: interrupted\n")
         return 130
+    except _Terminated:
+        sys.stderr.write(f"{prefix}: terminated\n")
+        return 128 + signal.SIGTERM
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0

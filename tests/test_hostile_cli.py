@@ -268,6 +268,46 @@ def test_ctrl_c_in_a_real_run_prints_one_line_and_exits_130(tmp_path):
     assert not out.exists()  # made for the run, still empty: removed
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_in_a_real_run_cleans_up_and_exits_143(tmp_path):
+    """``kill``, ``timeout`` or a batch scheduler's end of a job: the run
+    cleans up as after Ctrl-C (the folders made for it removed while empty)."""
+    out = tmp_path / "made" / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "megkernel", "reproduce", "--data", "wine", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        err = b""
+        deadline = time.monotonic() + 120
+        while b"trial/s," not in err and time.monotonic() < deadline:
+            byte = process.stderr.read(1)
+            if not byte:
+                break
+            err += byte
+        assert b"trial/s," in err, err
+        assert out.is_dir()
+        process.send_signal(signal.SIGTERM)
+        rest_out, rest_err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = (err + rest_err).decode()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.rstrip().endswith(f"\n{PROG}: terminated")
+    assert not (tmp_path / "made").exists()
+
+
+def test_main_leaves_the_sigterm_handler_as_it_found_it(tmp_path, capsys):
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--fasta", str(tmp_path / "missing.faa"), "--out",
+              str(tmp_path / "out")])
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # -- stdout read by a reader that leaves: the run goes on ------------------------------
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
