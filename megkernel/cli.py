@@ -48,6 +48,9 @@ __all__ = ["main"]
 #: benchmarks page).
 DEFAULT_TRIALS = 300_000
 
+#: Default k-mer length of the spectrum kernel of sequences (gyrB, --fasta).
+DEFAULT_KMER = 3
+
 #: Default number of 1-NN evaluations over the trials (fewer if fewer trials).
 DEFAULT_CHECKPOINTS = 40
 
@@ -158,7 +161,7 @@ def build_parser():
     )
     data = reproduce.add_argument_group(
         "data (default: the bundled gyrB proteins of three genera, PubMLST)")
-    data.add_argument("--data", choices=["gyrb", "wine"], default="gyrb",
+    data.add_argument("--data", choices=["gyrb", "wine"],  # None: gyrb, unless --fasta
                       help="bundled target: gyrB set A fragments of Acinetobacter, "
                            "Pseudomonas and Vibrio, 3-mer spectrum kernel (default; "
                            "PubMLST data: cite Jolley, Bray & Maiden, Wellcome Open Res "
@@ -169,8 +172,9 @@ def build_parser():
     data.add_argument("--n-objects", type=_n_objects, default=52,
                       help="objects sampled, balanced over classes (default: 52; at "
                            f"most {MAX_DENSE_OBJECTS})")
-    data.add_argument("--kmer", type=_positive_int, default=3,
-                      help="k-mer length of the spectrum kernel (default: 3)")
+    data.add_argument("--kmer", type=_positive_int,  # None: DEFAULT_KMER
+                      help="k-mer length of the spectrum kernel of sequences (default: "
+                           f"{DEFAULT_KMER})")
     online = reproduce.add_argument_group("on-line MEG (Figure 2)")
     online.add_argument("--trials", type=_trials, default=DEFAULT_TRIALS,
                         help=f"distance examples (default: {DEFAULT_TRIALS}; "
@@ -413,8 +417,19 @@ def _gamma(args, kernel):
 def _check_arguments(args):
     """Check the arguments together (each one alone is checked by the parser).
 
-    Return an error message, or None.
+    Return an error message, or None. Options left out get their defaults
+    here, where it can be told whether they were given.
     """
+    if args.fasta is not None and args.data is not None:
+        return (f"--data {args.data} and --fasta are alternatives (the bundled data or "
+                "a FASTA file): give one.")
+    if args.fasta is None and args.data is None:
+        args.data = "gyrb"
+    if args.kmer is not None and args.data == "wine":
+        return ("--kmer sets the spectrum kernel of sequences (gyrB, --fasta); --data "
+                "wine has an RBF kernel of its measurements.")
+    if args.kmer is None:
+        args.kmer = DEFAULT_KMER
     if args.checkpoints is None:
         args.checkpoints = min(DEFAULT_CHECKPOINTS, args.trials)
     elif args.checkpoints > args.trials:

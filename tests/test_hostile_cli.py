@@ -218,6 +218,20 @@ def test_an_argument_beyond_its_limit_is_refused_naming_it(tmp_path, capsys, mon
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("arguments", "expected"), [
+    (["--data", "wine", "--fasta", "mine.faa"], "--data wine and --fasta are alternatives"),
+    (["--fasta", "mine.faa", "--data", "gyrb"], "--data gyrb and --fasta are alternatives"),
+    (["--data", "wine", "--kmer", "4"], "--kmer sets the spectrum kernel of sequences"),
+])
+def test_options_that_would_be_ignored_are_refused_naming_them(tmp_path, capsys,
+                                                               arguments, expected):
+    """--fasta used to win over --data silently, and --kmer to do nothing for wine."""
+    out = tmp_path / "out"
+    message = _refused(capsys, *arguments, "--out", str(out))
+    assert expected in message
+    assert not out.exists()
+
+
 def test_the_outputs_checked_are_the_outputs_written():
     assert sorted(cli.OUTPUTS) == sorted(OUTPUTS)
 
