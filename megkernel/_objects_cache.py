@@ -511,6 +511,11 @@ def _read_entry(entries, key, expected, warned):
 
 # -- writing: atomic, into folders that are megkernel's own
 
+#: Why a folder cannot be written: permissions, a read-only file system, a
+#: full disk or quota. The kernel is then learned without being stored.
+_UNWRITABLE = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT") if hasattr(errno, name))
+
 def _own_folder(path, *, link_ok=False):
     """Make the folder ``path`` (False: the memory folder cannot be written).
 
@@ -527,7 +532,7 @@ def _own_folder(path, *, link_ok=False):
         raise ValueError(f"KernelDistances(memory=...) cannot make the folder {path}: "
                          f"{blocker} is not a folder. Give another memory folder.") from None
     except OSError as error:
-        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if error.errno in _UNWRITABLE:
             return False
         raise
     info = os.stat(path) if link_ok else os.lstat(path)
@@ -679,7 +684,9 @@ def _disk_lock(folder, key):
         abandoned.close()
     try:
         handle = _open_lock(os.path.join(locks, key + ".lock"))
-    except PermissionError:
+    except OSError as error:
+        if error.errno not in _UNWRITABLE:
+            raise
         yield False
         return
     try:
@@ -731,8 +738,9 @@ def _disk_cached(folder, key, fit, expected):
                 _store_on_disk(entries, key, kernel, objects, expected, weak)
                 return kernel, objects, weak
     _warn_once(("read-only", folder),
-               f"KernelDistances cannot write to its memory folder {folder}: it reads the "
-               "kernels stored there but learns the others without storing them.")
+               f"KernelDistances cannot write to its memory folder {folder} (read-only or "
+               "full): it reads the kernels stored there but learns the others without "
+               "storing them.")
     return _learn(fit)
 
 

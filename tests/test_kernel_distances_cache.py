@@ -559,3 +559,38 @@ def test_a_memory_folder_below_a_file_is_refused_naming_the_file(tmp_path):
                                          f"cache: {tmp_path}/results.csv is not a folder"):
         step.fit(np.arange(D))
     assert not hasattr(step, "kernel_")
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["new folder", "its folders made"])
+def test_a_full_disk_learns_without_storing(tmp_path, monkeypatch, made):
+    """No space (or quota) for a new folder or lock file: as a read-only
+    folder, not an ``OSError: [Errno 28]`` from every fit."""
+    import errno
+
+    from megkernel import _objects_cache
+
+    folder = tmp_path / "memory"
+    if made:
+        (folder / "megkernel_locks").mkdir(parents=True)
+        (folder / "megkernel_kernels").mkdir()
+    real_open = os.open
+
+    def no_space(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    def open_no_new_file(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and not os.path.exists(path):
+            no_space(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    _objects_cache._warned_once.clear()
+    clear_cache()
+    reference = _step().fit(np.arange(D)).transform(np.arange(D))
+    clear_cache()
+    monkeypatch.setattr(os, "mkdir", no_space)
+    monkeypatch.setattr(os, "open", open_no_new_file)
+    with pytest.warns(UserWarning, match=f"cannot write to its memory folder {folder} "
+                                         r"\(read-only or full\)"):
+        out = _step(memory=folder).fit(np.arange(D)).transform(np.arange(D))
+    assert_allclose(out, reference, rtol=1e-12)
+    assert cache_info()["fits"] == 1
