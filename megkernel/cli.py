@@ -281,10 +281,12 @@ def _write_output(directory, name, write):
             os.fsync(file.fileno())
         _check_replaceable(path)  # again: the run took a while
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if temporary is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno is not None:  # the system's words
+            raise OSError(f"cannot write {path}: {error.strerror or error}") from error
         raise
 
 

@@ -127,6 +127,22 @@ def test_an_interrupted_write_leaves_the_old_output_whole(tmp_path, error):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv"]
 
 
+def test_a_full_disk_is_named_with_the_output_it_stopped(tmp_path, capsys, monkeypatch):
+    """Not a bare "[Errno 28] No space left on device" (a write's error names no file)."""
+    import errno
+
+    (tmp_path / "summary.csv").write_text("old")
+
+    def full(file):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError, match=f"^cannot write {tmp_path / 'summary.csv'}: No space "
+                                      "left on device$"):
+        cli._write_output(tmp_path, "summary.csv", full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv"]
+    assert (tmp_path / "summary.csv").read_text() == "old"
+
+
 def test_a_link_made_during_the_write_is_refused_not_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
