@@ -297,7 +297,7 @@ def _prepare_output(directory):
     regular file. Return the directories created (innermost last).
     """
     missing = [path for path in [directory, *directory.parents] if not path.exists()]
-    created = []
+    created, probe = [], None
     try:
         for path in reversed(missing):
             path.mkdir()
@@ -305,8 +305,13 @@ def _prepare_output(directory):
         probe, file = _create_new(directory, "megkernel-write-test")
         file.close()
         probe.unlink()
-    except OSError as error:
+    except BaseException as error:  # Ctrl-C too: nothing left behind
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                probe.unlink()
         _remove_created(created)
+        if not isinstance(error, OSError):
+            raise
         raise OSError(f"cannot write to the output directory {directory}: "
                       f"{error.strerror or error}") from error
     for name in OUTPUTS:

@@ -127,6 +127,31 @@ def test_an_interrupted_write_leaves_the_old_output_whole(tmp_path, error):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv"]
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_an_interrupted_write_check_leaves_no_folder_and_no_probe(tmp_path, monkeypatch,
+                                                                  error):
+    """Ctrl-C (or an error) after the write check made its probe file."""
+    made = tmp_path / "made"
+    real_create = cli._create_new
+
+    class Stopping:
+        def __init__(self, file):
+            self.file = file
+
+        def close(self):
+            self.file.close()
+            raise error
+
+    def create_then_stop(directory, name):
+        path, file = real_create(directory, name)
+        return path, Stopping(file)
+
+    monkeypatch.setattr(cli, "_create_new", create_then_stop)
+    with pytest.raises(error):
+        cli._prepare_output(made / "out")
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_full_disk_is_named_with_the_output_it_stopped(tmp_path, capsys, monkeypatch):
     """Not a bare "[Errno 28] No space left on device" (a write's error names no file)."""
     import errno
