@@ -535,21 +535,27 @@ def _run(args, argv, log, verbose, target, gamma, gamma_line, started):
 
 
 def _print_while_read(message):
-    """``print`` to stdout, as long as something reads it.
+    """``print`` to stdout, as long as it can be written.
 
     The outputs are the files: when the reader of stdout has gone (``|
-    head``, a closed terminal), the run goes on without its messages,
-    instead of ending with a broken pipe. stdout is then the null device, so
-    that nothing fails on flushing it later, at exit included.
+    head``, a closed terminal) or its file cannot grow (a full disk), the run
+    goes on without its messages (saying so on stderr, unless the reader
+    merely left), instead of ending with the error of a message. stdout is
+    then the null device, so that nothing fails on flushing it later, at
+    exit included.
     """
     try:
         print(message, flush=True)
-    except BrokenPipeError:
+    except OSError as error:
         null = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(null, sys.stdout.fileno())
         finally:
             os.close(null)
+        if not isinstance(error, BrokenPipeError):
+            sys.stderr.write(f"python -m megkernel reproduce: cannot write to stdout "
+                             f"({error.strerror or error}); the run goes on without its "
+                             "messages.\n")
 
 
 class _Terminated(BaseException):

@@ -384,6 +384,22 @@ def test_a_reader_of_stdout_that_leaves_does_not_end_the_run(tmp_path):
     assert sorted(os.listdir(out)) == sorted(OUTPUTS)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_stdout_that_cannot_grow_does_not_end_the_run(tmp_path):
+    """``> log.txt`` on a full disk (/dev/full): one line says so on stderr."""
+    out = tmp_path / "out"
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("cannot write to stdout (No space left on device); the "
+                               "run goes on without its messages.") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
+
+
 # -- imports: --help and argument errors load only the standard library -------------
 
 HEAVY = ["numpy", "scipy", "sklearn", "numba", "matplotlib", "pandas", "threadpoolctl",
