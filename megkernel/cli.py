@@ -583,6 +583,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     prefix = f"{parser.prog} {args.command}"
+    closed_stderr = sys.stderr is None  # started with it closed (a daemon, cron)
+    if closed_stderr:  # the progress bars and messages go nowhere, not into an error
+        sys.stderr = open(os.devnull, "w")  # closed below
     main_thread = threading.current_thread() is threading.main_thread()  # signals' thread
     if main_thread:
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -599,4 +602,7 @@ def main(argv=None):
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+        if closed_stderr:
+            sys.stderr.close()
+            sys.stderr = None
     return 0

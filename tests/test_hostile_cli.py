@@ -400,6 +400,21 @@ def test_a_stdout_that_cannot_grow_does_not_end_the_run(tmp_path):
     assert sorted(os.listdir(out)) == sorted(OUTPUTS)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
+def test_a_run_started_with_stderr_closed_writes_its_outputs(tmp_path):
+    """A daemon or cron job without file descriptor 2: Python's sys.stderr is
+    None, which the progress bars used to write to (AttributeError, status 1)."""
+    out = tmp_path / "out"
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    result = subprocess.run(
+        [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=300,
+        preexec_fn=lambda: os.close(2))
+    assert result.returncode == 0
+    assert "Wrote figure2_online.png" in result.stdout
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
+
+
 # -- imports: --help and argument errors load only the standard library -------------
 
 HEAVY = ["numpy", "scipy", "sklearn", "numba", "matplotlib", "pandas", "threadpoolctl",
