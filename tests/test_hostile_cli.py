@@ -1,5 +1,6 @@
 """Hostile use of ``python -m megkernel reproduce``: links among the outputs,
-arguments beyond what a run can hold, Ctrl-C, and the cost of ``--help``.
+arguments beyond what a run can hold, Ctrl-C and SIGTERM, a stdout or stderr
+that cannot be written, and the cost of ``--help``.
 
 An output is never written through a symbolic link (one in its place is
 refused, naming it) nor half-written (a new file renamed over the name); an
@@ -384,6 +385,7 @@ def test_a_reader_of_stdout_that_leaves_does_not_end_the_run(tmp_path):
     assert sorted(os.listdir(out)) == sorted(OUTPUTS)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_a_stdout_that_cannot_grow_does_not_end_the_run(tmp_path):
     """``> log.txt`` on a full disk (/dev/full): one line says so on stderr."""
@@ -400,6 +402,7 @@ def test_a_stdout_that_cannot_grow_does_not_end_the_run(tmp_path):
     assert sorted(os.listdir(out)) == sorted(OUTPUTS)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
 def test_a_run_started_with_stderr_closed_writes_its_outputs(tmp_path):
     """A daemon or cron job without file descriptor 2: Python's sys.stderr is
