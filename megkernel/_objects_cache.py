@@ -511,6 +511,11 @@ def _read_entry(entries, key, expected, warned):
 
 # -- writing: atomic, into folders that are megkernel's own
 
+#: Why a folder cannot be written: permissions, a read-only file system, a
+#: full disk or quota. The kernel is then learned without being stored.
+_UNWRITABLE = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT") if hasattr(errno, name))
+
 def _own_folder(path, *, link_ok=False):
     """Make the folder ``path`` (False: the memory folder cannot be written).
 
@@ -521,8 +526,13 @@ def _own_folder(path, *, link_ok=False):
         os.makedirs(path, exist_ok=True)
     except FileExistsError:
         pass  # a file there: refused below
+    except NotADirectoryError:  # a file among its parents
+        blocker = next((parent for parent in _parents(path)
+                        if os.path.lexists(parent) and not os.path.isdir(parent)), path)
+        raise ValueError(f"KernelDistances(memory=...) cannot make the folder {path}: "
+                         f"{blocker} is not a folder. Give another memory folder.") from None
     except OSError as error:
-        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if error.errno in _UNWRITABLE:
             return False
         raise
     info = os.stat(path) if link_ok else os.lstat(path)
@@ -532,6 +542,14 @@ def _own_folder(path, *, link_ok=False):
                          "and locks in folders of its own there. Remove it, or give "
                          "another memory folder.")
     return True
+
+
+def _parents(path):
+    """``path`` and the folders above it, the outermost first."""
+    chain = [path]
+    while os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    return chain[::-1]
 
 
 def _write_atomic(folder, final, write):
@@ -603,8 +621,17 @@ def _holder_of(handle):
     return "".join(c for c in text if c.isprintable())[:120] or None
 
 
+#: What ``flock`` says on a file system without file locks (some NFS, SMB and
+#: FUSE mounts): no lock can be had there, however long one waits.
+_NO_LOCKS = frozenset(getattr(errno, name) for name in (
+    "ENOLCK", "EOPNOTSUPP", "ENOTSUP", "ENOSYS", "EINVAL") if hasattr(errno, name))
+
+
 def _wait_for_lock(handle, path):
-    """Take the exclusive lock of ``handle``, waiting at most :data:`LOCK_TIMEOUT` s."""
+    """Take the exclusive lock of ``handle``, waiting at most :data:`LOCK_TIMEOUT` s.
+
+    Return False when the file system has no file locks (nothing taken).
+    """
     deadline = time.monotonic() + LOCK_TIMEOUT
     pause = 0.01
     while True:
@@ -613,6 +640,10 @@ def _wait_for_lock(handle, path):
             break
         except BlockingIOError:
             pass
+        except OSError as error:
+            if error.errno in _NO_LOCKS:
+                return False
+            raise
         if time.monotonic() >= deadline:
             holder = _holder_of(handle)
             raise TimeoutError(
@@ -626,6 +657,7 @@ def _wait_for_lock(handle, path):
         holder = f"pid {os.getpid()} on {socket.gethostname()}".encode()
         os.ftruncate(handle.fileno(), 0)
         os.pwrite(handle.fileno(), holder, 0)
+    return True
 
 
 @contextmanager
@@ -652,12 +684,19 @@ def _disk_lock(folder, key):
         abandoned.close()
     try:
         handle = _open_lock(os.path.join(locks, key + ".lock"))
-    except PermissionError:
+    except OSError as error:
+        if error.errno not in _UNWRITABLE:
+            raise
         yield False
         return
     try:
         _disk_handles[key] = handle  # before the lock: whoever comes next can close it
-        _wait_for_lock(handle, os.path.join(locks, key + ".lock"))
+        if not _wait_for_lock(handle, os.path.join(locks, key + ".lock")):
+            # entries are still written atomically: at worst learned twice
+            _warn_once(("no locks", folder),
+                       f"KernelDistances cannot lock files in its memory folder {folder} "
+                       "(its file system has no file locks): processes sharing it may "
+                       "each learn a kernel, which they store and read as usual.")
         yield True
     finally:
         handle.close()  # releases the lock; until then, registered (for whoever comes next)
@@ -699,8 +738,9 @@ def _disk_cached(folder, key, fit, expected):
                 _store_on_disk(entries, key, kernel, objects, expected, weak)
                 return kernel, objects, weak
     _warn_once(("read-only", folder),
-               f"KernelDistances cannot write to its memory folder {folder}: it reads the "
-               "kernels stored there but learns the others without storing them.")
+               f"KernelDistances cannot write to its memory folder {folder} (read-only or "
+               "full): it reads the kernels stored there but learns the others without "
+               "storing them.")
     return _learn(fit)
 
 

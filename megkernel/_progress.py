@@ -290,18 +290,27 @@ def numba_cache_cold(engine):
     """Whether the numba kernels of ``engine`` will compile on first use.
 
     True when a public compiled function of the engine has no valid cache
-    entry (none written yet, or the source changed since). False for
-    engines without numba kernels, and whenever numba's cache cannot be
-    inspected (its index format is not a public interface).
+    entry (none written yet, the source changed since, or an index numba
+    cannot read, which it then compiles anew). False for engines without
+    numba kernels, and whenever numba's cache cannot be inspected (its index
+    format is not a public interface).
     """
     module = ENGINES[engine].compiled if engine in ENGINES else None
     if module is None:
         return False
-    try:
-        return any(not dispatcher._cache._cache_file._load_index()
-                   for dispatcher in _dispatchers(module) if len(dispatcher.overloads) == 0)
-    except Exception:  # noqa: BLE001 - any numba-internal change: say nothing
-        return False
+    for dispatcher in _dispatchers(module):
+        try:
+            if len(dispatcher.overloads) > 0:
+                continue
+            load_index = dispatcher._cache._cache_file._load_index
+        except AttributeError:  # any numba-internal change: say nothing
+            return False
+        try:
+            if not load_index():
+                return True
+        except Exception:  # noqa: BLE001 - an index numba cannot read: compiled anew
+            return True
+    return False
 
 
 def note_compiling(engines, *, file=None):

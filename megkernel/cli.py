@@ -19,8 +19,10 @@ of what a run can hold (``--trials``, ``--seed``, ``--n-objects``), before
 any work; an output is written to a temporary file in ``--out`` and renamed
 over its name, so that it is never half-written and never written through a
 symbolic link (one in its place is refused, naming it); Ctrl-C ends the run
-with one line and exit status 130. Only the standard library is imported
-until the arguments are parsed: ``--help`` and argument errors are quick.
+with one line and exit status 130 (SIGTERM: 143), cleaned up; a reader of stdout that leaves (``|
+head``) does not end it (its messages are dropped, its files written). Only
+the standard library is imported until the arguments are parsed: ``--help``
+and argument errors are quick.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from numbers import Integral
 from pathlib import Path
@@ -43,6 +47,9 @@ __all__ = ["main"]
 #: Default number of MEG trials, the paper's (for its running time, see the
 #: benchmarks page).
 DEFAULT_TRIALS = 300_000
+
+#: Default k-mer length of the spectrum kernel of sequences (gyrB, --fasta).
+DEFAULT_KMER = 3
 
 #: Default number of 1-NN evaluations over the trials (fewer if fewer trials).
 DEFAULT_CHECKPOINTS = 40
@@ -154,7 +161,7 @@ def build_parser():
     )
     data = reproduce.add_argument_group(
         "data (default: the bundled gyrB proteins of three genera, PubMLST)")
-    data.add_argument("--data", choices=["gyrb", "wine"], default="gyrb",
+    data.add_argument("--data", choices=["gyrb", "wine"],  # None: gyrb, unless --fasta
                       help="bundled target: gyrB set A fragments of Acinetobacter, "
                            "Pseudomonas and Vibrio, 3-mer spectrum kernel (default; "
                            "PubMLST data: cite Jolley, Bray & Maiden, Wellcome Open Res "
@@ -165,8 +172,9 @@ def build_parser():
     data.add_argument("--n-objects", type=_n_objects, default=52,
                       help="objects sampled, balanced over classes (default: 52; at "
                            f"most {MAX_DENSE_OBJECTS})")
-    data.add_argument("--kmer", type=_positive_int, default=3,
-                      help="k-mer length of the spectrum kernel (default: 3)")
+    data.add_argument("--kmer", type=_positive_int,  # None: DEFAULT_KMER
+                      help="k-mer length of the spectrum kernel of sequences (default: "
+                           f"{DEFAULT_KMER})")
     online = reproduce.add_argument_group("on-line MEG (Figure 2)")
     online.add_argument("--trials", type=_trials, default=DEFAULT_TRIALS,
                         help=f"distance examples (default: {DEFAULT_TRIALS}; "
@@ -273,10 +281,12 @@ def _write_output(directory, name, write):
             os.fsync(file.fileno())
         _check_replaceable(path)  # again: the run took a while
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if temporary is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno is not None:  # the system's words
+            raise OSError(f"cannot write {path}: {error.strerror or error}") from error
         raise
 
 
@@ -287,7 +297,7 @@ def _prepare_output(directory):
     regular file. Return the directories created (innermost last).
     """
     missing = [path for path in [directory, *directory.parents] if not path.exists()]
-    created = []
+    created, probe = [], None
     try:
         for path in reversed(missing):
             path.mkdir()
@@ -295,8 +305,13 @@ def _prepare_output(directory):
         probe, file = _create_new(directory, "megkernel-write-test")
         file.close()
         probe.unlink()
-    except OSError as error:
+    except BaseException as error:  # Ctrl-C too: nothing left behind
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                probe.unlink()
         _remove_created(created)
+        if not isinstance(error, OSError):
+            raise
         raise OSError(f"cannot write to the output directory {directory}: "
                       f"{error.strerror or error}") from error
     for name in OUTPUTS:
@@ -409,8 +424,19 @@ def _gamma(args, kernel):
 def _check_arguments(args):
     """Check the arguments together (each one alone is checked by the parser).
 
-    Return an error message, or None.
+    Return an error message, or None. Options left out get their defaults
+    here, where it can be told whether they were given.
     """
+    if args.fasta is not None and args.data is not None:
+        return (f"--data {args.data} and --fasta are alternatives (the bundled data or "
+                "a FASTA file): give one.")
+    if args.fasta is None and args.data is None:
+        args.data = "gyrb"
+    if args.kmer is not None and args.data == "wine":
+        return ("--kmer sets the spectrum kernel of sequences (gyrB, --fasta); --data "
+                "wine has an RBF kernel of its measurements.")
+    if args.kmer is None:
+        args.kmer = DEFAULT_KMER
     if args.checkpoints is None:
         args.checkpoints = min(DEFAULT_CHECKPOINTS, args.trials)
     elif args.checkpoints > args.trials:
@@ -508,23 +534,75 @@ def _run(args, argv, log, verbose, target, gamma, gamma_line, started):
     return table
 
 
+def _print_while_read(message):
+    """``print`` to stdout, as long as it can be written.
+
+    The outputs are the files: when the reader of stdout has gone (``|
+    head``, a closed terminal) or its file cannot grow (a full disk), the run
+    goes on without its messages (saying so on stderr, unless the reader
+    merely left), instead of ending with the error of a message. stdout is
+    then the null device, so that nothing fails on flushing it later, at
+    exit included.
+    """
+    try:
+        print(message, flush=True)
+    except OSError as error:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+        if not isinstance(error, BrokenPipeError):
+            sys.stderr.write(f"python -m megkernel reproduce: cannot write to stdout "
+                             f"({error.strerror or error}); the run goes on without its "
+                             "messages.\n")
+
+
+class _Terminated(BaseException):
+    """SIGTERM (``kill``, ``timeout``, a batch scheduler), raised in the run.
+
+    A BaseException, as KeyboardInterrupt: the run cleans up as after
+    Ctrl-C (no temporary file, no folder made for it left empty), and no
+    ``except Exception`` on the way takes it for an error.
+    """
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None):
     """Entry point of ``python -m megkernel`` and the ``megkernel`` script.
 
-    Return the exit status: 0, or 130 after Ctrl-C (one line, no traceback;
-    the outputs already written are whole, the others not begun). Errors of
-    the arguments, the data or the output directory end it with one line and
-    status 2 (``SystemExit``).
+    Return the exit status: 0, or 130 after Ctrl-C and 143 after SIGTERM
+    (one line, no traceback; the outputs already written are whole, the
+    others not begun). Errors of the arguments, the data or the output
+    directory end it with one line and status 2 (``SystemExit``).
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     prefix = f"{parser.prog} {args.command}"
+    closed_stderr = sys.stderr is None  # started with it closed (a daemon, cron)
+    if closed_stderr:  # the progress bars and messages go nowhere, not into an error
+        sys.stderr = open(os.devnull, "w")  # closed below
+    main_thread = threading.current_thread() is threading.main_thread()  # signals' thread
+    if main_thread:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        reproduce(args, argv=argv)
+        reproduce(args, log=_print_while_read, argv=argv)
     except (ImportError, OSError, ValueError) as error:
         parser.exit(2, f"{prefix}: error: {error}\n")
     except KeyboardInterrupt:
         sys.stderr.write(f"{prefix}: interrupted\n")
         return 130
+    except _Terminated:
+        sys.stderr.write(f"{prefix}: terminated\n")
+        return 128 + signal.SIGTERM
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        if closed_stderr:
+            sys.stderr.close()
+            sys.stderr = None
     return 0

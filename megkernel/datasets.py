@@ -27,8 +27,8 @@ Distances are squared feature-space distances
 **Input rule of the readers**: a file is read only as far as it is what it
 claims to be, and never beyond a stated bound. :func:`read_fasta` refuses,
 with a ``ValueError`` naming the file and line, anything but UTF-8 text
-(binary data, another encoding), a line longer than :data:`MAX_FASTA_LINE`
-characters, a header longer than :data:`MAX_FASTA_HEADER` or a file larger
+(binary data, a compressed file, another encoding), a line longer than
+:data:`MAX_FASTA_LINE` characters, a header longer than :data:`MAX_FASTA_HEADER` or a file larger
 than :data:`MAX_FASTA_BYTES` (counted while reading, so an endless stream
 such as ``/dev/zero`` stops; reading takes time linear in the size), and records
 without headers, sequence or distinct names; what it accepts means one thing
@@ -105,7 +105,7 @@ def _stratified_indices(labels, counts, random_state):
         members = np.flatnonzero(labels == label)
         if count > len(members):
             raise ValueError(
-                f"Class {label!r} has {len(members)} objects, fewer than the "
+                f"Class {label.item()!r} has {len(members)} objects, fewer than the "
                 f"{count} requested."
             )
         chosen.append(np.sort(rng.choice(members, size=count, replace=False)))
@@ -203,7 +203,8 @@ def read_fasta(path):
 
     Input rules (each broken rule is a ``ValueError`` naming the file, and
     the line where there is one): UTF-8 text (a byte order mark is skipped;
-    ``\n``, ``\r\n`` or ``\r`` line ends), no NUL bytes (a binary
+    ``\n``, ``\r\n`` or ``\r`` line ends), not compressed (gzip, bzip2,
+    xz, zstd or zip: named, to be decompressed first), no NUL bytes (a binary
     file), at most :data:`MAX_FASTA_BYTES` bytes and lines of at most
     :data:`MAX_FASTA_LINE` characters (checked while reading, so a stream
     without end stops; the time is linear in the file's size), headers of
@@ -270,6 +271,14 @@ def _shown(header, limit=80):
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
+#: Magic numbers of compressed files, and the command that decompresses
+#: them. None can start UTF-8 text: each has a control character or a byte
+#: invalid in UTF-8, or (bzip2) a block signature after its level digit.
+_COMPRESSED = {rb"\x1f\x8b": ("gzip", "gunzip"),
+               rb"BZh[1-9](1AY&SY|\x17rE8P\x90)": ("bzip2", "bunzip2"),
+               rb"\xfd7zXZ\x00": ("xz", "unxz"), rb"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+               rb"PK\x03\x04": ("zip", "unzip")}
+
 
 def _fasta_lines(path):
     """Yield ``(line number, line)`` of a text file under :func:`read_fasta`'s rules.
@@ -299,6 +308,10 @@ def _fasta_lines(path):
                     if not more:
                         break
                     block += more
+                for magic, (kind, command) in _COMPRESSED.items():
+                    if re.match(magic, block):
+                        raise ValueError(f"{path}: {kind}-compressed data, not FASTA text; "
+                                         f"decompress it first ({command}).")
                 if block.startswith((b"\xff\xfe", b"\xfe\xff")):
                     raise ValueError(f"{path}: UTF-16 or UTF-32 text (its byte order "
                                      "mark), not UTF-8 text; save it as UTF-8.")
@@ -454,6 +467,11 @@ def load_fasta_kernel(path, *, n_objects=None, per_class=None, k=3, random_state
     names = np.array([header.split("|")[0] for header in headers])
     indices = _fasta_sample(names, n_objects, per_class, random_state)
     target_names, labels = np.unique(names[indices], return_inverse=True)
+    for i in indices:  # named by its record: spectrum_kernel knows only its place
+        if len(sequences[i]) < k:
+            raise ValueError(
+                f"{path}: record {_shown(headers[i])} has {len(sequences[i])} residues, "
+                f"fewer than k={k}; it has no {k}-mers (lower k, or leave the record out).")
     kernel = spectrum_kernel([sequences[i] for i in indices], k=k)
     counts = "/".join(str(n) for n in np.bincount(labels))
     description = (

@@ -140,3 +140,40 @@ def test_the_first_fits_compile_one_engine(tmp_path):
                               "gauss_legendre_count", "_insert"}
     assert all(counts == [1, 1, 0] for counts in functions.values()), functions
     assert json.loads(outputs[1][2]) == {}
+
+
+_DISTANCES = textwrap.dedent("""
+    import numpy as np
+    from megkernel._engines._distances import factor_rows_sq_distances
+    factor = np.arange(12.0).reshape(4, 3)
+    print(factor_rows_sq_distances(factor, np.array([0, 1]), np.array([2, 3])).tolist())
+""")
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(b"", id="emptied"),
+    pytest.param(b"\x80\x04garbage", id="garbled", marks=pytest.mark.slow)])
+def test_a_damaged_numba_cache_file_is_compiled_anew_and_replaced(tmp_path, damage):
+    """numba unpickles its cache files unchecked: a damaged one raised from
+    every later call of the kernel, in every session. It is discarded with
+    one warning naming the folder; the next session reads the new files."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1")
+
+    def run():
+        return subprocess.run([sys.executable, "-W", "default", "-c", _DISTANCES], env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    files = [path for path in tmp_path.rglob("*") if path.suffix in (".nbi", ".nbc")]
+    assert {path.suffix for path in files} == {".nbi", ".nbc"}
+    for path in files:
+        path.write_bytes(damage)
+    damaged = run()
+    assert damaged.returncode == 0, damaged.stderr
+    assert damaged.stdout == first.stdout
+    assert damaged.stderr.count("UserWarning: numba's cache of megkernel's compiled "
+                                "kernels in ") == 1, damaged.stderr
+    assert "could not be read" in damaged.stderr and "compiling them again" in damaged.stderr
+    repaired = run()
+    assert (repaired.returncode, repaired.stdout, repaired.stderr) == (0, first.stdout, "")

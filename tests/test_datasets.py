@@ -1,6 +1,7 @@
 """Target kernels from real data and the paper's inputs made from them."""
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -156,6 +157,24 @@ def test_load_fasta_kernel_sampling_options(fasta_file):
 def test_load_fasta_kernel_rejects_bad_options(fasta_file, params, match):
     with pytest.raises(ValueError, match=match):
         load_fasta_kernel(fasta_file, **params)
+
+
+def test_too_few_objects_of_a_class_name_it_as_the_user_wrote_it(fasta_file):
+    """The label as in the file (not numpy's ``np.str_('Alpha')``)."""
+    with pytest.raises(ValueError, match=r"^Class 'Alpha' has 4 objects, fewer than the 5 "):
+        load_fasta_kernel(fasta_file, n_objects=10)
+    with pytest.raises(ValueError, match=r"^Class 0 has 59 objects, fewer than the 66 "):
+        load_wine_kernel(200)
+
+
+def test_a_record_shorter_than_k_is_named_by_its_header(fasta_file):
+    """Not by its place among the sampled sequences, which the file does not show."""
+    text = fasta_file.read_text() + ">Beta|short\nWW\n"
+    fasta_file.write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(fasta_file))}: record "
+                                         r"'Beta\|short' has 2 residues, fewer than k=3"):
+        load_fasta_kernel(fasta_file, k=3)
+    assert load_fasta_kernel(fasta_file, k=2).kernel.shape == (9, 9)
 
 
 @needs_gyrb

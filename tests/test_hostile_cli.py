@@ -1,5 +1,6 @@
 """Hostile use of ``python -m megkernel reproduce``: links among the outputs,
-arguments beyond what a run can hold, Ctrl-C, and the cost of ``--help``.
+arguments beyond what a run can hold, Ctrl-C and SIGTERM, a stdout or stderr
+that cannot be written, and the cost of ``--help``.
 
 An output is never written through a symbolic link (one in its place is
 refused, naming it) nor half-written (a new file renamed over the name); an
@@ -127,6 +128,47 @@ def test_an_interrupted_write_leaves_the_old_output_whole(tmp_path, error):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv"]
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_an_interrupted_write_check_leaves_no_folder_and_no_probe(tmp_path, monkeypatch,
+                                                                  error):
+    """Ctrl-C (or an error) after the write check made its probe file."""
+    made = tmp_path / "made"
+    real_create = cli._create_new
+
+    class Stopping:
+        def __init__(self, file):
+            self.file = file
+
+        def close(self):
+            self.file.close()
+            raise error
+
+    def create_then_stop(directory, name):
+        path, file = real_create(directory, name)
+        return path, Stopping(file)
+
+    monkeypatch.setattr(cli, "_create_new", create_then_stop)
+    with pytest.raises(error):
+        cli._prepare_output(made / "out")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_is_named_with_the_output_it_stopped(tmp_path, capsys, monkeypatch):
+    """Not a bare "[Errno 28] No space left on device" (a write's error names no file)."""
+    import errno
+
+    (tmp_path / "summary.csv").write_text("old")
+
+    def full(file):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError, match=f"^cannot write {tmp_path / 'summary.csv'}: No space "
+                                      "left on device$"):
+        cli._write_output(tmp_path, "summary.csv", full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv"]
+    assert (tmp_path / "summary.csv").read_text() == "old"
+
+
 def test_a_link_made_during_the_write_is_refused_not_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -218,6 +260,20 @@ def test_an_argument_beyond_its_limit_is_refused_naming_it(tmp_path, capsys, mon
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("arguments", "expected"), [
+    (["--data", "wine", "--fasta", "mine.faa"], "--data wine and --fasta are alternatives"),
+    (["--fasta", "mine.faa", "--data", "gyrb"], "--data gyrb and --fasta are alternatives"),
+    (["--data", "wine", "--kmer", "4"], "--kmer sets the spectrum kernel of sequences"),
+])
+def test_options_that_would_be_ignored_are_refused_naming_them(tmp_path, capsys,
+                                                               arguments, expected):
+    """--fasta used to win over --data silently, and --kmer to do nothing for wine."""
+    out = tmp_path / "out"
+    message = _refused(capsys, *arguments, "--out", str(out))
+    assert expected in message
+    assert not out.exists()
+
+
 def test_the_outputs_checked_are_the_outputs_written():
     assert sorted(cli.OUTPUTS) == sorted(OUTPUTS)
 
@@ -266,6 +322,100 @@ def test_ctrl_c_in_a_real_run_prints_one_line_and_exits_130(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.rstrip().endswith(f"\n{PROG}: interrupted")
     assert not out.exists()  # made for the run, still empty: removed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_in_a_real_run_cleans_up_and_exits_143(tmp_path):
+    """``kill``, ``timeout`` or a batch scheduler's end of a job: the run
+    cleans up as after Ctrl-C (the folders made for it removed while empty)."""
+    out = tmp_path / "made" / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "megkernel", "reproduce", "--data", "wine", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        err = b""
+        deadline = time.monotonic() + 120
+        while b"trial/s," not in err and time.monotonic() < deadline:
+            byte = process.stderr.read(1)
+            if not byte:
+                break
+            err += byte
+        assert b"trial/s," in err, err
+        assert out.is_dir()
+        process.send_signal(signal.SIGTERM)
+        rest_out, rest_err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = (err + rest_err).decode()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.rstrip().endswith(f"\n{PROG}: terminated")
+    assert not (tmp_path / "made").exists()
+
+
+def test_main_leaves_the_sigterm_handler_as_it_found_it(tmp_path, capsys):
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--fasta", str(tmp_path / "missing.faa"), "--out",
+              str(tmp_path / "out")])
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# -- stdout read by a reader that leaves: the run goes on ------------------------------
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
+def test_a_reader_of_stdout_that_leaves_does_not_end_the_run(tmp_path):
+    """``reproduce | head -1``: the outputs are the files; the messages the
+    reader no longer reads are dropped, not a broken pipe ending the run."""
+    out = tmp_path / "out"
+    read, write = os.pipe()
+    os.close(read)                               # the reader has gone already
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+            cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert result.returncode == 0, result.stderr
+    assert "Broken pipe" not in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_stdout_that_cannot_grow_does_not_end_the_run(tmp_path):
+    """``> log.txt`` on a full disk (/dev/full): one line says so on stderr."""
+    out = tmp_path / "out"
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("cannot write to stdout (No space left on device); the "
+                               "run goes on without its messages.") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
+def test_a_run_started_with_stderr_closed_writes_its_outputs(tmp_path):
+    """A daemon or cron job without file descriptor 2: Python's sys.stderr is
+    None, which the progress bars used to write to (AttributeError, status 1)."""
+    out = tmp_path / "out"
+    arguments = [a for a in SMALL_RUN if a != "--quiet"]
+    result = subprocess.run(
+        [sys.executable, "-m", "megkernel", "reproduce", *arguments, "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=300,
+        preexec_fn=lambda: os.close(2))
+    assert result.returncode == 0
+    assert "Wrote figure2_online.png" in result.stdout
+    assert sorted(os.listdir(out)) == sorted(OUTPUTS)
 
 
 # -- imports: --help and argument errors load only the standard library -------------

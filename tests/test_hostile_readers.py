@@ -6,6 +6,8 @@ with a ``ValueError`` naming the problem, never a ``UnicodeDecodeError``, a
 kernel with a zero diagonal, or a read without end.
 """
 
+import bz2
+import lzma
 import os
 import subprocess
 import sys
@@ -52,7 +54,12 @@ REFUSED = [
     ("duplicate header", b">a|x\nMKV\n>a|x\nWWP\n", "repeats the header 'a|x' of line 1"),
     ("duplicate after padding", b">a|x\nMKV\n> a|x \nWWP\n", "repeats the header"),
     ("NUL bytes", b">a\nMKV\x00\x00LAA\n", "binary file"),
-    ("gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(range(256)), "binary file"),
+    ("gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(range(256)),
+     "gzip-compressed data, not FASTA text; decompress it first"),
+    ("bzip2", bz2.compress(b">a\nMKV\n", 1), "bzip2-compressed data"),
+    ("bzip2, empty", bz2.compress(b""), "bzip2-compressed data"),
+    ("xz", lzma.compress(b">a\nMKV\n"), "xz-compressed data"),
+    ("zip", b"PK\x03\x04\x14\x00\x00\x00\x08\x00" + bytes(range(256)), "zip-compressed data"),
     ("Latin-1 text", b">caf\xe9\nMKV\n", "not UTF-8 text"),
     ("invalid UTF-8 late", _MANY + b">b\n\xff\xfe\n", "line 20002 is not UTF-8"),
     ("UTF-16", ">a\nMKV\n".encode("utf-16"), "not UTF-8 text"),
@@ -86,7 +93,7 @@ def test_refused_files_say_why(tmp_path, name, content, message):
 
 def test_the_number_of_hostile_files():
     """The count the issue's report quotes (kept in step with the lists)."""
-    assert len(ACCEPTED) + len(REFUSED) == 29
+    assert len(ACCEPTED) + len(REFUSED) == 33
 
 
 def test_a_line_over_the_limit_stops_the_read(tmp_path, monkeypatch):

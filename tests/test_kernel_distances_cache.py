@@ -520,3 +520,77 @@ def test_a_lock_held_too_long_is_a_timeout_naming_the_lock_and_its_holder(tmp_pa
     clear_cache()
     _step(Waiting(n_objects=D, flag=flag), memory=memory).fit(np.arange(D))
     assert cache_info()["fits"] == 0              # the holder stored it
+
+
+@pytest.mark.parametrize("name", ["ENOLCK", "EOPNOTSUPP"])
+def test_a_folder_without_file_locks_learns_and_stores_unlocked(tmp_path, monkeypatch,
+                                                                 name):
+    """Some NFS, SMB and FUSE mounts refuse flock: a fit still learns and stores."""
+    import errno
+    import warnings
+
+    from megkernel import _objects_cache
+
+    def no_locks(fd, operation):
+        raise OSError(getattr(errno, name), os.strerror(getattr(errno, name)))
+
+    _objects_cache._warned_once.clear()
+    clear_cache()
+    reference = _step().fit(np.arange(D)).transform(np.arange(D))
+    monkeypatch.setattr(_objects_cache.fcntl, "flock", no_locks)
+    clear_cache()
+    with pytest.warns(UserWarning, match=f"cannot lock files in its memory folder {tmp_path}"):
+        out = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    assert_allclose(out, reference, rtol=1e-12)
+    clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # read back, without a lock or a warning
+        again = _step(memory=tmp_path).fit(np.arange(D)).transform(np.arange(D))
+    assert cache_info()["fits"] == 0
+    assert_array_equal(again, out)
+
+
+def test_a_memory_folder_below_a_file_is_refused_naming_the_file(tmp_path):
+    """Not numpy's or the OS's words (``NotADirectoryError: [Errno 20]``)."""
+    (tmp_path / "results.csv").write_text("")
+    step = _step(memory=tmp_path / "results.csv" / "cache")
+    clear_cache()
+    with pytest.raises(ValueError, match=f"cannot make the folder {tmp_path}/results.csv/"
+                                         f"cache: {tmp_path}/results.csv is not a folder"):
+        step.fit(np.arange(D))
+    assert not hasattr(step, "kernel_")
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["new folder", "its folders made"])
+def test_a_full_disk_learns_without_storing(tmp_path, monkeypatch, made):
+    """No space (or quota) for a new folder or lock file: as a read-only
+    folder, not an ``OSError: [Errno 28]`` from every fit."""
+    import errno
+
+    from megkernel import _objects_cache
+
+    folder = tmp_path / "memory"
+    if made:
+        (folder / "megkernel_locks").mkdir(parents=True)
+        (folder / "megkernel_kernels").mkdir()
+    real_open = os.open
+
+    def no_space(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    def open_no_new_file(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and not os.path.exists(path):
+            no_space(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    _objects_cache._warned_once.clear()
+    clear_cache()
+    reference = _step().fit(np.arange(D)).transform(np.arange(D))
+    clear_cache()
+    monkeypatch.setattr(os, "mkdir", no_space)
+    monkeypatch.setattr(os, "open", open_no_new_file)
+    with pytest.warns(UserWarning, match=f"cannot write to its memory folder {folder} "
+                                         r"\(read-only or full\)"):
+        out = _step(memory=folder).fit(np.arange(D)).transform(np.arange(D))
+    assert_allclose(out, reference, rtol=1e-12)
+    assert cache_info()["fits"] == 1

@@ -145,6 +145,14 @@ def test_compile_note_reads_the_engine_registry(tmp_path, monkeypatch, capsys):
     assert toy.step(1.0) == 2.0  # compiles, and writes the cache
     assert _progress.numba_cache_cold("toy") is False
     assert _progress.numba_cache_cold("not an engine") is False
+    fresh = importlib.util.module_from_spec(spec)  # a new session's kernels
+    spec.loader.exec_module(fresh)
+    monkeypatch.setitem(_engines.ENGINES, "toy", _engines.ENGINES["toy"]._replace(
+        compiled=fresh))
+    assert _progress.numba_cache_cold("toy") is False  # read from the cache
+    for index in tmp_path.rglob("*.nbi"):
+        index.write_bytes(b"")                   # damaged: numba compiles anew
+    assert _progress.numba_cache_cold("toy") is True
 
 
 def test_the_bar_names_the_compile_and_reports_its_time(monkeypatch, capsys):

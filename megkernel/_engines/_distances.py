@@ -12,12 +12,13 @@ pair: the same ``O(d m)`` arithmetic, on cached data.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ._jit import cached_njit
 
 __all__ = ["factor_rows_sq_distances", "pair_sq_distances"]
 
 
-@njit(cache=True, error_model="numpy")
+@cached_njit(error_model="numpy")
 def _pair_sq_distances(Vt, weights, a, b, out):
     """Set ``out[j] = sum_e weights[e] (Vt[e, a[j]] - Vt[e, b[j]])^2``.
 
@@ -81,7 +82,7 @@ def pair_sq_distances(state, a, b):
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@cached_njit(error_model="numpy")
 def _factor_rows_sq_distances(F, a, b, out):
     """Set ``out[j] = sum_k (F[a[j], k] - F[b[j], k])^2`` (four partial sums)."""
     r = F.shape[1]

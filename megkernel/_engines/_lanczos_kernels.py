@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from ._jit import cached_njit
 
 __all__ = ["COUNTERS", "DONE", "REANCHOR", "NOT_CONVERGED", "QL_FAILED",
            "build_structure", "make_workspace", "make_counters", "pair_trials"]
@@ -51,7 +52,7 @@ _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 # no C-callable wrapper (nothing takes these kernels' addresses): less to
 # generate and optimise on first use. The Python wrapper stays (tests call
 # the helpers).
-_compiled = njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
+_compiled = cached_njit(error_model="numpy", no_cfunc_wrapper=True)
 
 #: Names of the ``int64`` counters :func:`pair_trials` adds to, in order:
 #: ``trials`` run here, Lanczos ``steps`` in total, ``max_steps`` of one

@@ -31,8 +31,10 @@ import math
 
 import llvmlite.binding as llvm_binding
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import get_cython_function_address
+
+from ._jit import cached_njit
 
 __all__ = ["make_workspace", "pair_trials"]
 
@@ -66,11 +68,11 @@ _MAX_STEPS = 12
 # Divisions never raise (numpy's error model: no exception paths to compile);
 # no C-callable wrapper (nothing takes these kernels' addresses): less to
 # generate and optimise on first use.
-_strict = njit(cache=True, error_model="numpy", no_cfunc_wrapper=True)
+_strict = cached_njit(error_model="numpy", no_cfunc_wrapper=True)
 # Reassociation only where it is harmless (sums of precomputed terms): it
 # lets LLVM vectorize the reductions.
-_reduction = njit(cache=True, error_model="numpy", fastmath={"reassoc"},
-                  no_cfunc_wrapper=True)
+_reduction = cached_njit(error_model="numpy", fastmath={"reassoc"},
+                         no_cfunc_wrapper=True)
 
 #: Float scratch vectors of length ``n`` (before the blocks).
 _VECTORS = 19

@@ -27,9 +27,9 @@ update into :func:`_greedy_loop` when it compiles that loop.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .._engines import ENGINES
+from .._engines._jit import cached_njit
 from .._numerics.spectral import eigh_symmetric
 from .._numerics.state import NEGLIGIBLE_WEIGHT, ExponentState
 from .._numerics.threads import blas_threads
@@ -65,7 +65,7 @@ def fused_applies(constraints, state, settings, scan_every, callback, engine,
             and settings.scan_every is None)
 
 
-@njit(cache=True, error_model="numpy")
+@cached_njit(error_model="numpy")
 def _greedy_loop(basis, vectors, a, b, signs, thresholds, lam_max, lam_min, cap, exponent,
                  lam, Vt, spare, best_exponent, best_lam, best_Vt, workspace, tol,
                  max_iter, log_floor, by_factor, keep_best, refresh_every, pauses,
