@@ -764,7 +764,15 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             "no kernel can change. Set them to 0, or leave those pairs out.", UserWarning)
 
     def _without_missing(self, X, y):
-        """Leave out the pairs whose distance is NaN (missing), counted in a warning."""
+        """Leave out the pairs whose distance is NaN (missing), counted in a warning.
+
+        An infinite or negative target is refused first, by its row as given
+        (after the NaN rows are left out, a list's positions would shift).
+        """
+        values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
+        if values.dtype.kind in "iuf" and (values.ndim == 1 or values.shape[1:] == (1,)):
+            refuse_bad_distances(values.ravel().astype(float), y, name="y",
+                                 kind=self._target_kind()[:-1])
         return without_missing_distances(X, y, who=type(self).__name__,
                                          kind=self._target_kind())
 

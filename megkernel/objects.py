@@ -281,13 +281,14 @@ def _check_pair_ids(pairs, learner):
                 "out.")
 
 
-def _without_missing(learner, pairs, targets, *, warn=True):
+def _without_missing(learner, pairs, targets, *, warn=True, kind="distance"):
     """Drop the rows whose distance is NaN (a missing pair), for a learner of distances.
 
     The one rule of a NaN distance, with or without a learner: a missing
     pair, left out with a ``UserWarning`` counting them (``warn=False``: a
-    second reading of the same table). Text in the targets is refused,
-    named by its row.
+    second reading of the same table). Text, an infinite or a negative
+    distance (``kind``: as the user's convention names it) in the targets is
+    refused, named by its row as given.
     """
     if targets is None:
         return pairs, targets
@@ -302,6 +303,9 @@ def _without_missing(learner, pairs, targets, *, warn=True):
     if not learner.targets_are_distances(values[~np.isnan(values)]):
         return pairs, targets  # labels: a NaN is no label, refused by the learner by its row
     targets = _self_pairs_rounded(pairs, targets, values)
+    # before the missing pairs are left out, so that a list's positions name its rows
+    refuse_bad_distances(np.asarray(targets, dtype=float), targets, name="targets",
+                         kind=kind)
     if not np.isnan(values).any():
         return pairs, targets
     return without_missing_distances(pairs, targets, who="KernelDistances", warn=warn)
@@ -322,7 +326,7 @@ def _self_pairs_rounded(pairs, targets, values):
     if ends is None or ends.shape != (len(values), 2):
         return targets  # (a shape the learner's validation explains)
     self_pair = ends[:, 0] == ends[:, 1]
-    scale = np.abs(values[~np.isnan(values) & ~self_pair]).max(initial=0.0)
+    scale = np.abs(values[np.isfinite(values) & ~self_pair]).max(initial=0.0)
     rounding = self_pair & round_off_self_distances(values, scale)
     if not rounding.any():
         return targets
@@ -1122,7 +1126,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         told = None
         given = (pairs, targets)  # as the user wrote them, for messages
         if objects is None:
-            pairs, targets = _without_missing(learner, pairs, targets)
+            pairs, targets = _without_missing(learner, pairs, targets, kind=(
+                "squared distance" if self.given_squared else "distance"))
             if targets is not None and learner.targets_are_distances(targets):
                 targets, told = self._squared_targets(targets)
         else:

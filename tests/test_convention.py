@@ -389,3 +389,17 @@ def test_a_self_pair_with_a_distance_is_named_in_the_users_convention(params):
     assert said[0].startswith("1 of ")  # as filters match it
     assert "positive distance (the first: 'o03' at 2;" in said[0], said[0]
     assert "Set them to 0, or leave those pairs out" in said[0]
+
+
+@pytest.mark.parametrize("container", [list, np.asarray])
+def test_a_bad_target_after_a_missing_one_is_named_by_its_row_as_given(container):
+    # the NaN row left out before the check would shift a list's positions by one
+    pairs = [["a", "b"], ["b", "c"], ["a", "c"], ["c", "d"]]
+    y = container([np.nan, 1.0, np.inf, 2.0])
+    with pytest.raises(ValueError, match=r"y holds an infinite squared distance \(inf\) "
+                                         r"at row 2"):
+        MEGKernelRegressor().fit(pairs, y)
+    with pytest.raises(ValueError, match=r"targets holds an infinite squared distance "
+                                         r"\(inf\) at row 2"):
+        KernelDistances(learner=MEGKernelRegressor(), pairs=pairs, targets=y,
+                        given_squared=True).fit(["a", "b", "c", "d"])
