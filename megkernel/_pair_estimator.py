@@ -140,6 +140,8 @@ def check_id_kinds(X, *, name="X"):
         try:
             array = np.asarray(X)
             if array.ndim <= 2 and array.dtype.kind in "iufb":
+                _check_no_nan(array, name, lambda i, j: f"row {i}" + (
+                    f", column {j}" if array.ndim == 2 else ""))
                 return X  # numbers only
             values = np.asarray(X, dtype=object)
             if values.ndim > 2:  # numpy split tuple ids into a dimension

@@ -533,3 +533,16 @@ def test_new_pairs_of_tuple_ids_and_of_three_columns():
                                             "batch": [1, 2]}))
     with pytest.raises(ValueError, match="new_pairs must be a table of object pairs"):
         step.transform(["x"])
+
+
+@pytest.mark.parametrize("new_pairs", [[[float("nan"), 0], [7, 1], [7, 2]],
+                                       [[7, 1], [7, 2], [float("nan"), 0]]])
+def test_a_missing_id_in_a_plain_list_of_new_pairs_is_refused_by_its_row(new_pairs):
+    # a list of numbers: NaN is no id (it became an object of its own, or a garbled message)
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(6, 2))
+    step = KernelDistances(kernel=points @ points.T, new_pairs=new_pairs,
+                           new_distances=[1.0, 2.0, 1.0]).fit(list(range(6)))
+    row = next(i for i, pair in enumerate(new_pairs) if pair[0] != pair[0])
+    with pytest.raises(ValueError, match=fr"new_pairs has a missing id \(nan\) at row {row}"):
+        step.transform([7])
