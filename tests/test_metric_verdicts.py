@@ -311,3 +311,15 @@ def test_points_on_a_line_say_that_nothing_can_be_learned_there(Learner, how):
     said = [str(w.message) for w in record if w.category is NoImprovementWarning]
     assert len(said) == 1 and "span one dimension" in said[0], said
     assert "no signal" not in said[0]
+
+
+def test_a_rank_one_metric_on_points_of_three_dimensions_is_not_called_one_dimensional():
+    # the verdict names the points' span, not the metric's rank (a rank-one init)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 3)), rng.integers(0, 2, 60)  # no signal
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = DefiniteBoostMetric(random_state=0, init=np.array([[1.0, 0.5, 0.0]])).fit(X, y)
+    assert model.components_.shape[0] == 1
+    verdicts = [str(w.message) for w in caught if w.category is NoImprovementWarning]
+    assert verdicts and not any("span one dimension" in text for text in verdicts)

@@ -149,7 +149,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         X, y = X[order], y[order]
         trace = _check_trace(X)
         return self._commit(_in_user_order(self._solve(X, trace, labels=y, kinds=kinds),
-                                           order))
+                                           order), X)
 
     def _from_labels(self):
         """``from_labels`` resolved: the kinds to make (several: validation chooses).
@@ -199,10 +199,13 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         rank[order] = np.arange(len(order))
         X, pairs = X[order], rank[pairs]
         trace = _check_trace(X)
-        return self._commit(_in_user_order(self._solve(X, trace, pairs, pair_labels), order))
+        return self._commit(_in_user_order(self._solve(X, trace, pairs, pair_labels), order),
+                            X)
 
-    def _commit(self, result):
+    def _commit(self, result, points):
         """Set the fitted attributes of a solver's result; warn if the pairs are met worse.
+
+        ``points``: the training points, whose span a verdict without a gain names.
 
         Not after MEG on a stochastic-neighbour objective (the labels' or the
         given pairs'): it does not aim at the pairs' thresholds, which are
@@ -230,7 +233,7 @@ class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         if self.validation_ is not None and not self.validation_["gain_is_real"]:
             prior_is_euclidean = getattr(self, "init_", "euclidean") == "euclidean"
             message = _no_gain_message(self.validation_, prior_is_euclidean,
-                                       rank=self.components_.shape[0])
+                                       rank=_span_rank(points))
             warn_user(f"{name}: {message}", NoImprovementWarning)
         if self.verbose:
             progress_detail(f"[{name}] {self._fit_summary()}; rank "
@@ -557,11 +560,19 @@ def _called(preprocessor, indicators, name):
     return points
 
 
+def _span_rank(points):
+    """Return the number of dimensions the centred points span (numerically)."""
+    centred = points - points.mean(axis=0)
+    singular = np.linalg.svd(centred, compute_uv=False)
+    return int(np.sum(singular > singular.max(initial=0.0) * max(centred.shape) * 1e-12))
+
+
 def _no_gain_message(log, prior_is_euclidean=True, *, rank=None):
     """Say what a validation without a real gain kept, with its held-out scores.
 
-    ``rank``: the metric's; on one dimension no metric of the fixed trace
-    differs from the Euclidean one, whatever the data's signal.
+    ``rank``: the dimensions the centred training points span; on one no
+    metric of the fixed trace differs from the Euclidean one, whatever the
+    data's signal.
     """
     what = {"knn": "1-NN margin of held-out points", "auc": "ROC AUC of held-out pairs"}[
         log["score"]]
