@@ -162,6 +162,21 @@ _NEW_FIT_HINT = (" The objects of new_pairs are placed by transform and predict,
                  "the new ones after).")
 
 
+def _new_fit_hint(new_pairs, index, fit_objects):
+    """Return :data:`_NEW_FIT_HINT` where the first id ``fit`` cannot find is one of new_pairs'."""
+    if new_pairs is None or callable(new_pairs):
+        return ""
+    try:
+        keys = np.asarray(fit_objects, dtype=object).ravel().tolist()
+        unknown = next((key for key in keys if index.row_or_missing(key) < 0), None)
+        table = (new_pairs.to_numpy(dtype=object) if isinstance(new_pairs, pd.DataFrame)
+                 else np.asarray(new_pairs, dtype=object))
+        named = set(table.ravel().tolist())
+    except (TypeError, ValueError):  # ids the messages of fit explain themselves
+        return ""
+    return _NEW_FIT_HINT if unknown is not None and unknown in named else ""
+
+
 def _check_kernel_learner(learner):
     """Refuse a learner without the kernel-learner protocol, naming what it lacks."""
     missing = [name for name in PROTOCOL_METHODS if not callable(getattr(learner, name, None))]
@@ -723,8 +738,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                  if given is None else 1.0)
         index = ObjectIndex(objects)
         hint = _UNKNOWN_HINT if given is None else _UNKNOWN_HINT_GIVEN
-        rows = index.rows(fit_objects, hint=hint if self.new_pairs is None
-                          else hint + _NEW_FIT_HINT)
+        rows = index.rows(fit_objects, hint=hint + _new_fit_hint(
+            self.new_pairs, index, fit_objects))
         # the given distances, for the verdict (labels) or to keep beside the kernel
         needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None

@@ -436,6 +436,10 @@ def test_fitting_on_a_new_object_says_that_new_objects_are_placed_not_fitted():
                        "predict, never fitted"):
         step.fit(ids, labels)
     assert step.objects_.tolist() == ids[:60].tolist()  # the earlier fit stands
+    # an id in none of new_pairs (a typo) is not told it is placed
+    with pytest.raises(ValueError) as refused:
+        step.fit([*ids[:3].tolist(), "typo"])
+    assert "'typo'" in str(refused.value) and "never fitted" not in str(refused.value)
 
 
 def test_a_new_object_with_one_known_partner_is_placed_at_the_centre_and_warned_about():

@@ -788,7 +788,7 @@ class _PairInput:
             else threshold
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
             raise ValueError(f"threshold must be a real number, got {type(threshold)}.")
-        if math.isnan(value):  # any Real (a Fraction, a Decimal), not numpy's isnan
+        if math.isnan(value):  # any Real (a Fraction too), not numpy's isnan
             raise ValueError("threshold must be a real number, got NaN.")
         self.threshold_ = float(value)
         return self

@@ -268,7 +268,7 @@ class DefiniteBoostMetric(_FeatureMetric):
             # the mean squared distance D = 2 trace / (n - 1) is 2 trace, the most
             # the trace allows: the pair already is as far as it can be
             raise ValueError(
-                "DefiniteBoostMetric's gamma_dissimilar='auto' is the mean squared "
+                f"{type(self).__name__}'s gamma_dissimilar='auto' is the mean squared "
                 "distance between distinct training points; with 2 training points "
                 f"that is their own squared distance, {2.0 * trace:.4g}, the largest "
                 "the metric's fixed trace allows, so no dissimilar pair can be held "
