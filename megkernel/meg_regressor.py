@@ -771,8 +771,9 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         """
         values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
         if values.dtype.kind in "iuf" and (values.ndim == 1 or values.shape[1:] == (1,)):
-            refuse_bad_distances(values.ravel().astype(float), y, name="y",
-                                 kind=self._target_kind()[:-1])
+            refuse_bad_distances(values.ravel().astype(float), y, name=(
+                "y" if self.squared else "y (distances, squared=False)"),
+                kind=self._target_kind()[:-1])
         return without_missing_distances(X, y, who=type(self).__name__,
                                          kind=self._target_kind())
 
@@ -781,9 +782,10 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
         return "squared distances" if self.squared else "distances"
 
     def _require_targets(self, y, X=None):
-        """Refuse a missing ``y`` (saying what ``X`` was), a bad target by its row.
+        """Refuse a missing ``y``, saying what ``X`` was.
 
-        Checked before scikit-learn's validation, whose message has no row.
+        (An infinite or negative target is refused by :meth:`_without_missing`,
+        which every call runs first, by its row as given.)
         """
         kind = self._target_kind()
         if y is None:
@@ -795,9 +797,6 @@ class MEGKernelRegressor(MEGKernelLearnerMixin, RegressorMixin, PairKernelEstima
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y "
                 f"is None (give the {kind} of the pairs of X, one per row){passed}.")
-        values = y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y)
-        if values.dtype.kind in "iuf" and (values.ndim == 1 or values.shape[1:] == (1,)):
-            refuse_bad_distances(values.ravel().astype(float), y, name="y", kind=kind[:-1])
 
     def _squared_targets(self, y, n_pairs):
         """Return the targets as squared distances (``squared=False`` squares them)."""
