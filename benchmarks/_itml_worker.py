@@ -33,17 +33,21 @@ def _fit(learner, fit_args, data):
 def evaluate(path, labels=False):
     data = np.load(path)
     X_train = data["X_train"]
-    results = {"ITML": _fit(ITML(random_state=0), (X_train[data["pairs"]],
-                                                   data["pair_labels"]), data)}
+    fits = [("ITML", ITML(random_state=0), (X_train[data["pairs"]], data["pair_labels"]))]
     if labels:
-        for name, learner in (("LMNN (metric-learn)", LMNN(random_state=0)),
-                              ("NCA (metric-learn)", NCA(random_state=0))):
-            try:
-                results[name] = _fit(learner, (X_train, data["y_train"]), data)
-            except ValueError as error:  # e.g. LMNN: a class smaller than k + 1
-                print(f"{name} on {path}: {error}", file=sys.stderr)
-                results[name] = {"fit_seconds": float("nan"),
-                                 "accuracy": {"1": float("nan"), "3": float("nan")}}
+        fits += [(name, learner, (X_train, data["y_train"]))
+                 for name, learner in (("LMNN (metric-learn)", LMNN(random_state=0)),
+                                       ("NCA (metric-learn)", NCA(random_state=0)))]
+    results = {}
+    for name, learner, fit_args in fits:
+        try:
+            results[name] = _fit(learner, fit_args, data)
+        # e.g. LMNN: a class smaller than k + 1; ITML: a metric that is no
+        # longer symmetric after its updates overflowed
+        except ValueError as error:
+            print(f"{name} on {path}: {error}", file=sys.stderr)
+            results[name] = {"fit_seconds": float("nan"),
+                             "accuracy": {"1": float("nan"), "3": float("nan")}}
     return results
 
 

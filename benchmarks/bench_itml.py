@@ -43,7 +43,7 @@ Usage::
 
     python benchmarks/bench_itml.py [--held-out] [--check] [--check-late]
         [--check-2026-12-03] [--check-fourth] [--check-fifth] [--labels] [--kernelised] [--splits 5]
-        [--cache-dir DIR]
+        [--only a,b] [--itml-only] [--per-split-json FILE] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -649,6 +649,12 @@ def main(argv=None):
     parser.add_argument("--labels", action="store_true",
                         help="also fit from the training labels, beside NCA (issue 20's "
                              "protocol and targets)")
+    parser.add_argument("--itml-only", action="store_true",
+                        help="with --labels, run only ITML in metric-learn's environment "
+                             "(not its LMNN and NCA, which no target reads)")
+    parser.add_argument("--per-split-json", type=Path, default=None,
+                        help="also write every split's results (accuracies, times) of "
+                             "every method to this JSON file, for paired comparisons")
     parser.add_argument("--only", default=None,
                         help="comma-separated data set names to run (default: all)")
     parser.add_argument("--cache-dir", type=Path,
@@ -676,7 +682,7 @@ def main(argv=None):
               **({"kernelised (Nystroem, 100 components)": {
                   f"{name}+nystroem": loader for name, loader in DATASETS.items()}}
                  if args.kernelised else {})}
-    everything = {}
+    everything, splits_out = {}, {}
     for group, sets in groups.items():
         summaries = {}
         for name, loader in sets.items():
@@ -687,10 +693,13 @@ def main(argv=None):
             per_split = [run_ours(path, labels=args.labels) for path in paths]
             if python is not None:
                 itml = run_itml(python, paths, args.cache_dir / f"itml_{name}.json",
-                                labels=args.labels)
+                                labels=args.labels and not args.itml_only)
                 for path, result in zip(paths, per_split):
                     result.update(itml[path.name])
             summaries[name] = summarise(per_split)
+            if args.per_split_json is not None:
+                splits_out[name] = per_split
+                args.per_split_json.write_text(json.dumps(splits_out, indent=1))
             print(f"{name}: done", file=sys.stderr, flush=True)
         if not summaries:
             continue
