@@ -476,6 +476,7 @@ def test_metric_transformers_speak_pandas():
     pipe = Pipeline([("metric", DefiniteBoostMetric()), ("knn", KNeighborsClassifier(1))])
     with config_context(transform_output="pandas"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Dropped")
+        warnings.simplefilter("ignore", NoImprovementWarning)
         pipe.fit(X, labels)
         assert hasattr(pipe[:-1].transform(X[:2]), "columns")
 

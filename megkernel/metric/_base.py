@@ -587,6 +587,14 @@ def _no_gain_message(log, prior_is_euclidean=True, *, rank=None):
                 f"the fixed trace is the Euclidean one: nothing can be learned, so the "
                 f"Euclidean metric is kept ({what} {log['scores'][0]:.4g}, {folds}). "
                 "A metric needs features that vary in more than one direction.")
+    if log.get("fewer_right", False):
+        chosen = log["checkpoints"].index(log["chosen"])
+        accuracies = log.get("accuracies")
+        shown = ("" if accuracies is None else
+                 f"1-NN accuracy {accuracies[chosen]:.4g} against {accuracies[0]:.4g}, ")
+        return (f"the learned metric's {what} rose over its prior's, but fewer held-out "
+                f"points were right under it ({shown}{folds}): no real gain is claimed "
+                "(validation_['gain_is_real'] is False).")
     if log.get("worse_than_reference", False):
         return (f"the learned metric scored worse than the Euclidean metric on held-out "
                 f"data ({what} {log['scores'][log['checkpoints'].index(log['chosen'])]:.4g} "
