@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jit import cached_njit
+from .._numerics.jit import cached_njit
 
 __all__ = ["factor_rows_sq_distances", "pair_sq_distances"]
 

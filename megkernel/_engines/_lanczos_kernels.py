@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from ._jit import cached_njit
+from .._numerics.jit import cached_njit
 
 __all__ = ["COUNTERS", "DONE", "REANCHOR", "NOT_CONVERGED", "QL_FAILED",
            "build_structure", "make_workspace", "make_counters", "pair_trials"]

@@ -34,7 +34,7 @@ import numpy as np
 from numba import types
 from numba.extending import get_cython_function_address
 
-from ._jit import cached_njit
+from .._numerics.jit import cached_njit
 
 __all__ = ["make_workspace", "pair_trials"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._engines import ENGINES
-from .._engines._jit import cached_njit
+from .._numerics.jit import cached_njit
 from .._numerics.spectral import eigh_symmetric
 from .._numerics.state import NEGLIGIBLE_WEIGHT, ExponentState
 from .._numerics.threads import blas_threads

@@ -59,11 +59,14 @@ def content_order_of_points(X, labels=None):
     the rotated fit. Rows left tied are identical points of one label,
     which are interchangeable.
     """
-    centre = np.sort(X, axis=0).mean(axis=0)
     keys = [X[:, j] for j in range(X.shape[1] - 1, -1, -1)]
     if labels is not None:
         keys.append(np.unique(labels, return_inverse=True)[1].ravel())
-    keys.append(((X - centre) ** 2).sum(axis=1))
+    # near the float range the squares overflow: inf (or NaN) keys tie, and the
+    # later keys order those points, still by their content alone
+    with np.errstate(over="ignore", invalid="ignore"):
+        centre = np.sort(X, axis=0).mean(axis=0)
+        keys.append(((X - centre) ** 2).sum(axis=1))
     return np.lexsort(keys)
 
 

@@ -211,11 +211,11 @@ class DefiniteBoostMetric(_FeatureMetric):
 
     Examples
     --------
-    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.datasets import load_wine
     >>> from megkernel import DefiniteBoostMetric
-    >>> X, y = load_iris(return_X_y=True)
+    >>> X, y = load_wine(return_X_y=True)
     >>> DefiniteBoostMetric(random_state=0).fit(X, y).transform(X).shape
-    (150, 4)
+    (178, 13)
     """
 
     _loss_name = "violated_fraction"

@@ -269,11 +269,11 @@ class MEGMetric(_FeatureMetric):
 
     Examples
     --------
-    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.datasets import load_wine
     >>> from megkernel import MEGMetric
-    >>> X, y = load_iris(return_X_y=True)
+    >>> X, y = load_wine(return_X_y=True)
     >>> MEGMetric(random_state=0).fit(X, y).transform(X).shape
-    (150, 4)
+    (178, 13)
     """
 
     _loss_name = "pair_mse"
