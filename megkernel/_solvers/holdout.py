@@ -573,6 +573,12 @@ def validation_folds(n_objects, pairs, labels, *, n_folds, rng, min_items=_MIN_I
     return masks, n_repeats
 
 
+#: A learned length claims no gain where fewer held-out points are 1-NN right
+#: under it than under the prior by more than this many standard errors of the
+#: paired difference: the one-standard-error rule (one point is noise).
+FEWER_RIGHT_Z = 1.0
+
+
 def gain_is_real(items, prior_items, z, n_repeats=1):
     """Tell whether the mean gain of ``items`` over ``prior_items`` exceeds ``z`` standard errors.
 
@@ -784,6 +790,11 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
                                for row in rows])
 
 
+def _right(row):
+    """Whether each held-out point of a row is 1-NN right (its k-NN margin positive)."""
+    return [(item > 0).astype(float) for item in row]
+
+
 def _points_right(row):
     """Held-out points with a positive k-NN margin in a row of the table, over its folds.
 
@@ -990,11 +1001,12 @@ def validate_length(n_objects, pairs, signs, make_path, *, checkpoints, n_folds,
                                                          looks_before + len(table) - 1)
     if log["within_noise"]:  # the best of several looks, not beyond their noise
         chosen = 0
-    # margins that rose while fewer held-out points are right than under the prior
-    # (counted over the folds) claim no gain: the 1-NN accuracy is what the margins
-    # stand for, and a claim is of a gain on held-out data
+    # margins that rose while fewer held-out points are right than under the prior,
+    # by more than one standard error of the paired difference (a point or two is
+    # noise), claim no gain: the 1-NN accuracy is what the margins stand for
     log["fewer_right"] = bool(chosen > 0 and not isinstance(table[0][0], tuple)
-                              and _points_right(table[chosen]) < _points_right(table[0]))
+                              and gain_is_real(_right(table[0]), _right(table[chosen]),
+                                               FEWER_RIGHT_Z, n_repeats))
     best, log["scores"] = log["checkpoints"][chosen], scores
     log["gain_is_real"] = chosen > 0 and not log["fewer_right"]
     log["chosen"] = best
