@@ -59,7 +59,7 @@ from ._numerics.spectral import check_symmetric, kernel_distance_block, kernel_p
 from ._numerics.validation import (
     SelfDistanceError,
     refuse_bad_distances,
-    row_label,
+    row_name,
     squares_of_distances,
 )
 from ._objects_cache import CACHE_BYTES as CACHE_BYTES  # set it in _objects_cache
@@ -287,7 +287,7 @@ def _check_pair_ids(pairs, learner):
     for position, key in enumerate(values.ravel().tolist()):
         if index.row_or_missing(key) < 0:
             i, j = divmod(position, values.shape[1])
-            where = (f"row {row_label(pairs.index, i)!r}, column {pairs.columns[j]!r}" if frame
+            where = (f"row {row_name(pairs, i)}, column {pairs.columns[j]!r}" if frame
                      else f"row {i}, column {j}")
             raise ValueError(
                 f"pairs names the object {_shown(key)!r} ({where}), which is not one of "
@@ -365,14 +365,12 @@ def _accepts_squared(method):
 def _targets_of_table(targets, given_squared):
     """Return a learner's targets as squared distances, read by ``given_squared``.
 
-    Refuses text, infinite and negative values naming the row, in the user's
-    convention ("negative distance" for plain ones).
+    (Text, infinite and negative values were refused by their rows as given,
+    by :func:`_without_missing`.)
     """
-    kind = "squared distance" if given_squared else "distance"
     values = _as_float(targets, "targets")
     if values.ndim != 1:
         return targets  # the learner's validation explains the shape
-    refuse_bad_distances(values, targets, name="targets", kind=kind)
     return values if given_squared else squares_of_distances(values, "targets (distances)")
 
 
@@ -737,9 +735,14 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                                     check_psd=self.kernel is not None)
                  if given is None else 1.0)
         index = ObjectIndex(objects)
-        hint = _UNKNOWN_HINT if given is None else _UNKNOWN_HINT_GIVEN
-        rows = index.rows(fit_objects, hint=hint + _new_fit_hint(
-            self.new_pairs, index, fit_objects))
+        try:
+            rows = index.rows(fit_objects, hint=_UNKNOWN_HINT if given is None
+                              else _UNKNOWN_HINT_GIVEN)
+        except ValueError as error:  # the new objects' hint only where it applies
+            extra = _new_fit_hint(self.new_pairs, index, fit_objects)
+            if not extra:
+                raise
+            raise ValueError(f"{error}{extra}") from None
         # the given distances, for the verdict (labels) or to keep beside the kernel
         needed = labels is not None or self.keep_given != "never"
         given_sq = self._given_squared_distances(index, matrix) if needed else None
@@ -1116,7 +1119,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             _check_pair_table(self.pairs, self.targets, None)
             matrix, objects = _table_matrix(
                 self.pairs, self.targets, self.objects,
-                kind="squared distance" if self.given_squared else "distance")
+                kind=self._given_kind())
         largest = float(np.nanmax(matrix))
         if self.squared and not self.given_squared:
             with np.errstate(over="ignore"):
@@ -1141,8 +1144,8 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
         told = None
         given = (pairs, targets)  # as the user wrote them, for messages
         if objects is None:
-            pairs, targets = _without_missing(learner, pairs, targets, kind=(
-                "squared distance" if self.given_squared else "distance"))
+            pairs, targets = _without_missing(learner, pairs, targets,
+                                              kind=self._given_kind())
             if targets is not None and learner.targets_are_distances(targets):
                 targets, told = self._squared_targets(targets)
         else:
@@ -1161,8 +1164,7 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
             except ValueError as error:
                 if objects is None:  # the step's words for its own table
                     try:
-                        _explain_refused_table(*given, learner, "squared distance"
-                                               if self.given_squared else "distance", error)
+                        _explain_refused_table(*given, learner, self._given_kind(), error)
                     except ValueError as explained:  # the learner's words as its cause
                         raise explained from error
                 raise
@@ -1214,6 +1216,10 @@ class KernelDistances(ShortReprMixin, TransformerMixin, BaseEstimator):
                    else squares_of_distances(matrix[a, b], "distances"))
         entry = self._learned(pairs, targets, objects)
         return _read_only(entry.kernel), None, _read_only(entry.objects), entry.weak
+
+    def _given_kind(self):
+        """Return what the user's given distances are, as messages name them."""
+        return "squared distance" if self.given_squared else "distance"
 
     def _stream_reading(self):
         """Return how the learner reads a stream's targets alone (``squared_distances_of``).

@@ -639,8 +639,7 @@ def _replaces(table, candidate, chosen, checkpoints, *, z, n_repeats, elasticity
     if not gain_is_real(table[candidate], table[chosen], z, n_repeats):
         return False
     if not isinstance(table[candidate][0], tuple):
-        right = [(item > 0).astype(float) for item in table[candidate]]
-        right_before = [(item > 0).astype(float) for item in table[chosen]]
+        right, right_before = _right(table[candidate]), _right(table[chosen])
         if gain_is_real(right_before, right, z, n_repeats):
             return False  # the margins rose, but significantly fewer points are right
         if gain_is_real(right, right_before, z, n_repeats):
@@ -785,7 +784,7 @@ def _prior_out_of_reach(table, *, z, n_repeats, scores):
         return False
     if scores[last] < scores[0] <= ahead:  # margins climbing back to the prior's
         return False
-    right = [[(item > 0).astype(float) for item in row] for row in rows]
+    right = [_right(row) for row in rows]
     return stays_below(right, [_points_right(row) / sum(item.size for item in row)
                                for row in rows])
 
@@ -1051,8 +1050,7 @@ def _held_to(table, chosen, *, z, n_repeats, checkpoints):
         if gain_is_real(table[chosen], table[row], z, n_repeats):
             break
         if not isinstance(table[row][0], tuple) and gain_is_real(
-                [(item > 0).astype(float) for item in table[chosen]],
-                [(item > 0).astype(float) for item in table[row]], z, n_repeats):
+                _right(table[chosen]), _right(table[row]), z, n_repeats):
             break
         held = row
     return float(checkpoints[held])

@@ -46,7 +46,6 @@ __all__ = ["draw_pairs", "neighbor_pairs"]  # re-exported from ._pairs
 _MIN_TRACE, _MAX_TRACE = MIN_TRACE, MAX_TRACE
 
 
-
 def content_order_of_points(X, labels=None):
     """Return the order that sorts points (and their labels) by their content.
 
@@ -59,15 +58,17 @@ def content_order_of_points(X, labels=None):
     the rotated fit. Rows left tied are identical points of one label,
     which are interchangeable.
     """
-    keys = [X[:, j] for j in range(X.shape[1] - 1, -1, -1)]
-    if labels is not None:
-        keys.append(np.unique(labels, return_inverse=True)[1].ravel())
+    first = [] if labels is None else [np.unique(labels, return_inverse=True)[1].ravel()]
     # near the float range the squares overflow: inf (or NaN) keys tie, and the
-    # later keys order those points, still by their content alone
+    # features order those points, still by their content alone
     with np.errstate(over="ignore", invalid="ignore"):
         centre = np.sort(X, axis=0).mean(axis=0)
-        keys.append(((X - centre) ** 2).sum(axis=1))
-    return np.lexsort(keys)
+        first.append(((X - centre) ** 2).sum(axis=1))
+    order = np.lexsort(first)
+    ranked = np.column_stack(first)[order]
+    if np.all(np.isfinite(ranked)) and np.all(np.any(ranked[1:] != ranked[:-1], axis=1)):
+        return order  # no ties: the features need not be sorted (a pass per feature)
+    return np.lexsort([X[:, j] for j in range(X.shape[1] - 1, -1, -1)] + first)
 
 
 def _in_user_order(result, order):
@@ -83,6 +84,7 @@ def _in_user_order(result, order):
         coordinates[order] = result.coordinates
         fields["coordinates"] = coordinates
     return dataclasses.replace(result, **fields)
+
 
 class _FeatureMetric(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared fitting from labels or pairs and the inductive transform."""
